@@ -1,0 +1,63 @@
+"""Trust receipts: canonical JSON, Ed25519 signing, the hash-chained ledger and its verification.
+
+The contract is DESIGN.md, "Trust receipts". Domain modules (``canonical``,
+``model``, ``verify``) do no I/O; stores (``sqlite_store``, ``redis_store``)
+do, behind :class:`~proxy.receipts.store.LedgerStore`.
+"""
+
+from .canonical import assert_no_floats, canonical, json_hash, sha256_ref
+from .ledger import Ledger
+from .model import (
+    GENESIS_PREV_HASH,
+    RECEIPT_FIELDS,
+    RECEIPT_VERSION,
+    entry_hash,
+    new_receipt,
+    seal,
+    signing_payload,
+    utc_timestamp,
+)
+from .signing import (
+    KeyFileError,
+    Signer,
+    key_id_for,
+    load_or_create_signer,
+    load_public_keys,
+    public_key_entry,
+    verify_signature,
+)
+from .store import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable, open_store
+from .verify import Failure, verify_chain, verify_receipt, verify_store
+
+__all__ = [
+    "GENESIS_PREV_HASH",
+    "RECEIPT_FIELDS",
+    "RECEIPT_VERSION",
+    "Failure",
+    "Head",
+    "KeyFileError",
+    "Ledger",
+    "LedgerConflict",
+    "LedgerError",
+    "LedgerStore",
+    "LedgerUnavailable",
+    "Signer",
+    "assert_no_floats",
+    "canonical",
+    "entry_hash",
+    "json_hash",
+    "key_id_for",
+    "load_or_create_signer",
+    "load_public_keys",
+    "new_receipt",
+    "open_store",
+    "public_key_entry",
+    "seal",
+    "sha256_ref",
+    "signing_payload",
+    "utc_timestamp",
+    "verify_chain",
+    "verify_receipt",
+    "verify_signature",
+    "verify_store",
+]

@@ -1,0 +1,27 @@
+# Sonate Trust Proxy: slim, non-root, with a health check.
+FROM python:3.11-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN apt-get update && apt-get install -y --no-install-recommends build-essential \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY requirements.lock ./
+RUN python -m venv /opt/venv && /opt/venv/bin/pip install --require-hashes \
+      --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.lock
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+RUN /opt/venv/bin/pip install --no-deps --no-build-isolation .
+
+FROM python:3.11-slim
+ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 SONATE_CONFIG=/app/config.yaml \
+    LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1
+RUN useradd --system --uid 10001 --home /app sonate
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /app
+COPY config.yaml ./
+COPY policies ./policies
+RUN mkdir -p /app/var && chown sonate /app/var
+USER sonate
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=3s --start-period=90s --retries=3 \
+  CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2).status != 200)"
+CMD ["sonate", "serve", "--host", "0.0.0.0"]

@@ -1,0 +1,33 @@
+# Two commands for a fresh machine:
+#   make run    install (locked, hashed) and start the proxy on its embedded defaults
+#   make test   install (locked, hashed, plus system packages the tests use) and run every test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test install system-deps lock
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/sonate serve
+
+system-deps:
+	./scripts/system-deps.sh
+
+test: install system-deps
+	$(BIN)/python -m pytest -q
+
+# Re-resolve and re-hash every dependency after editing requirements.in.
+lock: | $(BIN)/python
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+	  --no-emit-find-links -o requirements.lock requirements.in

@@ -1,0 +1,84 @@
+"""The ``sonate`` command: serve | verify | train.
+
+Exit codes: 0 success, 1 a check failed (verify), 2 usage or configuration error (the message
+names the file, the key and what was expected; no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from proxy import __version__, offline  # noqa: F401  (offline settings before any model import)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from proxy.config import ConfigError, load_config
+    from proxy.receipts.signing import KeyFileError
+    from proxy.server.app import build_services, create_app
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"sonate: configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+
+    async def make_app() -> web.Application:
+        return create_app(await build_services(config))
+
+    offline.configure_tldextract()
+    try:
+        web.run_app(make_app(), host=host, port=port, access_log_format='%a "%r" %s %b %Tfs',
+                    print=lambda _: logging.getLogger("sonate").info(
+                        "Sonate Trust Proxy %s listening on http://%s:%s/v1", __version__, host, port))
+    except (ConfigError, KeyFileError, ValueError) as exc:
+        print(f"sonate: cannot start:\n{exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    from proxy import verify_cmd
+    from proxy.guardrails import training
+
+    parser = argparse.ArgumentParser(prog="sonate", description="Sonate Trust Proxy: guardrail gateway "
+                                     "with signed, hash-chained trust receipts.")
+    parser.add_argument("--version", action="version", version=f"sonate {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy (config.yaml, or $SONATE_CONFIG)")
+    serve.add_argument("--config", help="path of config.yaml (default: $SONATE_CONFIG or ./config.yaml)")
+    serve.add_argument("--host", help="override server.host")
+    serve.add_argument("--port", type=int, help="override server.port")
+    serve.set_defaults(func=_serve)
+
+    verify = sub.add_parser("verify", help="verify a receipt or a ledger range (hashes, signature, chain)")
+    verify_cmd.add_arguments(verify)
+    verify.set_defaults(func=verify_cmd.run)
+
+    train = sub.add_parser("train", help="train a guardrail artefact from the development data")
+    train_sub = train.add_subparsers(dest="what", required=True)
+    safety = train_sub.add_parser("safety", help="the harmful-intent classifier of the Safety policy")
+    training.add_arguments(safety)
+    safety.set_defaults(func=training.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``sonate`` console script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx", "presidio-analyzer"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

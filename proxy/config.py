@@ -1,0 +1,199 @@
+"""config.yaml: pydantic models, loading, environment overrides and secret references.
+
+Layout (see README "Configuration")::
+
+    server:     host, port, limits, timeouts
+    model_list: LiteLLM's format: [{model_name, litellm_params: {model, api_key, ...}, model_info}]
+    policies:   directory of guardrail policy YAML files (relative to config.yaml)
+    ledger:     url (sqlite:///path or redis://host:port/db), on_unavailable
+    signing:    key_file (Ed25519 key, created 0600 on first start)
+    auth:       keys: [{key, actor, role}] with role client | admin | reviewer
+
+Secrets are written as ``os.environ/NAME`` (LiteLLM's convention) and resolved at load time.
+Environment overrides: ``SONATE_CONFIG`` (path of the file), ``SONATE_LEDGER_URL`` (ledger.url).
+An invalid file raises :class:`ConfigError` naming the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "os.environ/"
+DEFAULT_CONFIG = "config.yaml"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names file, key and expectation."""
+
+
+def format_validation_error(source: str, error: ValidationError) -> str:
+    """Render a pydantic ValidationError as one line per problem: ``file: key.path: message``."""
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        got = item.get("input")
+        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        lines.append(f"{source}: {key}: {item['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def resolve_secret(value: Any, *, where: str) -> Any:
+    """Resolve ``os.environ/NAME`` to the variable's value; other values pass through.
+
+    Raises ConfigError naming ``where`` when the variable is not set.
+    """
+    if isinstance(value, str) and value.startswith(ENV_PREFIX):
+        name = value[len(ENV_PREFIX):]
+        if name not in os.environ:
+            raise ConfigError(f"{where}: environment variable {name} is not set (referenced as {value!r})")
+        return os.environ[name]
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    """HTTP server settings. Sizes in bytes, durations in seconds."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    upstream_timeout_seconds: float = Field(60.0, gt=0)
+    detector_threads: int = Field(2, ge=1, le=64)
+    public_metrics: bool = True
+
+
+class ModelRoute(BaseModel):
+    """One LiteLLM ``model_list`` entry; ``litellm_params`` is passed to litellm's Router."""
+
+    model_config = ConfigDict(extra="allow")
+    model_name: str = Field(min_length=1)
+    litellm_params: dict[str, Any]
+    model_info: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("litellm_params")
+    @classmethod
+    def _needs_model(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("model"), str) or not value["model"]:
+            raise ValueError("litellm_params.model is required, e.g. 'openai/gpt-4o-mini'")
+        return value
+
+    @property
+    def provider(self) -> str:
+        """Provider label: ``model_info.provider`` or the ``provider/`` prefix of the model."""
+        if "provider" in self.model_info:
+            return str(self.model_info["provider"])
+        if self.is_demo:
+            return "demo"
+        model = self.litellm_params["model"]
+        return model.split("/", 1)[0] if "/" in model else "openai"
+
+    @property
+    def is_demo(self) -> bool:
+        """True for routes answered locally by litellm's ``mock_response`` (no provider)."""
+        return bool(self.model_info.get("demo")) or "mock_response" in self.litellm_params
+
+
+class LedgerConfig(_Strict):
+    """Where receipts are written. ``on_unavailable``: only ``fail_closed`` today."""
+
+    url: str = "sqlite:///var/ledger.db"
+    on_unavailable: Literal["fail_closed"] = "fail_closed"
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not value.startswith(("sqlite:///", "redis://", "rediss://")):
+            raise ValueError("expected sqlite:///path or redis://host:port/db")
+        return value
+
+
+class SigningConfig(_Strict):
+    """Ed25519 signing key file (JSON, mode 0600; generated on first start)."""
+
+    key_file: str = "var/signing-key.json"
+
+
+class ApiKey(_Strict):
+    """A bearer key and the actor name written into receipts. ``key`` may be ``os.environ/NAME``."""
+
+    key: str = Field(min_length=8)
+    actor: str = Field(min_length=1, max_length=128)
+    role: Literal["client", "admin", "reviewer"] = "client"
+
+
+class AuthConfig(_Strict):
+    """Bearer keys accepted by the proxy."""
+
+    keys: list[ApiKey] = Field(min_length=1)
+
+
+class Config(_Strict):
+    """The whole config.yaml. Relative paths are resolved against the file's directory."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    model_list: list[ModelRoute] = Field(min_length=1)
+    policies: str = "policies"
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    signing: SigningConfig = Field(default_factory=SigningConfig)
+    auth: AuthConfig
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    def path(self, value: str) -> Path:
+        """Resolve a path from the config relative to the config file's directory."""
+        p = Path(value)
+        return p if p.is_absolute() else (self.base_dir / p)
+
+    @property
+    def ledger_url(self) -> str:
+        """ledger.url with a relative SQLite path made absolute against the config directory."""
+        url = self.ledger.url
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            return "sqlite:///" + str(self.path(url[len("sqlite:///"):]).resolve())
+        return url
+
+    def route(self, model_name: str) -> ModelRoute | None:
+        """The first route whose model_name matches, or None."""
+        return next((r for r in self.model_list if r.model_name == model_name), None)
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load, override and validate config.yaml.
+
+    ``path`` defaults to ``$SONATE_CONFIG`` or ``./config.yaml``; ``$SONATE_LEDGER_URL`` replaces
+    ``ledger.url``. Secrets (``os.environ/NAME``) in ``auth.keys[].key`` are resolved here;
+    those in ``litellm_params`` are resolved by litellm's Router at call time.
+    Raises ConfigError (file, key, expectation) on any problem.
+    """
+    source = Path(path or os.environ.get("SONATE_CONFIG") or DEFAULT_CONFIG)
+    try:
+        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: file not found (set SONATE_CONFIG or pass --config)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: (top level): expected a mapping of sections")
+    if os.environ.get("SONATE_LEDGER_URL"):
+        raw.setdefault("ledger", {})
+        if not isinstance(raw["ledger"], dict):
+            raise ConfigError(f"{source}: ledger: expected a mapping")
+        raw["ledger"]["url"] = os.environ["SONATE_LEDGER_URL"]
+    try:
+        config = Config.model_validate({**raw, "base_dir": source.resolve().parent})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(source), exc)) from None
+    for i, entry in enumerate(config.auth.keys):
+        entry.key = resolve_secret(entry.key, where=f"{source}: auth.keys.{i}.key")
+    names = [r.model_name for r in config.model_list]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{source}: model_list: duplicate model_name {duplicates} (one route per name)")
+    return config

@@ -1,0 +1,143 @@
+"""Regulated-domain classifier for Compliance routing (legal / health / finance vs the rest).
+
+Method: every domain in the ``detector:`` block of ``policies/compliance.yaml`` has a
+description and typical user questions written for this task. At construction the
+classifier embeds them with all-MiniLM-L6-v2 (:mod:`.embeddings`) and fits a multinomial
+logistic regression (scikit-learn) on those examples only: nothing else is trained on,
+nothing is downloaded. A query's domain is the arg-max class; it is routed as regulated
+when the summed probability of the regulated domains reaches ``threshold``, and it is
+*ambiguous* when that sum lies within ``margin`` below the threshold — ``ambiguous`` then
+decides (escalate to a human, or allow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from proxy.guardrails.detectors import embeddings
+
+GENERAL = "general"
+
+
+class DomainSpec(BaseModel):
+    """One domain: what it covers, whether it is regulated, typical user questions."""
+
+    model_config = ConfigDict(extra="forbid")
+    description: str
+    regulated: bool
+    examples: list[str] = Field(min_length=3)
+
+
+class DomainClassifierConfig(BaseModel):
+    """The ``detector:`` block of ``policies/compliance.yaml``.
+
+    Attributes:
+        domains: name -> spec; must contain the non-regulated ``general`` contrast domain and
+            at least one regulated domain.
+        threshold: summed probability (0..1) of the regulated domains from which a query is
+            routed as regulated.
+        margin: width (0..1) of the band below ``threshold`` where the decision is ambiguous.
+        ambiguous: what an ambiguous query does: ``escalate`` (to a human) or ``allow``.
+        regularization: inverse regularisation strength C of the logistic regression.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    domains: dict[str, DomainSpec]
+    threshold: float = Field(default=0.5, gt=0.0, le=1.0)
+    margin: float = Field(default=0.1, ge=0.0, lt=1.0)
+    ambiguous: Literal["escalate", "allow"] = "escalate"
+    regularization: float = Field(default=10.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _has_contrast(self) -> "DomainClassifierConfig":
+        if GENERAL not in self.domains or self.domains[GENERAL].regulated:
+            raise ValueError("domains must include a non-regulated 'general' domain")
+        if not any(d.regulated for d in self.domains.values()):
+            raise ValueError("at least one domain must be regulated")
+        return self
+
+
+@dataclass(frozen=True)
+class DomainResult:
+    """Classification of one query.
+
+    ``domain``: arg-max domain name; ``confidence``: its probability in [0, 1];
+    ``scores``: probability per domain (sums to 1); ``regulated``: route to a human (the
+    regulated probability reached the threshold, or the query is ambiguous and the policy
+    escalates ambiguous queries); ``ambiguous``: the regulated probability fell in the
+    margin band just below the threshold. When ``regulated`` is true but the arg-max domain
+    is not regulated, ``domain`` is the most probable regulated domain.
+    """
+
+    domain: str
+    confidence: float
+    scores: dict[str, float]
+    regulated: bool
+    ambiguous: bool
+
+
+class DomainClassifier:
+    """Embedding + logistic-regression domain classifier, fitted once at construction.
+
+    Thread-safe after construction (read-only model; embedding calls are serialised by
+    :mod:`.embeddings`). CPU-bound: on an event loop, call it in an executor.
+    """
+
+    name = "domain-logreg"
+
+    def __init__(self, config: DomainClassifierConfig):
+        from sklearn.linear_model import LogisticRegression
+
+        self.config = config
+        self.domains = list(config.domains)
+        self._regulated = np.array([config.domains[d].regulated for d in self.domains])
+        texts: list[str] = []
+        labels: list[int] = []
+        for index, name in enumerate(self.domains):
+            spec = config.domains[name]
+            for text in [spec.description, *spec.examples]:
+                texts.append(text)
+                labels.append(index)
+        vectors = embeddings.embed(texts)
+        self._model = LogisticRegression(
+            C=config.regularization, max_iter=2000, class_weight="balanced"
+        )
+        self._model.fit(vectors, np.array(labels))
+        self.version = (
+            f"{embeddings.model_version()} + logreg(C={config.regularization}, "
+            f"n={len(texts)}, domains={len(self.domains)})"
+        )
+
+    def probabilities(self, texts: list[str]) -> np.ndarray:
+        """Domain probabilities, shape (len(texts), n_domains), columns in ``self.domains`` order."""
+        if not texts:
+            return np.zeros((0, len(self.domains)))
+        proba = self._model.predict_proba(embeddings.embed(texts))
+        # predict_proba columns follow model.classes_ (sorted label ids 0..n-1).
+        return proba[:, np.argsort(self._model.classes_)]
+
+    def classify(self, texts: list[str]) -> list[DomainResult]:
+        """One :class:`DomainResult` per text, same order."""
+        results = []
+        cfg = self.config
+        for row in self.probabilities(texts):
+            regulated_p = float(row[self._regulated].sum())
+            ambiguous = cfg.threshold - cfg.margin <= regulated_p < cfg.threshold
+            regulated = regulated_p >= cfg.threshold or (ambiguous and cfg.ambiguous == "escalate")
+            best = int(np.argmax(row))
+            if regulated and not self._regulated[best]:
+                best = int(np.argmax(np.where(self._regulated, row, -1.0)))
+            results.append(
+                DomainResult(
+                    domain=self.domains[best],
+                    confidence=round(float(row[best]), 4),
+                    scores={d: round(float(p), 4) for d, p in zip(self.domains, row)},
+                    regulated=regulated,
+                    ambiguous=ambiguous,
+                )
+            )
+        return results

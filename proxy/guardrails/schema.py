@@ -1,0 +1,116 @@
+"""Guardrail policy schema (policies/*.yaml) and loading.
+
+One YAML file per policy. Common keys: ``id``, ``kind`` (safety | privacy | compliance |
+continuity), ``description``, ``enabled``, ``stages`` (input and/or output), ``action`` (fixed
+by the kind, DESIGN.md "Request flow"), ``evidence_required`` (fields every receipt of this
+policy must carry; Audit Depth = present / required), and ``detector`` (validated by the
+detector's own config model). Thresholds are written as decimal strings or numbers.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from proxy.config import ConfigError, format_validation_error
+
+Stage = Literal["input", "output"]
+
+#: Precedence when several policies fire (DESIGN.md): refuse > escalate > mask > summarize > allow.
+PRECEDENCE = ("refuse", "escalate", "mask", "summarize", "allow")
+
+
+class _Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, pattern=r"^[a-z0-9_.\-]+$")
+    description: str = ""
+    enabled: bool = True
+    stages: list[Stage] = Field(min_length=1)
+    evidence_required: list[str] = Field(default_factory=lambda: ["policy_id", "guardrail_action"])
+    detector: dict[str, Any] = Field(default_factory=dict)
+
+
+class SafetyPolicy(_Policy):
+    """Toxicity / violence / harmful intent over a threshold → apologize and refuse."""
+
+    kind: Literal["safety"]
+    action: Literal["refuse"] = "refuse"
+    thresholds: dict[str, Decimal] = Field(min_length=1)
+    apology: str = "I'm sorry, but I can't help with that request."
+
+
+class PrivacyPolicy(_Policy):
+    """PII detected → typed placeholders before the model sees it; human approval flag."""
+
+    kind: Literal["privacy"]
+    action: Literal["mask"] = "mask"
+    human_flag: bool = True
+    restore_in_answer: bool = True
+
+
+class CompliancePolicy(_Policy):
+    """Regulated-domain query → escalate to a human; the model is not called."""
+
+    kind: Literal["compliance"]
+    action: Literal["escalate"] = "escalate"
+    notice: str = (
+        "This request touches a regulated domain ({domain}) and has been routed to a human "
+        "reviewer. Escalation id: {escalation_id}."
+    )
+
+
+class ContinuityPolicy(_Policy):
+    """Conversation over ``max_tokens`` (litellm's token counter) → older turns summarized."""
+
+    kind: Literal["continuity"]
+    action: Literal["summarize"] = "summarize"
+    max_tokens: int = Field(gt=0)
+    keep_last_messages: int = Field(4, ge=1)
+    summary_model: str | None = None
+    summary_prompt: str = (
+        "Summarize the following conversation so it can replace the original turns. Keep facts, "
+        "names (placeholders as written), decisions and open questions. Be concise."
+    )
+
+
+Policy = Annotated[
+    Union[SafetyPolicy, PrivacyPolicy, CompliancePolicy, ContinuityPolicy], Field(discriminator="kind")
+]
+_POLICY = TypeAdapter(Policy)
+
+
+def load_policy_file(path: Path) -> Policy:
+    """Parse and validate one policy file; ConfigError names the file and the key."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: (top level): expected a policy mapping with id and kind")
+    try:
+        return _POLICY.validate_python(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(path), exc)) from None
+
+
+def load_policies(directory: Path) -> list[Policy]:
+    """All enabled policies from ``directory/*.yaml`` (sorted by file name).
+
+    Raises ConfigError for a missing directory, an invalid file or a duplicate id.
+    """
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: policies directory not found")
+    policies: list[Policy] = []
+    seen: dict[str, Path] = {}
+    for path in sorted(directory.glob("*.y*ml")):
+        policy = load_policy_file(path)
+        if policy.id in seen:
+            raise ConfigError(f"{path}: id: duplicate policy id {policy.id!r} (also in {seen[policy.id]})")
+        seen[policy.id] = path
+        if policy.enabled:
+            policies.append(policy)
+    return policies

@@ -1,0 +1,1 @@
+"""KPI computations (FAR-A, FAR-H, PFI, TIS) and the strata they are reported by."""

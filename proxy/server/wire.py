@@ -1,0 +1,148 @@
+"""OpenAI wire format: request validation, chat.completion bodies, SSE chunks, error bodies.
+
+Follows the OpenAI Chat Completions API reference (``POST /v1/chat/completions``; streaming as
+``chat.completion.chunk`` server-sent events ending with ``data: [DONE]``; usage in a final
+chunk with empty ``choices`` when ``stream_options.include_usage`` is true).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Request fields forwarded to the provider unchanged (everything else is the proxy's business).
+PASSTHROUGH = (
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "presence_penalty",
+    "frequency_penalty", "seed", "tools", "tool_choice", "response_format", "user", "logit_bias",
+    "parallel_tool_calls", "logprobs", "top_logprobs", "reasoning_effort",
+)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class ContentPart(_Wire):
+    """One part of a multi-part message (text, image_url, input_audio, file...)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: str = Field(min_length=1)
+    text: str | None = None
+
+
+class ChatMessage(_Wire):
+    """A chat message; ``content`` is a string, a list of parts, or null (assistant tool calls)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class StreamOptions(_Wire):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Wire):
+    """The accepted request body. Unknown top-level fields are rejected (as OpenAI does)."""
+
+    model: str = Field(min_length=1, max_length=256)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=2048)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=1)
+    metadata: dict[str, str] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    user: str | None = None
+    logit_bias: dict[str, int] | None = None
+    parallel_tool_calls: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    reasoning_effort: str | None = None
+
+    def upstream_params(self) -> dict[str, Any]:
+        """Provider parameters the client set (None values dropped)."""
+        return {k: getattr(self, k) for k in PASSTHROUGH if getattr(self, k) is not None}
+
+    def message_dicts(self) -> list[dict[str, Any]]:
+        """The messages as plain JSON dicts (exactly the fields the client sent)."""
+        return [m.model_dump(exclude_unset=True) for m in self.messages]
+
+
+def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def new_completion_id() -> str:
+    """A fresh ``chatcmpl-…`` id for responses the proxy writes itself."""
+    return "chatcmpl-sonate-" + uuid.uuid4().hex
+
+
+def completion_body(*, model: str, content: str | None, finish_reason: str, usage: dict[str, int] | None = None,
+                    completion_id: str | None = None, created: int | None = None,
+                    tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A ``chat.completion`` object with one choice."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": completion_id or new_completion_id(),
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def sse_event(data: dict[str, Any] | str) -> bytes:
+    """One server-sent event line pair: ``data: <json>\\n\\n`` (or a literal like ``[DONE]``)."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"data: {payload}\n\n".encode("utf-8")
+
+
+def stream_events(body: dict[str, Any], pieces: list[str], include_usage: bool) -> list[bytes]:
+    """The SSE events that carry ``body`` (a chat.completion) as ``chat.completion.chunk``s.
+
+    ``pieces`` split the content (the provider's own deltas when the text was not changed by
+    a guardrail); the role comes in the first chunk, ``finish_reason`` in the last choice
+    chunk, then an optional usage chunk with empty choices, then ``[DONE]``.
+    """
+    choice = body["choices"][0]
+    message = choice["message"]
+    content = message.get("content") or ""
+    if "".join(pieces) != content:
+        pieces = [content] if content else []
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse_event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": p}) for p in pieces]
+    if message.get("tool_calls"):
+        calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+        events.append(chunk({"tool_calls": calls}))
+    events.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if include_usage:
+        events.append(sse_event({**base, "choices": [], "usage": body.get("usage")}))
+    events.append(sse_event("[DONE]"))
+    return events

@@ -1,0 +1,163 @@
+"""The litellm adapter: one provider call per request, errors mapped to OpenAI errors.
+
+Routes come from config.yaml's ``model_list`` (LiteLLM's own format, given to
+``litellm.Router`` unchanged, so ``os.environ/NAME`` secrets and every litellm provider work).
+Streams are consumed here and assembled with ``litellm.stream_chunk_builder``: the proxy
+screens the whole answer and writes its receipt before anything reaches the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy import offline  # noqa: F401  (LITELLM_LOCAL_MODEL_COST_MAP before litellm import)
+
+import litellm  # noqa: E402
+from litellm import Router  # noqa: E402
+
+from proxy.config import Config, ModelRoute  # noqa: E402
+
+log = logging.getLogger("sonate.upstream")
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+
+@dataclass
+class UpstreamError(Exception):
+    """A provider failure as the OpenAI error the client receives (status, type, code)."""
+
+    status: int
+    message: str
+    type: str = "api_error"
+    code: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.type}: {self.message}"
+
+
+@dataclass
+class UpstreamResult:
+    """A completed provider call.
+
+    ``response`` is the chat.completion as a plain dict; ``pieces`` the streamed content deltas
+    (empty for non-streaming calls); durations in seconds; ``cost_usd`` from litellm's offline
+    price map (0.0 for unknown models).
+    """
+
+    response: dict[str, Any]
+    duration_seconds: float
+    ttft_seconds: float | None = None
+    pieces: list[str] = field(default_factory=list)
+    cost_usd: float = 0.0
+
+    @property
+    def content(self) -> str:
+        """The first choice's assistant text ("" when the model returned only tool calls)."""
+        choices = self.response.get("choices") or [{}]
+        return (choices[0].get("message") or {}).get("content") or ""
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """``prompt_tokens`` / ``completion_tokens`` / ``total_tokens`` (zeros when absent)."""
+        usage = self.response.get("usage") or {}
+        return {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+
+
+def map_exception(exc: BaseException) -> UpstreamError:
+    """Translate a litellm/provider exception into the error the client should see.
+
+    Client-caused provider rejections stay 4xx (400, 422→400, 429); gateway-side failures become
+    502 (bad gateway: provider credentials, unknown upstream model, provider 5xx), 503
+    (provider unavailable) or 504 (timeout).
+    """
+    e = litellm.exceptions
+    text = str(getattr(exc, "message", None) or exc)[:500]
+    if isinstance(exc, e.Timeout):
+        return UpstreamError(504, f"The model provider did not answer in time: {text}", "timeout_error", "upstream_timeout")
+    if isinstance(exc, e.RateLimitError):
+        return UpstreamError(429, f"The model provider is rate limiting: {text}", "rate_limit_error", "rate_limit_exceeded")
+    if isinstance(exc, e.ContextWindowExceededError):
+        return UpstreamError(400, text, "invalid_request_error", "context_length_exceeded")
+    if isinstance(exc, e.ContentPolicyViolationError):
+        return UpstreamError(400, text, "invalid_request_error", "content_policy_violation")
+    if isinstance(exc, (e.BadRequestError, e.UnprocessableEntityError)):
+        return UpstreamError(400, f"The model provider rejected the request: {text}", "invalid_request_error", "upstream_bad_request")
+    if isinstance(exc, (e.AuthenticationError, e.PermissionDeniedError)):
+        return UpstreamError(502, "The model provider rejected the gateway's credentials for this route.", "api_error", "upstream_auth_failed")
+    if isinstance(exc, e.NotFoundError):
+        return UpstreamError(502, f"The model provider does not know this route's model: {text}", "api_error", "upstream_not_found")
+    if isinstance(exc, e.ServiceUnavailableError):
+        return UpstreamError(503, f"The model provider is unavailable: {text}", "api_error", "upstream_unavailable")
+    return UpstreamError(502, f"The model provider call failed: {text}", "api_error", "upstream_error")
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    return obj.model_dump(exclude_none=True) if hasattr(obj, "model_dump") else dict(obj)
+
+
+class Upstream:
+    """Calls providers through one ``litellm.Router`` built from config.yaml's model_list."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.routes: dict[str, ModelRoute] = {r.model_name: r for r in config.model_list}
+        self.router = Router(
+            model_list=[r.model_dump(exclude_none=True) for r in config.model_list],
+            num_retries=0,
+            timeout=config.server.upstream_timeout_seconds,
+        )
+
+    def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int:
+        """Prompt tokens of ``messages`` for route ``model`` (litellm's token counter; tiktoken
+        cl100k fallback for models without a known tokenizer)."""
+        route = self.routes.get(model)
+        target = route.litellm_params["model"] if route else model
+        return int(litellm.token_counter(model=target, messages=messages))
+
+    def _cost(self, response: Any) -> float:
+        try:
+            return float(litellm.completion_cost(completion_response=response) or 0.0)
+        except Exception:  # unknown model in the price map: cost is unknown, recorded as 0
+            return 0.0
+
+    async def complete(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamResult:
+        """One non-streaming call. Raises UpstreamError."""
+        start = time.perf_counter()
+        try:
+            response = await self.router.acompletion(model=model, messages=messages, **params)
+        except Exception as exc:  # litellm raises many types; all become OpenAI errors
+            raise map_exception(exc) from exc
+        duration = time.perf_counter() - start
+        return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
+
+    async def complete_streaming(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamResult:
+        """One streaming call, consumed to the end and assembled into a chat.completion.
+
+        Records time to first content token. Raises UpstreamError (also for mid-stream failures).
+        """
+        start = time.perf_counter()
+        ttft = None
+        chunks: list[Any] = []
+        pieces: list[str] = []
+        try:
+            stream = await self.router.acompletion(
+                model=model, messages=messages, stream=True, stream_options={"include_usage": True}, **params)
+            async for chunk in stream:
+                chunks.append(chunk)
+                for choice in getattr(chunk, "choices", None) or []:
+                    delta = getattr(choice, "delta", None)
+                    text = getattr(delta, "content", None) if delta is not None else None
+                    if text:
+                        if ttft is None:
+                            ttft = time.perf_counter() - start
+                        pieces.append(text)
+        except Exception as exc:
+            raise map_exception(exc) from exc
+        duration = time.perf_counter() - start
+        built = litellm.stream_chunk_builder(chunks, messages=messages)
+        if built is None:
+            raise UpstreamError(502, "The model provider sent an empty stream.", "api_error", "upstream_empty_stream")
+        return UpstreamResult(_as_dict(built), duration, ttft, pieces, self._cost(built))

@@ -1,0 +1,123 @@
+"""A stub OpenAI-compatible provider, served over real HTTP, that records what it received.
+
+The only part the tests replace is the LLM provider. The stub answers
+``POST /v1/chat/completions`` in JSON or SSE (OpenAI wire format). By default it echoes the
+last user message ("Stub answer: <text>") so tests can see what the model saw; tests can queue
+scripted replies (text, an HTTP error status, or a delay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    """A scripted reply: ``text`` answer, or an error ``status`` with a message; ``delay`` seconds."""
+
+    text: str | None = None
+    status: int = 200
+    delay: float = 0.0
+
+
+class StubUpstream:
+    """Runs in its own thread and event loop; ``url`` is its base (``http://127.0.0.1:port/v1``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.replies: list[Reply] = []
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.port = 0
+
+    # --- control from tests ---
+    def start(self) -> "StubUpstream":
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("stub upstream did not start")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def queue(self, *replies: Reply) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.replies.clear()
+
+    def received(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.requests)
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    # --- server ---
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        with self._lock:
+            self.requests.append(body)
+            reply = self.replies.pop(0) if self.replies else Reply()
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return web.json_response({"error": {"message": f"stub error {reply.status}", "type": "server_error",
+                                                "param": None, "code": None}}, status=reply.status)
+        last_user = next((m.get("content") for m in reversed(body["messages"]) if m.get("role") == "user"), "")
+        text = reply.text if reply.text is not None else f"Stub answer: {last_user}"
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
+                 "total_tokens": prompt_tokens + len(text.split())}
+        cid, created, model = "chatcmpl-stub-" + uuid.uuid4().hex[:12], int(time.time()), body["model"]
+        if not body.get("stream"):
+            return web.json_response({
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": usage,
+            })
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(obj: dict[str, Any]) -> None:
+            await response.write(f"data: {json.dumps(obj)}\n\n".encode())
+
+        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+        await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            piece = word if i == len(words) - 1 else word + " "
+            await send({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+        await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send({**base, "choices": [], "usage": usage})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
