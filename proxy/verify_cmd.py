@@ -25,7 +25,9 @@ from .receipts.signing import KeyFileError, load_public_keys
 from .receipts.store import LedgerError, open_store
 from .receipts.verify import Failure, verify_chain, verify_receipt, verify_store
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "main", "run"]
+
+DESCRIPTION = "Check trust receipts, or a whole ledger, against published Ed25519 keys."
 
 
 class UsageError(Exception):
@@ -142,7 +144,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m proxy.verify_cmd ...``."""
-    parser = argparse.ArgumentParser(prog="sonate verify", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="sonate verify", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -117,7 +117,7 @@ async def _worker(url: str, key_file: str, sync_dir: Path, index: int, batches: 
     store = open_store(url)
     try:
         await store.ping()
-        ledger = Ledger(store, signer, max_attempts=200)
+        ledger = Ledger(store, signer)
         (sync_dir / f"ready-{index}").touch()
         deadline = time.monotonic() + 30
         while not (sync_dir / "go").exists():

@@ -184,6 +184,14 @@ async def test_review_cases_crud(store: LedgerStore) -> None:
     assert await store.get_case("esc_0") == cases[0]
     with pytest.raises(KeyError):
         await store.update_case({"id": "esc_missing", "status": "open"})
+    # Compare-and-set on the status: only one of two racing reviewers wins.
+    racers = [store.update_case({**cases[3], "status": status}, expected_status="open")
+              for status in ("approved", "rejected")]
+    outcomes = await asyncio.gather(*racers, return_exceptions=True)
+    assert sum(o is None for o in outcomes) == 1
+    assert sum(isinstance(o, LedgerConflict) for o in outcomes) == 1
+    assert (await store.get_case("esc_3"))["status"] in ("approved", "rejected")
+    assert await store.list_cases("open") == [cases[0]]
     with pytest.raises(ValueError):
         await store.put_case({"status": "open"})
     with pytest.raises(ValueError):
@@ -252,11 +260,13 @@ async def test_concurrent_verify_during_appends_sees_a_consistent_prefix(
 ) -> None:
     ledger = Ledger(store, signer)
     writer = asyncio.gather(*(ledger.append([make_receipt(), make_receipt()]) for _ in range(20)))
-    for _ in range(5):
-        count, failures = await verify_store(store, keys)
-        assert failures == [] and count % 2 == 0
-        await asyncio.sleep(0)
-    await writer
+    try:
+        for _ in range(5):
+            count, failures = await verify_store(store, keys)
+            assert failures == [] and count % 2 == 0  # whole batches only
+            await asyncio.sleep(0)
+    finally:
+        await writer
     assert await verify_store(store, keys) == (40, [])
 
 

@@ -84,9 +84,9 @@ def test_missing_or_unknown_key_is_401_in_openai_format(proxy):
 
 
 def test_allowed_request_reaches_model_and_is_receipted(proxy, client, upstream, keys):
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    messages = [{"role": "user", "content": "What is the boiling point of water at sea level?"}]
     raw, completion = chat_raw(client, model="stub", messages=messages, temperature=0.25)
-    assert completion.choices[0].message.content == "Stub answer: What is the capital of France?"
+    assert completion.choices[0].message.content == "Stub answer: What is the boiling point of water at sea level?"
     assert raw.headers["x-sonate-guardrail-action"] == "allow"
     sent = upstream.received()
     assert len(sent) == 1 and sent[0]["messages"] == messages and sent[0]["temperature"] == 0.25
@@ -107,11 +107,11 @@ def test_demo_route_answers_without_a_provider(client, upstream):
 
 def test_streaming_with_usage_in_last_chunk(proxy, client, upstream, keys):
     raw = client.chat.completions.with_raw_response.create(
-        model="stub", messages=[{"role": "user", "content": "Tell me about rivers in Europe"}],
+        model="stub", messages=[{"role": "user", "content": "Tell me about rivers and lakes"}],
         stream=True, stream_options={"include_usage": True})
     chunks = list(raw.parse())
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "Stub answer: Tell me about rivers in Europe"
+    assert text == "Stub answer: Tell me about rivers and lakes"
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 3  # really streamed
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(text.split())
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"

@@ -218,15 +218,17 @@ class RedisStore(LedgerStore):
         # A case may change status between the two reads: filter on the body.
         return out if status is None else [c for c in out if c.get("status") == status]
 
-    async def update_case(self, case: dict[str, Any]) -> None:
-        """Replace an existing review case; ``KeyError`` if it does not exist."""
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing review case; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
         check_case(case)
         body = json.dumps(case)
-        for _ in range(100):  # compare-and-set on the old status
+        for _ in range(100):  # compare-and-set on the status read just before
             async with _translate_errors():
                 old = await self._redis.hget(self.key("cases", "status"), case["id"])
                 if old is None:
                     raise KeyError(case["id"])
+                if expected_status is not None and old != expected_status:
+                    raise LedgerConflict(f"review case {case['id']} is {old}, not {expected_status}")
                 keys = [self.key("cases"), self.key("cases", "status"), self.key("cases", "all"),
                         self.key("cases", "s", old), self.key("cases", "s", case["status"])]
                 result = await self._update_case(keys=keys, args=[case["id"], old, case["status"], body])

@@ -178,17 +178,24 @@ class SQLiteStore(LedgerStore):
         rows = await self._run(lambda c: c.execute(query, params).fetchall())
         return [json.loads(row[0]) for row in rows]
 
-    async def update_case(self, case: dict[str, Any]) -> None:
-        """Replace an existing review case; ``KeyError`` if it does not exist."""
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing review case; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
         check_case(case)
         body = json.dumps(case, ensure_ascii=False)
-        changed = await self._run(
-            lambda c: c.execute(
-                "UPDATE cases SET status = ?, body = ? WHERE id = ?", (case["status"], body, case["id"])
-            ).rowcount
-        )
-        if not changed:
-            raise KeyError(case["id"])
+
+        def update(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute("SELECT status FROM cases WHERE id = ?", (case["id"],)).fetchone()
+            if row is None:
+                conn.rollback()
+                raise KeyError(case["id"])
+            if expected_status is not None and row[0] != expected_status:
+                conn.rollback()
+                raise LedgerConflict(f"review case {case['id']} is {row[0]}, not {expected_status}")
+            conn.execute("UPDATE cases SET status = ?, body = ? WHERE id = ?", (case["status"], body, case["id"]))
+            conn.commit()
+
+        await self._run(update)
 
     # -- lifecycle --------------------------------------------------------------
     async def ping(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 __all__ = [
     "Head",
@@ -127,8 +127,13 @@ class LedgerStore(abc.ABC):
         """Return review cases (only those with ``status`` if given), oldest first."""
 
     @abc.abstractmethod
-    async def update_case(self, case: dict[str, Any]) -> None:
-        """Replace an existing review case (matched by id). Raises ``KeyError`` if it does not exist."""
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing review case (matched by id). Raises ``KeyError`` if it does not exist.
+
+        With ``expected_status``, the replace is a compare-and-set: it raises
+        :class:`LedgerConflict` (writing nothing) unless the stored case still
+        has that status, so two reviewers cannot both resolve one case.
+        """
 
     @abc.abstractmethod
     async def ping(self) -> None:
@@ -165,11 +170,11 @@ def open_store(url: str) -> LedgerStore:
         parts = urlsplit(url)
         query = parse_qs(parts.query)
         namespace = query.pop("namespace", ["sonate"])[-1]
-        if not parts.hostname:
-            raise ValueError(f"bad Redis ledger URL {url!r}: use redis://host:port/db[?namespace=name]")
+        if not parts.hostname:  # the URL may hold a password: not echoed
+            raise ValueError("bad Redis ledger URL (no host): use redis://host:port/db[?namespace=name]")
         from .redis_store import RedisStore
 
-        rest = "&".join(f"{k}={v}" for k, values in query.items() for v in values)
+        rest = urlencode(query, doseq=True)
         return RedisStore(parts._replace(query=rest).geturl(), namespace=namespace)
     raise ValueError(
         f"unsupported ledger URL {url!r}: use sqlite:///path.db, sqlite:////abs/path.db "

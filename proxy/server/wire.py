@@ -8,6 +8,7 @@ chunk with empty ``choices`` when ``stream_options.include_usage`` is true).
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any, Literal
@@ -122,15 +123,15 @@ def sse_event(data: dict[str, Any] | str) -> bytes:
 def stream_events(body: dict[str, Any], pieces: list[str], include_usage: bool) -> list[bytes]:
     """The SSE events that carry ``body`` (a chat.completion) as ``chat.completion.chunk``s.
 
-    ``pieces`` split the content (the provider's own deltas when the text was not changed by
-    a guardrail); the role comes in the first chunk, ``finish_reason`` in the last choice
+    ``pieces`` split the content: the provider's own deltas when they still join to the content,
+    else (a guardrail changed the text) word-sized pieces of the final content; the role comes in the first chunk, ``finish_reason`` in the last choice
     chunk, then an optional usage chunk with empty choices, then ``[DONE]``.
     """
     choice = body["choices"][0]
     message = choice["message"]
     content = message.get("content") or ""
     if "".join(pieces) != content:
-        pieces = [content] if content else []
+        pieces = re.findall(r"\s*\S+\s*", content) or ([content] if content else [])
     base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
