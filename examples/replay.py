@@ -6,9 +6,9 @@ Prints a table of outcomes by policy and action, then verifies the ledger with `
     python examples/replay.py prompts.csv --column prompt --base-url http://127.0.0.1:8080/v1 \
         --api-key sk-sonate-demo --model demo --ledger sqlite:///var/ledger.db
 
-Several files may be given (``FILE[:COLUMN]``). ``--turns K`` groups consecutive prompts into
-conversations of K user turns (each request resends the history, as chat clients do), which is
-how long contexts reach the Continuity policy.
+Several files may be given as ``FILE[:COLUMN[:TURNS]]``. TURNS (default ``--turns``, 1) groups
+consecutive prompts of that file into conversations of TURNS user turns; each request resends
+the history, as chat clients do, which is how long contexts reach the Continuity policy.
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ from pathlib import Path
 import openai
 
 
-def read_prompts(spec: str, default_column: str, limit: int | None) -> list[str]:
-    """Prompts from ``FILE[:COLUMN]`` (CSV with a header, or JSONL objects)."""
-    path, _, column = spec.partition(":")
-    column = column or default_column
+def read_prompts(path: str, column: str, limit: int | None) -> list[str]:
+    """Prompts from one column of a CSV file with a header, a JSONL file or a JSON array."""
     rows: list[dict] = []
     if path.endswith(".jsonl"):
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -51,7 +49,7 @@ def receipt_of(base_url: str, api_key: str, receipt_id: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", help="FILE[:COLUMN] (.csv, .jsonl or .json)")
+    parser.add_argument("files", nargs="+", help="FILE[:COLUMN[:TURNS]] (.csv, .jsonl or .json)")
     parser.add_argument("--column", default="prompt", help="default column holding the prompt")
     parser.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
     parser.add_argument("--api-key", default="sk-sonate-demo")
@@ -67,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     errors = 0
     total = 0
     for spec in args.files:
+        path, column, turns = (spec.split(":") + ["", ""])[:3]
+        turns_per_conversation = int(turns) if turns else args.turns
         history: list[dict] = []
-        for i, prompt in enumerate(read_prompts(spec, args.column, args.limit)):
-            if i % args.turns == 0:
+        for i, prompt in enumerate(read_prompts(path, column or args.column, args.limit)):
+            if i % turns_per_conversation == 0:
                 history = []
             history.append({"role": "user", "content": prompt})
             total += 1

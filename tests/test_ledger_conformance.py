@@ -370,3 +370,23 @@ async def test_verify_store_checks_the_redis_head(store: LedgerStore, signer: Si
         assert count == 3 and [(f.height, f.check) for f in failures] == [(2, "head")]
     finally:
         await client.aclose()
+
+
+async def test_sqlite_opening_while_another_writer_appends(tmp_path: Path, signer: Signer) -> None:
+    # A process starting while another one writes must not fail on the WAL switch.
+    url = sqlite_url(tmp_path / "busy.db")
+    writer_store = open_store(url)
+    writer = Ledger(writer_store, signer)
+    await writer.append([make_receipt()])
+    openers: list[LedgerStore] = []
+    try:
+        background = asyncio.gather(*(writer.append([make_receipt()]) for _ in range(60)))
+        for _ in range(8):
+            openers.append(open_store(url))
+            await openers[-1].ping()
+            await asyncio.sleep(0.002)
+        await background
+        assert (await openers[-1].head()).height == 60
+    finally:
+        for s in [writer_store, *openers]:
+            await s.close()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -65,7 +67,7 @@ class SQLiteStore(LedgerStore):
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                self._enable_wal(conn)
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
             except BaseException:
@@ -75,6 +77,24 @@ class SQLiteStore(LedgerStore):
                 raise
             self._conn = conn
         return self._conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL, retrying while another opener holds it.
+
+        Changing the journal mode can fail at once with "database is locked"
+        (SQLite does not always call the busy handler for it) when several
+        processes open a new file together.
+        """
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.005, 0.02))
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._executor is None:
