@@ -1,4 +1,4 @@
-"""The ``sonate`` command: serve | verify | train.
+"""The ``sonate`` command: serve | verify | eval | train (and the subcommands registered below).
 
 Exit codes: 0 success, 1 a check failed (verify), 2 usage or configuration error (the message
 names the file, the key and what was expected; no traceback).
@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="verify a receipt or a ledger range (hashes, signature, chain)")
     verify_cmd.add_arguments(verify)
     verify.set_defaults(func=verify_cmd.run)
+
+    # Subcommands that live in their own modules register here: each module exposes
+    # `add_arguments(parser)` and `run(args) -> int`.
+    evaluate = sub.add_parser("eval", help="measure guardrails and KPIs on labelled data")
+    eval_sub = evaluate.add_subparsers(dest="what", required=True)  # noqa: F841  (eval kinds below)
 
     train = sub.add_parser("train", help="train a guardrail artefact from the development data")
     train_sub = train.add_subparsers(dest="what", required=True)

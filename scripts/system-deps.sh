@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # System packages the test suite uses, from Debian's packages; installs only what is missing.
-#   redis-server: tests that kill or reconfigure Redis start their own server on a free port.
+#   redis-server          tests that kill or reconfigure Redis start their own server
+#   chromium + driver     the in-browser receipt verifier is tested in headless Chromium
+#   prometheus            `promtool test rules` checks the recording rules
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing system packages: ${need[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi

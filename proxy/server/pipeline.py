@@ -24,7 +24,7 @@ from proxy.metrics import Metrics
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.ledger import Ledger
 from proxy.receipts.model import new_receipt, utc_timestamp
-from proxy.receipts.store import LedgerError
+from proxy.receipts.store import LedgerConflict, LedgerError
 from proxy.server.wire import ChatCompletionRequest, completion_body
 from proxy.upstream import Upstream, UpstreamError, UpstreamResult
 
@@ -309,11 +309,22 @@ class Gateway:
                       "escalation_receipt_id": case["receipt_id"]},
             model=case.get("model", ""), provider="human", stratum={"domain": case.get("domain", "general"),
                                                                      "complexity": "critical", "provider": "human"})
+        try:  # claim the case first: of two concurrent reviewers, one gets a 409
+            await store.update_case(resolved, expected_status="pending")
+        except LedgerConflict:
+            raise GatewayError(409, f"Escalation '{case_id}' was resolved concurrently.", code="conflict") from None
+        except LedgerError:
+            raise GatewayError(503, "The review queue is unavailable.", "api_error", "ledger_unavailable",
+                               result="ledger_error") from None
         try:
             sealed = await self.ledger.append([receipt])
             resolved["resolution"]["receipt_id"] = sealed[0]["receipt_id"]
             await store.update_case(resolved)
         except LedgerError:
+            try:  # release the claim so the resolution can be retried
+                await store.update_case(case, expected_status="resolved")
+            except LedgerError:
+                log.error("case %s is marked resolved but its receipt was not written", case_id)
             raise GatewayError(503, "The trust ledger is unavailable; the resolution was not recorded.",
                                "api_error", "ledger_unavailable", result="ledger_error") from None
         self.metrics.actions.labels("resolve").inc()
