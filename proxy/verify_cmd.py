@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Sequence, TextIO
 
+from .receipts.canonical import json_hash
 from .receipts.signing import KeyFileError, load_public_keys
 from .receipts.store import LedgerError, open_store
 from .receipts.verify import Failure, verify_chain, verify_receipt, verify_store
@@ -39,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("receipt", nargs="?", metavar="RECEIPT.json",
                         help="file with one receipt (or a JSON array of consecutive receipts); '-' = stdin")
     parser.add_argument("--prev", metavar="PREV.json", help="the receipt just before RECEIPT (checks the chain link)")
+    parser.add_argument("--request", metavar="REQUEST.json",
+                        help="the request body as sent (checks the receipt's inputs_hash)")
+    parser.add_argument("--response", metavar="RESPONSE.json",
+                        help="the response body as received (checks the receipt's outputs_hash)")
     parser.add_argument("--ledger", metavar="URL", help="verify a ledger: sqlite:///path.db or redis://host:port/db")
     parser.add_argument("--from", dest="from_height", type=int, default=0, metavar="H",
                         help="first ledger height to verify (default 0)")
@@ -114,8 +119,26 @@ def _check(args: argparse.Namespace, stdin: TextIO) -> tuple[int, list[Failure],
     document = _read_json(args.receipt, stdin)
     previous = _read_json(args.prev, stdin) if args.prev else None
     if isinstance(document, list):
+        if args.request or args.response:
+            raise UsageError("--request/--response apply to a single receipt")
         return len(document), verify_chain(document, keys, previous=previous), "receipts"
-    return 1, verify_receipt(document, keys, previous=previous), "receipt"
+    failures = verify_receipt(document, keys, previous=previous)
+    for option, field in ((args.request, "inputs_hash"), (args.response, "outputs_hash")):
+        if option:
+            failures += _content_hash_failures(document, field, _read_json(option, stdin))
+    return 1, failures, "receipt"
+
+
+def _content_hash_failures(receipt: Any, field: str, content: Any) -> list[Failure]:
+    """A Failure when ``receipt[field]`` is not the RFC 8785 SHA-256 of ``content`` (DESIGN.md)."""
+    expected = json_hash(content)
+    got = receipt.get(field) if isinstance(receipt, dict) else None
+    if got == expected:
+        return []
+    height = receipt.get("ledger_height") if isinstance(receipt, dict) else None
+    receipt_id = receipt.get("receipt_id") if isinstance(receipt, dict) else None
+    return [Failure(height if isinstance(height, int) else None, receipt_id if isinstance(receipt_id, str) else None,
+                    field, f"expected {expected} (hash of the given document) got {got}")]
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None,

@@ -317,3 +317,20 @@ def test_whole_ledger_verifies_with_the_cli(proxy):
     done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url,
                            "--keys-url", proxy.v1 + "/keys"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_cli_checks_one_receipt_against_request_and_response(proxy, tmp_path, upstream):
+    request = {"model": "stub", "messages": [{"role": "user", "content": "Describe a quiet morning"}]}
+    status, headers, response = http(proxy, "POST", "/v1/chat/completions", json.dumps(request).encode())
+    assert status == 200
+    (tmp_path / "receipt.json").write_text(json.dumps(receipt(proxy, headers["x-sonate-receipt-id"])))
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    (tmp_path / "response.json").write_text(json.dumps(response))
+    base = [sys.executable, "-m", "proxy", "verify", str(tmp_path / "receipt.json"), "--keys-url", proxy.v1 + "/keys",
+            "--request", str(tmp_path / "request.json")]
+    ok = subprocess.run([*base, "--response", str(tmp_path / "response.json")], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    response["choices"][0]["message"]["content"] += "!"
+    (tmp_path / "edited.json").write_text(json.dumps(response))
+    bad = subprocess.run([*base, "--response", str(tmp_path / "edited.json")], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 1 and "outputs_hash" in bad.stdout and "inputs_hash" not in bad.stdout
