@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sonate`` console script; returns the process exit code."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx", "presidio-analyzer"):
+    for noisy in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)  # per-language registry notices
     return int(args.func(args) or 0)
 
 
