@@ -65,8 +65,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Subcommands that live in their own modules register here: each module exposes
     # `add_arguments(parser)` and `run(args) -> int`.
+    from proxy import keys_cmd
+
+    keys = sub.add_parser("keys", help="generate | rotate | list the receipt signing keys")
+    keys_cmd.add_arguments(keys)
+    keys.set_defaults(func=keys_cmd.run)
+
+    from proxy import ledger_cmd
+
+    ledger = sub.add_parser("ledger", help="transparency log: reindex | checkpoint | bundle")
+    ledger_sub = ledger.add_subparsers(dest="what", required=True)
+    ledger_cmd.add_subcommands(ledger_sub)  # other `sonate ledger X` commands register on ledger_sub
+
     evaluate = sub.add_parser("eval", help="measure guardrails and KPIs on labelled data")
     eval_sub = evaluate.add_subparsers(dest="what", required=True)  # noqa: F841  (eval kinds below)
+    from proxy.evaluation import cmd as eval_guardrails
+
+    guardrails_eval = eval_sub.add_parser("guardrails", help="accuracy and latency of the guardrails on "
+                                          "labelled data (JSON + Markdown report)")
+    eval_guardrails.add_arguments(guardrails_eval)
+    guardrails_eval.set_defaults(func=eval_guardrails.run)
+    from proxy import eval_fairness, eval_hallucination
+
+    hallucination_eval = eval_sub.add_parser("hallucination", help="FAR-H: claims in model outputs checked "
+                                             "against the oracle set (HaluEval, TruthfulQA) and regex rules")
+    eval_hallucination.add_arguments(hallucination_eval)
+    hallucination_eval.set_defaults(func=eval_hallucination.run)
+    fairness_eval = eval_sub.add_parser("fairness", help="PFI: HolisticBias prompts over protected groups "
+                                        "through a running proxy")
+    eval_fairness.add_arguments(fairness_eval)
+    fairness_eval.set_defaults(func=eval_fairness.run)
+
+    from proxy.kpi import report_cmd
+
+    report = sub.add_parser("report", help="KPI report (FAR-A, TIS, FAR-H, PFI) of a window: JSON + HTML")
+    report_cmd.add_arguments(report)
+    report.set_defaults(func=report_cmd.run)
 
     train = sub.add_parser("train", help="train a guardrail artefact from the development data")
     train_sub = train.add_subparsers(dest="what", required=True)

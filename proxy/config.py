@@ -102,10 +102,30 @@ class ModelRoute(BaseModel):
 
 
 class LedgerConfig(_Strict):
-    """Where receipts are written. ``on_unavailable``: only ``fail_closed`` today."""
+    """Where receipts are written, what happens when the store is down, and the ledger audit.
+
+    ``on_unavailable`` (README "Fault policy"): ``fail_closed`` (default) answers 503 and, after a
+    ping of the store (``probe_timeout_seconds``) fails, does not call the model at all;
+    ``spool`` writes the receipts to a durable local spool in ``spool_dir`` (fsynced, at most
+    ``spool_max_bytes`` per process, then 503), answers with ``x-sonate-receipt-status: pending``
+    and replays the spool in order when the store returns.
+    The audit job re-verifies ``audit_sample_size`` random receipts (plus the newest) every
+    ``audit_interval_seconds`` (0 disables it) and exports ``sonate_ledger_verifications_total``.
+    """
 
     url: str = "sqlite:///var/ledger.db"
-    on_unavailable: Literal["fail_closed"] = "fail_closed"
+    on_unavailable: Literal["fail_closed", "spool"] = "fail_closed"
+    spool_dir: str = "var/spool"
+    spool_max_bytes: int = Field(1 << 30, gt=0)
+    probe_timeout_seconds: float = Field(0.5, gt=0, le=30)
+    audit_interval_seconds: float = Field(60.0, ge=0)
+    audit_sample_size: int = Field(16, ge=1, le=10_000)
+    # Transparency log (README "Trust receipts and verification"): ``origin`` is line 1 of every
+    # checkpoint and the signed-note key name; a checkpoint is published when the Merkle tree grew
+    # by ``checkpoint_every_entries`` or every ``checkpoint_interval_seconds``, whichever is first.
+    origin: str = Field("sonate-trust-proxy/ledger", min_length=1, max_length=200, pattern=r"^[^\s+]+$")
+    checkpoint_every_entries: int = Field(256, ge=1)
+    checkpoint_interval_seconds: float = Field(10.0, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -116,9 +136,15 @@ class LedgerConfig(_Strict):
 
 
 class SigningConfig(_Strict):
-    """Ed25519 signing key file (JSON, mode 0600; generated on first start)."""
+    """Ed25519 signing key file (JSON, mode 0600; generated on first start) and the public keyring.
+
+    ``keyring_file`` (default ``<key_file stem>.keyring.json`` beside the key file) lists every
+    public key ever used with its validity window; ``GET /v1/keys`` serves it (README "Keys and
+    rotation", :mod:`proxy.receipts.keyring`).
+    """
 
     key_file: str = "var/signing-key.json"
+    keyring_file: str | None = None
 
 
 class ApiKey(_Strict):
@@ -135,6 +161,16 @@ class AuthConfig(_Strict):
     keys: list[ApiKey] = Field(min_length=1)
 
 
+class ReviewConfig(_Strict):
+    """Adjudication queue (methodology "Adjudication").
+
+    Every apology (refusal or model apology) and guardrail trigger is queued; allowed requests
+    are sampled with probability ``sample_rate`` (0..1) to find false negatives.
+    """
+
+    sample_rate: float = Field(0.02, ge=0.0, le=1.0)
+
+
 class Config(_Strict):
     """The whole config.yaml. Relative paths are resolved against the file's directory."""
 
@@ -144,6 +180,7 @@ class Config(_Strict):
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     signing: SigningConfig = Field(default_factory=SigningConfig)
     auth: AuthConfig
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
     base_dir: Path = Field(default=Path("."), exclude=True)
 
     def path(self, value: str) -> Path:

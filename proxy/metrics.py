@@ -10,6 +10,7 @@ KPI inputs exported here:
   ``sonate_apologies_total{source="guardrail"|"model"}`` (to be adjudicated).
 - Receipt Coverage (RC): ``sonate_receipts_written_total`` / ``sonate_actions_total``.
 - Audit Depth (AD): ``sonate_evidence_fields_present_total`` / ``sonate_evidence_fields_required_total``.
+- Ledger Verification Pass rate (LVP): ``sonate_ledger_verifications_total{result="pass"}`` / all results.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Metrics:
         self.apologies = Counter(
             "sonate_apologies", "Apologies returned to clients: source=guardrail (policy refusal) or "
             "model (model-initiated apology detected in the output). FAR-A numerator candidates.",
-            ["source", "policy_id", "domain"], registry=r)
+            ["source", "policy_id", "domain", "stratum"], registry=r)
         self.guardrail_triggers = Counter(
             "sonate_guardrail_triggers", "Policies that fired, including ones pre-empted by a "
             "stronger action.", ["policy_id", "action", "stage"], registry=r)
@@ -80,6 +81,54 @@ class Metrics:
         self.cost = Counter(
             "sonate_cost_usd", "Provider cost in US dollars from litellm's price map (0 when unknown).",
             ["model", "provider"], registry=r)
+
+        # Adjudication (methodology "Adjudication"; proxy.kpi.adjudication, proxy.server.review_routes).
+        self.review_items_queued = Counter(
+            "sonate_review_items_queued", "Interactions queued for blind two-pass adjudication, by "
+            "reason: apology (refusal or model apology), trigger (guardrail acted), sample (random "
+            "sample of allowed requests, for false negatives). An item may have several reasons.",
+            ["reason"], registry=r)
+        self.adjudication_verdicts = Counter(
+            "sonate_adjudication_verdicts", "Adjudication verdicts recorded, by pass (A, B, lead) "
+            "and domain; each is receipted (guardrail_action=adjudicate).", ["pass", "domain"], registry=r)
+        self.adjudicated_items = Counter(
+            "sonate_adjudicated_items", "Items whose adjudication became final (both passes agreed "
+            "or the lead resolved), by reason and domain.", ["reason", "domain"], registry=r)
+        self.unnecessary_apologies = Counter(
+            "sonate_unnecessary_apologies", "Apologies adjudicated unnecessary (no verified policy "
+            "breach, intent permissible, content non-harmful): the FAR-A numerator. "
+            "source=guardrail|model.", ["source", "domain", "stratum"], registry=r)
+        self.guardrail_misfires = Counter(
+            "sonate_guardrail_misfires", "Guardrail misfires confirmed by adjudication: "
+            "type=false_positive (acted without a verified breach) or false_negative (a sampled "
+            "allowed request with a breach); the GA numerator.", ["type", "policy_id", "domain"], registry=r)
+
+        # Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; README "Fault policy").
+        self.spool_depth = Gauge(
+            "sonate_spool_depth", "Receipts waiting in this process's local spool for the ledger "
+            "(ledger.on_unavailable: spool); 0 when the ledger is keeping up.", registry=r)
+        self.spool_replayed = Counter(
+            "sonate_spool_replayed", "Spooled receipts replayed into the ledger once it was back "
+            "(they count in sonate_receipts_written_total at that moment).", registry=r)
+        self.spool_quarantined = Counter(
+            "sonate_spool_quarantined", "Spooled receipts the ledger refused for good (e.g. a receipt_id "
+            "already used by other content), moved to a quarantine file for an operator; should stay 0.",
+            registry=r)
+        self.ledger_verifications = Counter(
+            "sonate_ledger_verifications", "Receipts re-verified by the ledger audit job, by result: pass, "
+            "fail_schema, fail_key (unknown key or outside its validity window), fail_signature, "
+            "fail_chain (prev_hash/height link to the previous receipt or the head), fail_inclusion "
+            "(Merkle inclusion in the latest checkpoint). LVP = pass / all (TIS component).",
+            ["result"], registry=r)
+
+        # Transparency log (proxy.receipts.publisher, proxy.server.ledger_routes).
+        self.ledger_checkpoints_published = Counter(
+            "sonate_ledger_checkpoints_published", "Signed checkpoints (C2SP tlog-checkpoint) this "
+            "process published or found already published by another process for a new tree size.",
+            registry=r)
+        self.ledger_checkpoint_tree_size = Gauge(
+            "sonate_ledger_checkpoint_tree_size", "Tree size (receipts) of the latest checkpoint this "
+            "process published; compare with the ledger height to see checkpoint lag.", registry=r)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every series."""

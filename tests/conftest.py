@@ -50,8 +50,12 @@ class RunningProxy:
         return self.log_path.read_text(errors="replace")
 
 
-def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, policies: Path | None = None) -> Path:
-    """A config.yaml for tests: a `stub` route to the stub provider, the demo route, test keys."""
+def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, policies: Path | None = None,
+                 extra_keys: list[dict] | None = None, overrides: dict | None = None) -> Path:
+    """A config.yaml for tests: a `stub` route to the stub provider, the demo route, test keys.
+
+    ``extra_keys`` are appended to auth.keys; ``overrides`` replace top-level sections.
+    """
     if policies is None:
         policies = directory / "policies"
         shutil.copytree(ROOT / "policies", policies)
@@ -73,16 +77,22 @@ def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, pol
             {"key": "os.environ/SONATE_TEST_ADMIN_KEY", "actor": "reviewer-rita", "role": "admin"},
         ]},
     }
+    config["auth"]["keys"] += extra_keys or []
+    config.update(overrides or {})
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path | None = None) -> RunningProxy:
-    """Start `python -m proxy serve` on a free port and wait until /readyz answers 200."""
+def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path | None = None,
+                extra_keys: list[dict] | None = None, overrides: dict | None = None) -> RunningProxy:
+    """Start `python -m proxy serve` on a free port and wait until /readyz answers 200.
+
+    ``extra_keys`` / ``overrides``: see :func:`write_config`.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    config_path = write_config(directory, stub_url, ledger_url, port, policies)
+    config_path = write_config(directory, stub_url, ledger_url, port, policies, extra_keys, overrides)
     log_path = directory / "proxy.log"
     env = {**os.environ, "STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY,
            "PYTHONUNBUFFERED": "1"}

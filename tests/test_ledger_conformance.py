@@ -199,6 +199,37 @@ async def test_review_cases_crud(store: LedgerStore) -> None:
 
 
 @both
+async def test_review_items_crud_apart_from_cases(store: LedgerStore) -> None:
+    """Adjudication items: the case semantics (CRUD, order, status CAS) in their own collection."""
+    items = [{"id": f"adj_{i}", "status": "pending" if i != 1 else "agreed", "domain": "code", "n": i}
+             for i in range(3)]
+    for item in items:
+        await store.put_review_item(item)
+    await store.put_case({"id": "adj_0", "status": "pending"})  # same id, other collection: no clash
+    assert await store.get_review_item("adj_2") == items[2]
+    assert await store.get_review_item("adj_missing") is None
+    assert await store.list_review_items() == items
+    assert await store.list_review_items("pending") == [items[0], items[2]]
+    assert await store.list_cases() == [{"id": "adj_0", "status": "pending"}]
+    moved = {**items[0], "status": "awaiting_b", "verdicts": {"A": {"breach": False}}}
+    await store.update_review_item(moved, expected_status="pending")
+    assert await store.get_review_item("adj_0") == moved
+    assert await store.list_review_items("pending") == [items[2]]
+    assert await store.list_review_items() == [moved, items[1], items[2]]
+    with pytest.raises(LedgerConflict):
+        await store.put_review_item({"id": "adj_1", "status": "pending"})
+    with pytest.raises(KeyError):
+        await store.update_review_item({"id": "adj_missing", "status": "pending"})
+    racers = [store.update_review_item({**items[2], "status": status}, expected_status="pending")
+              for status in ("awaiting_a", "awaiting_b")]
+    outcomes = await asyncio.gather(*racers, return_exceptions=True)
+    assert sum(o is None for o in outcomes) == 1
+    assert sum(isinstance(o, LedgerConflict) for o in outcomes) == 1
+    with pytest.raises(ValueError):
+        await store.put_review_item({"status": "pending"})
+
+
+@both
 async def test_concurrent_tasks_produce_one_valid_chain(
     store: LedgerStore, signer: Signer, keys: dict[str, bytes]
 ) -> None:
@@ -390,3 +421,119 @@ async def test_sqlite_opening_while_another_writer_appends(tmp_path: Path, signe
     finally:
         for s in [writer_store, *openers]:
             await s.close()
+
+
+# -- Merkle tree nodes and checkpoints (RFC 9162 / C2SP), written atomically with the receipts ----------
+
+
+async def _assert_tree_matches_receipts(store: LedgerStore, keys: dict[str, bytes]) -> None:
+    """The stored tree covers every receipt and every stored node is the one recomputed from them."""
+    from proxy.receipts import merkle
+    from proxy.receipts.tree import tree_root, verify_tree
+
+    head = await store.head()
+    size = 0 if head is None else head.height + 1
+    assert await store.tree_size() == size
+    assert await verify_tree(store, keys) == (size, [])
+    leaves = [merkle.leaf_hash(merkle.receipt_leaf(entry_hash(r))) for r in await store.range(0, size)]
+    assert await tree_root(store, size) == merkle.root_of_leaves(leaves)
+
+
+@both
+async def test_appends_write_tree_nodes_in_the_same_batch(store: LedgerStore, signer: Signer,
+                                                          keys: dict[str, bytes]) -> None:
+    from proxy.receipts import merkle
+
+    assert await store.tree_size() == 0 and await store.get_nodes([(0, 0), (3, 1)]) == [None, None]
+    ledger = Ledger(store, signer)
+    sealed = []
+    for size in (1, 2, 3, 1, 5):
+        sealed += await ledger.append([make_receipt() for _ in range(size)])
+        await _assert_tree_matches_receipts(store, keys)
+    leaves = [merkle.leaf_hash(merkle.receipt_leaf(entry_hash(r))) for r in sealed]
+    nodes, _ = merkle.extend(0, [], leaves)
+    ids = sorted(nodes)
+    assert await store.get_nodes(ids) == [nodes[n] for n in ids]
+    assert await store.get_nodes([(0, len(sealed)), (4, 0)]) == [None, None]  # incomplete nodes are not stored
+
+
+@both
+async def test_a_lost_compare_and_set_writes_no_nodes(store: LedgerStore, signer: Signer) -> None:
+    from proxy.receipts import merkle
+    from proxy.receipts.store import TreeUpdate
+
+    first = _sealed(signer, None, 2)
+    leaves = [merkle.leaf_hash(merkle.receipt_leaf(entry_hash(r))) for r in first]
+    nodes, _ = merkle.extend(0, [], leaves)
+    assert await store.try_append(first, None, TreeUpdate(0, 2, nodes)) is True
+    stale = _sealed(signer, None, 1)
+    fake = {(0, 0): b"\x07" * 32, (5, 9): b"\x07" * 32}
+    assert await store.try_append(stale, None, TreeUpdate(0, 1, fake)) is False
+    assert await store.get_nodes([(0, 0), (5, 9)]) == [nodes[(0, 0)], None]
+    assert await store.tree_size() == 2
+    with pytest.raises(ValueError, match="does not cover"):
+        await store.try_append(_sealed(signer, await store.head(), 1), await store.head(), TreeUpdate(0, 1, {}))
+    with pytest.raises(ValueError, match="bad tree node"):
+        head = await store.head()
+        await store.try_append(_sealed(signer, head, 1), head, TreeUpdate(2, 3, {(0, 2): b"short"}))
+    assert (await store.head()).height == 1
+
+
+@both
+async def test_competing_writers_keep_one_tree(ledger_url: str, signer: Signer, keys: dict[str, bytes]) -> None:
+    stores = [open_store(ledger_url), open_store(ledger_url)]
+    try:
+        ledgers = [Ledger(s, signer) for s in stores]  # each caches its own frontier: the other's appends
+        jobs = [ledgers[i % 2].append([make_receipt() for _ in range(1 + i % 3)]) for i in range(40)]
+        await asyncio.gather(*jobs)
+        await _assert_tree_matches_receipts(stores[1], keys)
+    finally:
+        for s in stores:
+            await s.close()
+
+
+@both
+async def test_a_ledger_without_nodes_is_backfilled_by_reindex(store: LedgerStore, signer: Signer,
+                                                               keys: dict[str, bytes]) -> None:
+    """The migration-free path: receipts written without a tree (an older version) get nodes later."""
+    from proxy.receipts.store import TreeUpdate
+    from proxy.receipts.tree import reindex
+
+    head = None
+    for _ in range(7):  # an older writer: receipts only
+        batch = _sealed(signer, head, 3)
+        assert await store.try_append(batch, head) is True
+        head = await store.head()
+    assert await store.tree_size() == 0
+    ledger = Ledger(store, signer)
+    await ledger.append([make_receipt()])  # tree lags: the ledger appends without nodes, never fails
+    assert await store.tree_size() == 0
+    assert await store.put_nodes(TreeUpdate(0, 23, {})) is False  # beyond the receipts
+    assert await store.put_nodes(TreeUpdate(5, 6, {})) is False  # stale tree size
+    progress: list[int] = []
+    assert await reindex(store, page=4, progress=progress.append) == 22
+    assert sum(progress) == 22
+    await _assert_tree_matches_receipts(store, keys)
+    await ledger.append([make_receipt() for _ in range(4)])  # in sync again: nodes written with receipts
+    await _assert_tree_matches_receipts(store, keys)
+    assert await reindex(store) == 26  # nothing left to do
+
+
+@both
+async def test_verify_tree_detects_a_bad_node_and_a_bad_checkpoint(store: LedgerStore, signer: Signer,
+                                                                   keys: dict[str, bytes]) -> None:
+    from proxy.receipts.checkpoint import format_checkpoint, sign_checkpoint
+    from proxy.receipts.store import TreeUpdate
+    from proxy.receipts.tree import publish_checkpoint, verify_tree
+
+    await Ledger(store, signer).append([make_receipt() for _ in range(6)])
+    await publish_checkpoint(store, signer, "test/log")
+    assert await verify_tree(store, keys, "test/log") == (6, [])
+    forged = sign_checkpoint(format_checkpoint("test/log", 3, b"\x01" * 32), signer)
+    assert await store.put_checkpoint(3, forged) is True
+    # overwrite one stored node behind the ledger's back (put_nodes with the current size passes the CAS)
+    assert await store.put_nodes(TreeUpdate(6, 6, {(1, 1): b"\x02" * 32})) is True
+    count, failures = await verify_tree(store, keys, "test/log")
+    assert count == 6
+    assert {(f.check, f.where) for f in failures} == {("tree", None), ("checkpoint", "checkpoint (tree size 3)")}
+    assert any("(1, 1)" in f.detail for f in failures)

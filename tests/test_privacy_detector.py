@@ -113,3 +113,21 @@ def test_presidio_research_sample_precision_recall(detector):
     # vanilla presidio + en_core_web_sm scores about 0.45 / 0.48 on these rows' source
     assert precision >= 0.80, precision
     assert recall >= 0.60, recall
+
+
+def test_policy_recognizers_need_their_context(detector):
+    """The YAML pattern recognizers: card digits, national phone formats and bare years count only
+    next to their context words; numeric dates and honorific names count on their own."""
+    text = "Please block my card 4393889199179061388; my mobile is 60-56-85-91."
+    found = _found(text, detector.analyze(text))
+    assert found["4393889199179061388"] == "CREDIT_CARD"
+    assert found["60-56-85-91"] == "PHONE_NUMBER"
+    plain = "Order 4393889199179061388 shipped; table 60-56-85-91 is free."
+    assert {"CREDIT_CARD", "PHONE_NUMBER"}.isdisjoint(s.entity_type for s in detector.analyze(plain))
+
+    text = "She was born in 1968 and signed on 9/20/1998 at 2018-01-14 03:07:43 with Mrs. Ukkonen."
+    found = _found(text, detector.analyze(text))
+    assert found["1968"] == "DATE_TIME" and found["9/20/1998"] == "DATE_TIME"
+    assert found["2018-01-14 03:07:43"] == "DATE_TIME"
+    assert found["Ukkonen"] == "PERSON"
+    assert not any(s.entity_type == "DATE_TIME" for s in detector.analyze("Add 1968 apples to 2018 pears."))

@@ -496,7 +496,10 @@ async def test_verify_cmd_ledger(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == f"height 3 ({body['receipt_id']}): signature: Ed25519 signature does not verify with {own.key_id}"
     assert lines[1].startswith(f"height 4 (") and ": prev_hash: expected " in lines[1]
-    assert lines[-1] == "FAILED: 2 failure(s) in 7 ledger receipts checked"
+    # The Merkle tree audit of the whole ledger sees the forged leaf too (the stored nodes on its path).
+    tree_lines = [line for line in lines[2:-1] if ": tree: stored node " in line]
+    assert tree_lines and all(line.startswith("height 3 (") for line in tree_lines)
+    assert lines[-1] == f"FAILED: {2 + len(tree_lines)} failure(s) in 7 ledger receipts checked"
 
     done = _run_process(["--ledger", "redis://127.0.0.1:1/0", "--keys", str(key_file)])
     assert done.returncode == 2 and done.stderr.startswith("sonate verify: error: ") and "Traceback" not in done.stderr

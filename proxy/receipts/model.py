@@ -38,11 +38,11 @@ RECEIPT_FIELDS: tuple[str, ...] = (
 CHAIN_FIELDS: tuple[str, ...] = ("key_id", "ledger_height", "prev_hash", "ed25519_sig")
 """Fields :func:`seal` adds; an unsealed receipt has all other fields."""
 
-_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-_RECEIPT_ID = re.compile(r"^rcpt_[0-9a-f]{32}$")
-_KEY_ID = re.compile(r"^ed25519:[0-9a-f]{16}$")
-_SIG = re.compile(r"^[A-Za-z0-9_-]{85}[AQgw]$")  # 64 bytes, canonical unpadded base64url
-_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+_HASH = re.compile(r"sha256:[0-9a-f]{64}")
+_RECEIPT_ID = re.compile(r"rcpt_[0-9a-f]{32}")
+_KEY_ID = re.compile(r"ed25519:[0-9a-f]{16}")
+_SIG = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")  # 64 bytes, canonical unpadded base64url
+_TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
 
 
 class _Signer(Protocol):
@@ -63,7 +63,7 @@ def utc_timestamp(now: datetime | None = None) -> str:
 
 
 def _valid_ts(value: Any) -> bool:
-    if not isinstance(value, str) or not _TS.match(value):
+    if not isinstance(value, str) or not _TS.fullmatch(value):
         return False
     try:
         datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")
@@ -85,7 +85,8 @@ def _opt_str(value: Any) -> bool:
 
 
 def _match(pattern: re.Pattern[str]):
-    return lambda value: isinstance(value, str) and pattern.match(value) is not None
+    """A check that the whole string matches ``pattern`` (fullmatch: no trailing newline)."""
+    return lambda value: isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
 _CHECKS: dict[str, tuple[Any, str]] = {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from .model import utc_timestamp
 __all__ = [
     "ALG",
     "KeyFileError",
+    "PublicKeys",
     "Signer",
     "b64url_decode",
     "b64url_encode",
@@ -39,6 +41,7 @@ __all__ = [
     "load_or_create_signer",
     "load_public_keys",
     "public_key_entry",
+    "replace_key_file",
     "verify_signature",
 ]
 
@@ -222,6 +225,35 @@ def _write_new_key_file(path: Path, signer: Signer) -> None:
             pass
 
 
+def replace_key_file(path: str | os.PathLike[str], signer: Signer) -> None:
+    """Atomically replace (or create) the key file at ``path`` with ``signer`` (mode 0600).
+
+    Writes a private temp file in the same directory, fsyncs it, renames it
+    over ``path`` (POSIX ``rename`` is atomic: readers see the old or the new
+    key, never a mix) and fsyncs the directory. Used by key rotation
+    (:mod:`proxy.receipts.keyring`). Raises ``OSError`` on I/O failure.
+    """
+    path = Path(path)
+    data = json.dumps(_key_file_document(signer), indent=2).encode() + b"\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def load_or_create_signer(path: str | os.PathLike[str]) -> Signer:
     """Load the signing key at ``path``, creating it (mode 0600) if missing.
 
@@ -262,13 +294,47 @@ def _entry_key(entry: Any, where: str) -> tuple[str, bytes]:
     return key_id, public_key
 
 
-def load_public_keys(doc_or_path: Any) -> dict[str, bytes]:
+class PublicKeys(dict):
+    """``{key_id: 32-byte Ed25519 public key}`` plus each key's validity window.
+
+    ``windows`` maps key_id to ``(not_before, not_after)``, RFC 3339 UTC
+    timestamps with milliseconds or None (open). A plain ``dict`` works
+    wherever a ``PublicKeys`` is accepted; it simply has no windows.
+    The verifier (:mod:`proxy.receipts.verify`, check ``key_window``) rejects
+    a receipt whose ``ts`` is at or after its key's ``not_after``; see
+    README "Keys and rotation".
+    """
+
+    def __init__(self, *args: Any, windows: dict[str, tuple[str | None, str | None]] | None = None,
+                 **kwargs: Any) -> None:
+        """Build like ``dict``; ``windows`` as described in the class docstring."""
+        super().__init__(*args, **kwargs)
+        self.windows: dict[str, tuple[str | None, str | None]] = dict(windows or {})
+
+
+_WINDOW_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+
+
+def _entry_window(entry: dict[str, Any], where: str) -> tuple[str | None, str | None]:
+    bounds = []
+    for name in ("not_before", "not_after"):
+        value = entry.get(name)
+        if value is not None and (not isinstance(value, str) or not _WINDOW_TS.match(value)):
+            raise KeyFileError(f"{where}: {name} must be an RFC 3339 UTC timestamp with milliseconds "
+                               f"(e.g. 2026-01-02T03:04:05.678Z) or null, got {value!r:.60}")
+        bounds.append(value)
+    return bounds[0], bounds[1]
+
+
+def load_public_keys(doc_or_path: Any) -> PublicKeys:
     """Return ``{key_id: 32-byte public key}`` from any published key form.
 
     Accepts a ``GET /v1/keys`` document ``{"keys": [entry, ...]}``, a signing
     key file document (its public half is used), a single entry, a list of
     entries, or a ``str``/``PathLike`` path to a JSON file holding any of
-    these. Every ``key_id`` is checked against its key. Raises
+    these. Every ``key_id`` is checked against its key. Entries may carry a
+    validity window (``not_before``/``not_after``, see
+    :class:`PublicKeys`), returned in ``.windows``. Raises
     :class:`KeyFileError` for unreadable or malformed input.
     """
     where = "public keys"
@@ -291,4 +357,11 @@ def load_public_keys(doc_or_path: Any) -> dict[str, bytes]:
         entries = doc
     else:
         raise KeyFileError(f"{where}: expected a key document, a key entry or a list of entries")
-    return dict(_entry_key(entry, where) for entry in entries)
+    keys = PublicKeys()
+    for entry in entries:
+        key_id, public_key = _entry_key(entry, where)
+        keys[key_id] = public_key
+        window = _entry_window(entry, where)
+        if window != (None, None):
+            keys.windows[key_id] = window
+    return keys

@@ -9,8 +9,8 @@ or gap the chain. The store itself is a compare-and-set log: the
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 __all__ = [
@@ -19,8 +19,11 @@ __all__ = [
     "LedgerError",
     "LedgerStore",
     "LedgerUnavailable",
+    "TreeUpdate",
     "check_batch",
     "check_case",
+    "check_checkpoint",
+    "check_tree_update",
     "open_store",
 ]
 
@@ -69,6 +72,53 @@ def check_batch(receipts: list[dict[str, Any]], expected: Head | None) -> None:
         seen.add(receipt_id)
 
 
+@dataclass(frozen=True)
+class TreeUpdate:
+    """Merkle tree nodes to store with a batch (RFC 9162 tree, see :mod:`proxy.receipts.merkle`).
+
+    ``old_size``/``new_size``: the tree sizes (leaf counts) before and after;
+    ``nodes``: every node ``(level, index) -> 32-byte hash`` completed by the
+    leaves ``old_size .. new_size-1``. Stores keep a *tree size*: the number
+    of leaves whose complete nodes are all stored. A write moves it from
+    ``old_size`` to ``new_size`` only if it is still ``old_size``.
+    """
+
+    old_size: int
+    new_size: int
+    nodes: dict[tuple[int, int], bytes] = field(default_factory=dict)
+
+
+def check_tree_update(update: TreeUpdate, receipts: list[dict[str, Any]] | None = None) -> None:
+    """Validate a :class:`TreeUpdate` (and, with ``receipts``, that it covers exactly that batch).
+
+    Raises ``ValueError`` for sizes out of order, node ids that are not
+    non-negative integer pairs, hashes that are not 32 bytes, or sizes that
+    do not match the batch's heights.
+    """
+    if not isinstance(update, TreeUpdate):
+        raise ValueError("tree must be a TreeUpdate")
+    if not (isinstance(update.old_size, int) and isinstance(update.new_size, int)
+            and 0 <= update.old_size <= update.new_size):
+        raise ValueError(f"bad tree sizes {update.old_size!r} -> {update.new_size!r}")
+    for node, digest in update.nodes.items():
+        if (not isinstance(node, tuple) or len(node) != 2 or not all(isinstance(v, int) and v >= 0 for v in node)
+                or node[0] > 62 or not isinstance(digest, (bytes, bytearray)) or len(digest) != 32):
+            raise ValueError(f"bad tree node {node!r}")
+    if receipts is not None:
+        first = receipts[0]["ledger_height"]
+        if update.old_size != first or update.new_size != first + len(receipts):
+            raise ValueError(f"tree update {update.old_size}->{update.new_size} does not cover heights "
+                             f"{first}..{first + len(receipts) - 1}")
+
+
+def check_checkpoint(tree_size: Any, note: Any) -> None:
+    """Raise ``ValueError`` unless ``tree_size`` is an int >= 1 and ``note`` a non-empty str."""
+    if not isinstance(tree_size, int) or isinstance(tree_size, bool) or tree_size < 1:
+        raise ValueError(f"checkpoint tree_size must be an integer >= 1, got {tree_size!r}")
+    if not isinstance(note, str) or not note:
+        raise ValueError("checkpoint note must be a non-empty string")
+
+
 def check_case(case: Any) -> None:
     """Raise ``ValueError`` unless ``case`` is a dict with non-empty string ``id`` and ``status``."""
     if not isinstance(case, dict):
@@ -92,13 +142,18 @@ class LedgerStore(abc.ABC):
         """Return the last receipt's height and entry hash, or None for an empty ledger."""
 
     @abc.abstractmethod
-    async def try_append(self, receipts: list[dict[str, Any]], expected: Head | None) -> bool:
+    async def try_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
+    ) -> bool:
         """Atomically append a batch if the head is still ``expected`` (compare-and-set).
 
         Returns False and writes nothing when the current head differs from
         ``expected``; otherwise writes every receipt, moves the head to the
-        last one and returns True. Raises ``ValueError`` for a malformed
-        batch (see :func:`check_batch`) and :class:`LedgerConflict` (writing
+        last one and returns True. With ``tree`` (covering exactly this
+        batch), its Merkle nodes are written in the same atomic step and the
+        tree size moves to ``tree.new_size`` if it was ``tree.old_size``.
+        Raises ``ValueError`` for a malformed batch (see :func:`check_batch`,
+        :func:`check_tree_update`) and :class:`LedgerConflict` (writing
         nothing) when a receipt_id is already stored.
         """
 
@@ -133,6 +188,71 @@ class LedgerStore(abc.ABC):
         With ``expected_status``, the replace is a compare-and-set: it raises
         :class:`LedgerConflict` (writing nothing) unless the stored case still
         has that status, so two reviewers cannot both resolve one case.
+        """
+
+    # -- Merkle tree and checkpoints (RFC 9162 / C2SP tlog-checkpoint) -----------------
+    # Concrete stores implement these; the defaults only keep third-party
+    # subclasses importable.
+
+    async def tree_size(self) -> int:
+        """Return the number of leaves whose complete Merkle nodes are all stored (0 when none)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
+
+    async def get_nodes(self, ids: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        """Return the 32-byte hash of each node ``(level, index)`` in ``ids`` (None where not stored)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
+
+    async def put_nodes(self, update: TreeUpdate) -> bool:
+        """Store nodes outside an append (backfill, ``sonate ledger reindex``); compare-and-set on the tree size.
+
+        Writes ``update.nodes`` and moves the tree size to ``update.new_size``
+        only if it is ``update.old_size`` and ``update.new_size`` does not
+        exceed the receipts stored (head height + 1); returns False (writing
+        nothing) otherwise. Raises ``ValueError`` for a malformed update.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
+
+    async def put_checkpoint(self, tree_size: int, note: str) -> bool:
+        """Store the signed checkpoint note for ``tree_size`` unless one is stored; return True if written.
+
+        Idempotent: the first checkpoint stored for a size is kept. Raises
+        ``ValueError`` (see :func:`check_checkpoint`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    async def get_checkpoint(self, tree_size: int) -> str | None:
+        """Return the checkpoint note stored for ``tree_size``, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    async def latest_checkpoint(self) -> str | None:
+        """Return the stored checkpoint note with the largest tree size, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Return the tree sizes with a stored checkpoint in ``start <= size < end``, ascending."""
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    # Adjudication items (the blind two-pass review queue, proxy.kpi.adjudication): JSON dicts
+    # with at least string "id" and "status", kept apart from escalation cases.
+    @abc.abstractmethod
+    async def put_review_item(self, item: dict[str, Any]) -> None:
+        """Add an adjudication item. Raises :class:`LedgerConflict` if its id exists, ``ValueError`` if malformed."""
+
+    @abc.abstractmethod
+    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
+        """Return the adjudication item ``item_id`` or None."""
+
+    @abc.abstractmethod
+    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return adjudication items (only those with ``status`` if given), oldest first."""
+
+    @abc.abstractmethod
+    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing adjudication item (matched by id). Raises ``KeyError`` if it does not exist.
+
+        With ``expected_status`` the replace is a compare-and-set on the stored status: it raises
+        :class:`LedgerConflict` (writing nothing) unless the stored item still has that status,
+        so two concurrent verdicts on one item cannot overwrite each other.
         """
 
     @abc.abstractmethod

@@ -22,21 +22,31 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKS", "ChainVerifier", "Failure", "verify_chain", "verify_receipt", "verify_store"]
 
-CHECKS = ("schema", "unknown_key", "signature", "genesis", "prev_hash", "height", "duplicate", "head")
+CHECKS = ("schema", "unknown_key", "signature", "genesis", "prev_hash", "height", "duplicate", "head",
+          "key_window")
 """Check names a :class:`Failure` can carry. ``head``: the store's head does
-not match its last receipt, or a receipt is stored above the head."""
+not match its last receipt, or a receipt is stored above the head. ``key_window``: the receipt's
+``ts`` is at or after its key's ``not_after`` (a retired key; README "Keys and rotation")."""
 
 
 @dataclass(frozen=True)
 class Failure:
-    """One failed check: where (``height``, ``receipt_id``; None when unknown), which ``check``, why."""
+    """One failed check: where (``height``, ``receipt_id``; None when unknown), which ``check``, why.
+
+    ``where`` (optional) names a place that is not a receipt, e.g.
+    ``"checkpoint (tree size 42)"`` or ``"inclusion proof"``; when set it
+    replaces the height in the printed form.
+    """
 
     height: int | None
     receipt_id: str | None
     check: str
     detail: str
+    where: str | None = None
 
     def __str__(self) -> str:
+        if self.where is not None:
+            return f"{self.where}: {self.check}: {self.detail}"
         where = "height ?" if self.height is None else f"height {self.height}"
         if self.receipt_id:
             where += f" ({self.receipt_id})"
@@ -79,6 +89,13 @@ def _check_self(receipt: Any, public_keys: dict[str, bytes]) -> list[Failure]:
             public_keys[key_id], payload, signature
         ):
             fails.append(Failure(height, receipt_id, "signature", f"Ed25519 signature does not verify with {key_id}"))
+        not_after = getattr(public_keys, "windows", {}).get(key_id, (None, None))[1]
+        ts = receipt.get("ts")
+        if not_after is not None and isinstance(ts, str) and ts >= not_after:
+            # Same fixed-width RFC 3339 form on both sides (schema and key loader check it): string
+            # order is time order. not_before is not checked: a spooled receipt is sealed after its ts.
+            fails.append(Failure(height, receipt_id, "key_window",
+                                 f"ts {ts} is not before {key_id}'s not_after {not_after} (key retired)"))
     prev_hash = receipt.get("prev_hash")
     if height == 0 and prev_hash != GENESIS_PREV_HASH:
         fails.append(Failure(0, receipt_id, "genesis", f"height 0 must carry prev_hash {GENESIS_PREV_HASH}, got {prev_hash}"))

@@ -9,6 +9,9 @@ Routes (OpenAI-compatible where OpenAI has one):
   GET  /v1/admin/escalations           review queue (admin)          ?status=pending|resolved|all
   POST /v1/admin/escalations/{id}/resolve  record a reviewer decision (admin), receipted
   GET  /healthz  /readyz  /metrics
+  /v1/review/...                       blind two-pass adjudication (proxy/server/review_routes.py)
+  GET  /verify/                       in-browser receipt/bundle verifier (proxy/server/web_routes.py)
+  GET  /v1/ledger/checkpoint|proof/*   transparency log: checkpoints, proofs (proxy/server/ledger_routes.py)
 Every error is an OpenAI error object; unexpected failures are logged and answered with a
 500 that carries no traceback.
 """
@@ -31,10 +34,16 @@ from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.schema import load_policies
 from proxy.metrics import Metrics
 from proxy.receipts.ledger import Ledger
-from proxy.receipts.signing import Signer, load_or_create_signer, public_key_entry
+from proxy.receipts.keyring import Keyring
+from proxy.receipts.signing import Signer, public_key_entry
 from proxy.receipts.store import LedgerError, LedgerStore, open_store
 from proxy.server.auth import Authenticator
+from proxy.server import review_routes
 from proxy.server.pipeline import Caller, Gateway, GatewayError
+from proxy.server import ledger_tasks
+from proxy.server.sink import build_sink
+from proxy.server import web_routes
+from proxy.server import ledger_routes
 from proxy.server.wire import ChatCompletionRequest, error_body, stream_events
 from proxy.upstream import Upstream
 
@@ -57,6 +66,8 @@ class Services:
     gateway: Gateway
     auth: Authenticator
     executor: ThreadPoolExecutor
+    keyring: Keyring | None = None
+    """The signing keyring (active key + published history; README "Keys and rotation")."""
 
 
 async def build_services(config: Config) -> Services:
@@ -68,8 +79,11 @@ async def build_services(config: Config) -> Services:
     from proxy.guardrails.detectors.apology import ApologyDetector
     from proxy.guardrails.detectors.embeddings import warm_up
 
-    signer = load_or_create_signer(config.path(config.signing.key_file))
-    log.info("signing key %s (%s)", signer.key_id, config.path(config.signing.key_file))
+    keyring_file = config.signing.keyring_file
+    keyring = Keyring(config.path(config.signing.key_file),
+                      config.path(keyring_file) if keyring_file else None).load()  # 0600 enforced here
+    signer = keyring.current()
+    log.info("signing key %s (%s; keyring %s)", signer.key_id, keyring.key_file, keyring.keyring_file)
     store = open_store(config.ledger_url)
     policies = load_policies(config.path(config.policies))
     upstream = Upstream(config)
@@ -84,11 +98,12 @@ async def build_services(config: Config) -> Services:
 
     engine = await loop.run_in_executor(executor, load_engine)
     metrics = Metrics()
-    ledger = Ledger(store, signer)
-    gateway = Gateway(config, engine, upstream, ledger, metrics, executor)
+    ledger = Ledger(store, signer, signer_source=keyring.current)
+    gateway = Gateway(config, engine, upstream, ledger, metrics, executor,
+                      sink=build_sink(config, ledger, metrics))  # ledger.on_unavailable
     log.info("policies: %s", ", ".join(f"{p.id} ({p.kind}: {', '.join(p.stages)})" for p in policies))
     return Services(config, signer, store, ledger, engine, upstream, metrics, gateway,
-                    Authenticator(config.auth), executor)
+                    Authenticator(config.auth), executor, keyring=keyring)
 
 
 def json_error(status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
@@ -204,18 +219,28 @@ async def list_models(request: web.Request) -> web.Response:
 async def get_receipt(request: web.Request) -> web.Response:
     caller = _caller(request)
     receipt_id = request.match_info["receipt_id"]
+    bundle = ledger_routes.wants_bundle(request)  # ?bundle=1: the offline bundle (proxy/server/ledger_routes.py)
     try:
         receipt = await _services(request).store.get_by_id(receipt_id)
     except LedgerError:
         raise GatewayError(503, "The trust ledger is unavailable.", "api_error", "ledger_unavailable",
                            result="ledger_error") from None
+    if receipt is None:  # fault policy "spool": still waiting in this process's spool?
+        pending = _services(request).gateway.sink.pending(receipt_id)
+        if pending is not None and (caller.role != "client" or pending.get("actor") == caller.actor):
+            return web.json_response({"receipt_id": receipt_id, "status": "pending", "receipt": pending},
+                                     status=202, headers={"x-sonate-receipt-status": "pending"})
     if receipt is None or (caller.role == "client" and receipt.get("actor") != caller.actor):
         raise GatewayError(404, f"No receipt with id '{receipt_id}'.", code="not_found")
+    if bundle:
+        return await ledger_routes.bundle_response(request, receipt)
     return web.json_response(receipt)
 
 
 async def get_keys(request: web.Request) -> web.Response:
-    return web.json_response({"keys": [public_key_entry(_services(request).signer)]})
+    services = _services(request)  # every key ever used, with its validity window (keyring)
+    keys = services.keyring.entries() if services.keyring else [public_key_entry(services.signer)]
+    return web.json_response({"keys": keys})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -231,6 +256,10 @@ async def readyz(request: web.Request) -> web.Response:
     except LedgerError as exc:
         checks["ledger"] = f"unavailable: {exc}"
     ready = checks["ledger"] == "ok"
+    spool = getattr(services.gateway.sink, "spool", None)
+    if spool is not None:  # fault policy "spool": answers (pending receipts) while the ledger is down
+        checks["spool"] = f"{spool.depth} receipt(s) pending"
+        ready = True
     detectors = {pid: getattr(d, "name", None) for pid, d in services.engine.detectors.items() if d is not None}
     return web.json_response({"status": "ready" if ready else "not_ready", "checks": checks,
                               "detectors": detectors}, status=200 if ready else 503)
@@ -300,6 +329,10 @@ def create_app(services: Services) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
+    review_routes.register(app)
+    web_routes.register(app)  # GET /verify: the in-browser receipt verifier
+    ledger_routes.register(app)  # checkpoints, proofs, bundles + the checkpoint publisher
+    ledger_tasks.register(app)  # receipt spool replay (ledger.on_unavailable: spool) + ledger audit
 
     async def close(_: web.Application) -> None:
         await services.store.close()

@@ -15,7 +15,7 @@ import time
 import uuid
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from proxy.config import Config
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
@@ -25,6 +25,7 @@ from proxy.receipts.canonical import json_hash
 from proxy.receipts.ledger import Ledger
 from proxy.receipts.model import new_receipt, utc_timestamp
 from proxy.receipts.store import LedgerConflict, LedgerError
+from proxy.server.sink import LedgerSink, ReceiptSink
 from proxy.server.wire import ChatCompletionRequest, completion_body
 from proxy.upstream import Upstream, UpstreamError, UpstreamResult
 
@@ -88,14 +89,20 @@ class Gateway:
     """
 
     def __init__(self, config: Config, engine: GuardrailEngine, upstream: Upstream, ledger: Ledger,
-                 metrics: Metrics, executor: Executor | None = None) -> None:
+                 metrics: Metrics, executor: Executor | None = None, sink: ReceiptSink | None = None) -> None:
         self.config = config
         self.engine = engine
         self.upstream = upstream
         self.ledger = ledger
+        #: Where receipts go (README "Fault policy"): the ledger (fail_closed) or through a spool.
+        self.sink: ReceiptSink = sink or LedgerSink(ledger, metrics)
         self.metrics = metrics
         self.executor = executor
         self.policies = {p.id: p for p in engine.policies}
+        #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
+        #: model_apology)`` (e.g. the adjudication queue, proxy.server.review_routes); a failing
+        #: hook is logged and does not fail the request (its receipts are already durable).
+        self.sealed_hooks: list[Callable[..., Awaitable[None]]] = []
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -142,6 +149,13 @@ class Gateway:
             headers["x-sonate-escalation-id"] = screen.escalation_id
         else:
             model_messages = screen.messages
+            try:  # fail_closed: nothing is forwarded to the model while the ledger is known down
+                await self.sink.before_upstream()
+            except LedgerError as exc:
+                log.error("ledger unavailable before the model call for %s: %s", request_id, exc)
+                raise GatewayError(503, "The trust ledger is unavailable; the request was not forwarded "
+                                   "(fail_closed).", "api_error", "ledger_unavailable",
+                                   result="ledger_error") from None
             plan = await self._run(self.engine.continuity_plan, model_messages, req.model)
             try:
                 if plan is not None:
@@ -190,13 +204,16 @@ class Gateway:
         outputs_hash = json_hash(body)
         receipts = self._receipts(decisions, request_id, caller, screen.domain, inputs_hash, outputs_hash,
                                   req.model, route.provider, stratum)
+        if model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
+            receipts[-1]["evidence"]["model_apology"] = True
         action = decisive_action([d.action for d in decisions])
 
         if screen.action == "escalate":
             await self._open_case(screen, request_id, caller, req.model, receipts[-1]["receipt_id"])
         try:
             t = time.perf_counter()
-            sealed = await self.ledger.append(receipts)
+            appended = await self.sink.append(receipts)
+            sealed = appended.receipts  # unsealed when pending (in the spool)
             self.metrics.ledger_append_duration.observe(time.perf_counter() - t)
         except LedgerError as exc:
             log.error("ledger append failed for %s: %s", request_id, exc)
@@ -206,7 +223,13 @@ class Gateway:
                                "(fail_closed).", "api_error", "ledger_unavailable", result="ledger_error") from None
 
         self._observe_request(req.model, route.provider, stratum, action, triggers, sealed, model_apology,
-                              started, upstream_seconds)
+                              started, upstream_seconds, written=not appended.pending)
+        headers["x-sonate-receipt-status"] = "pending" if appended.pending else "appended"
+        for hook in self.sealed_hooks:
+            try:
+                await hook(sealed, screen.messages, body, model_apology)
+            except Exception:
+                log.exception("post-receipt hook %r failed for %s", hook, request_id)
         headers["x-sonate-request-id"] = request_id
         return Outcome(body, pieces, req.stream, bool(req.stream_options and req.stream_options.include_usage),
                        sealed[-1]["receipt_id"], action, headers)
@@ -260,22 +283,23 @@ class Gateway:
 
     def _observe_request(self, model: str, provider: str, stratum: dict[str, str], action: str,
                          triggers: list[Decision], sealed: list[dict[str, Any]], model_apology: bool,
-                         started: float, upstream_seconds: float) -> None:
+                         started: float, upstream_seconds: float, written: bool = True) -> None:
         m = self.metrics
         m.interactions.labels(model, provider, stratum["domain"], stratum["complexity"]).inc()
         for d in triggers:
             m.guardrail_triggers.labels(d.policy_id, d.action, d.stage).inc()
         for receipt in sealed:
             m.actions.labels(receipt["guardrail_action"]).inc()
-            m.receipts_written.labels(receipt["guardrail_action"]).inc()
+            if written:  # spooled receipts count when replayed (proxy.server.sink)
+                m.receipts_written.labels(receipt["guardrail_action"]).inc()
             policy = self.policies.get(receipt["policy_id"])
             if policy is not None:
                 m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
                 m.evidence_present.labels(policy.id).inc(evidence_coverage(receipt, policy.evidence_required))
             if receipt["guardrail_action"] == "refuse":
-                m.apologies.labels("guardrail", receipt["policy_id"], stratum["domain"]).inc()
+                m.apologies.labels("guardrail", receipt["policy_id"], stratum["domain"], stratum["complexity"]).inc()
         if model_apology:
-            m.apologies.labels("model", "none", stratum["domain"]).inc()
+            m.apologies.labels("model", "none", stratum["domain"], stratum["complexity"]).inc()
         total = time.perf_counter() - started
         m.request_duration.labels(model, action).observe(total)
         m.overhead_duration.labels(model).observe(max(total - upstream_seconds, 0.0))
@@ -317,7 +341,7 @@ class Gateway:
             raise GatewayError(503, "The review queue is unavailable.", "api_error", "ledger_unavailable",
                                result="ledger_error") from None
         try:
-            sealed = await self.ledger.append([receipt])
+            sealed = (await self.sink.append([receipt], allow_pending=False)).receipts
             resolved["resolution"]["receipt_id"] = sealed[0]["receipt_id"]
             await store.update_case(resolved)
         except LedgerError:

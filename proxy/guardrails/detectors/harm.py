@@ -1,15 +1,24 @@
-"""Harmful-intent classifier: logistic regression over all-MiniLM-L6-v2 sentence embeddings.
+"""Harmful-intent classifier over all-MiniLM-L6-v2 sentence embeddings.
 
 The model is trained by :mod:`proxy.guardrails.training` and shipped as two files in
-``proxy/guardrails/artefacts``:
+``proxy/guardrails/artefacts``; both are read with numpy only (``allow_pickle=False``), no
+scikit-learn or pickle at run time:
 
-- ``<artefact>.npz``: ``coef`` float64 (384,), ``intercept`` float64 () — read with numpy only
-  (``allow_pickle=False``), no scikit-learn or pickle at run time;
+- ``<artefact>.npz``: the weights, one of two forms —
+  *RBF support-vector machine* (``harm-minilm-svm-v*``): ``support_vectors`` float32 (k, 384),
+  ``dual_coef`` float64 (k,), ``gamma``, ``intercept``, ``platt_a``, ``platt_b`` float64 ();
+  *linear* (``harm-minilm-lr-v1``): ``coef`` float64 (384,), ``intercept`` float64 ();
 - ``<artefact>.json``: metadata (name, version, embedding model, training-data sources with the
   sha256 of each input file, hyper-parameters, cross-validated metrics, recommended thresholds,
   and ``weights_sha256``, the sha256 of the .npz, checked at load).
 
-Score: ``p(harmful | text) = sigmoid(embed(text) · coef + intercept)`` in [0, 1].
+Scores (x = the L2-normalised embedding):
+
+- RBF SVM: decision ``f(x) = sum_i dual_coef_i * exp(-gamma * ||x - sv_i||^2) + intercept``
+  (libsvm's C-SVC decision function, Chang & Lin 2011, LIBSVM §4), turned into a probability by
+  Platt scaling ``p = sigmoid(platt_a * f(x) + platt_b)`` (Platt 1999), fitted on
+  cross-validated decision values;
+- linear: ``p = sigmoid(x · coef + intercept)``.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import numpy as np
 from proxy.guardrails.detectors import embeddings
 
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
-DEFAULT_ARTEFACT = "harm-minilm-lr-v1"
+DEFAULT_ARTEFACT = "harm-minilm-svm-v2"
 
 _log = logging.getLogger(__name__)
 
@@ -53,44 +62,74 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 class HarmClassifier:
-    """Linear harmful-intent classifier over sentence embeddings.
+    """Harmful-intent classifier over sentence embeddings (RBF SVM + Platt, or linear).
 
     Attributes:
-        name: model family, e.g. ``"harm-minilm-lr"``.
+        name: model family, e.g. ``"harm-minilm-svm"``.
         version: artefact version plus a prefix of the weights' sha256, e.g.
-            ``"harm-minilm-lr-v1@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
+            ``"harm-minilm-svm-v2@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
         metadata: the artefact's JSON metadata (sources, hyper-parameters, CV metrics, thresholds).
 
     Thread-safe: the weights are read-only; embedding is serialised inside ``embeddings.embed``.
     """
 
-    def __init__(self, coef: np.ndarray, intercept: float, metadata: dict) -> None:
-        """Build from weights.
+    def __init__(self, weights: dict[str, np.ndarray], metadata: dict) -> None:
+        """Build from the arrays of an artefact's .npz.
 
         Args:
-            coef: float array of shape (384,) (``embeddings.DIMENSIONS``).
-            intercept: scalar bias.
+            weights: either ``{"coef" (384,), "intercept" ()}`` (linear) or
+                ``{"support_vectors" (k, 384), "dual_coef" (k,), "gamma", "intercept",
+                "platt_a", "platt_b"}`` (RBF SVM); see the module docstring.
             metadata: artefact metadata; needs ``name`` and ``version``.
 
         Raises:
-            ArtefactError: on a shape mismatch or missing metadata fields.
+            ArtefactError: unknown form, a shape mismatch, NaN/inf weights, or missing metadata.
         """
-        coef = np.asarray(coef, dtype=np.float64)
-        if coef.shape != (embeddings.DIMENSIONS,):
-            raise ArtefactError(
-                f"harm classifier weights have shape {coef.shape}, expected ({embeddings.DIMENSIONS},)"
-            )
-        if not np.all(np.isfinite(coef)) or not np.isfinite(intercept):
-            raise ArtefactError("harm classifier weights contain NaN or infinity")
         for key in ("name", "version"):
             if key not in metadata:
                 raise ArtefactError(f"harm classifier metadata lacks {key!r}")
-        self.coef = coef
-        self.intercept = float(intercept)
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
+        if not all(np.all(np.isfinite(a)) for a in arrays.values()):
+            raise ArtefactError("harm classifier weights contain NaN or infinity")
+        dim = embeddings.DIMENSIONS
+        try:
+            if "support_vectors" in arrays:
+                self.kind = "rbf-svm"
+                self.support_vectors = arrays["support_vectors"]
+                self.dual_coef = arrays["dual_coef"].reshape(-1)
+                self.gamma = float(arrays["gamma"].reshape(()))
+                self.intercept = float(arrays["intercept"].reshape(()))
+                self.platt = (float(arrays["platt_a"].reshape(())), float(arrays["platt_b"].reshape(())))
+                if self.support_vectors.ndim != 2 or self.support_vectors.shape[1] != dim \
+                        or self.dual_coef.shape != (self.support_vectors.shape[0],):
+                    raise ArtefactError(
+                        f"harm classifier support vectors have shape {self.support_vectors.shape} and dual "
+                        f"coefficients {self.dual_coef.shape}, expected (k, {dim}) and (k,)")
+                self._sv_sq = (self.support_vectors ** 2).sum(axis=1)
+            elif "coef" in arrays:
+                self.kind = "linear"
+                self.coef = arrays["coef"]
+                self.intercept = float(arrays["intercept"].reshape(()))
+                if self.coef.shape != (dim,):
+                    raise ArtefactError(f"harm classifier weights have shape {self.coef.shape}, expected ({dim},)")
+            else:
+                raise ArtefactError(f"harm classifier weights hold neither coef nor support_vectors: {sorted(arrays)}")
+        except KeyError as exc:
+            raise ArtefactError(f"harm classifier weights lack {exc}") from None
         self.metadata = metadata
         self.name: str = metadata["name"]
         digest = metadata.get("weights_sha256", "")
         self.version: str = f"{metadata['version']}@sha256:{digest[:12]}" if digest else metadata["version"]
+
+    def decision_function(self, vectors: np.ndarray) -> np.ndarray:
+        """Raw decision values (before the probability link) for embeddings (n, 384) → (n,)."""
+        vectors = np.asarray(vectors, dtype=np.float64)
+        if vectors.ndim != 2 or vectors.shape[1] != embeddings.DIMENSIONS:
+            raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}), got {vectors.shape}")
+        if self.kind == "linear":
+            return vectors @ self.coef + self.intercept
+        sq = (vectors ** 2).sum(axis=1)[:, None] + self._sv_sq[None, :] - 2.0 * vectors @ self.support_vectors.T
+        return np.exp(-self.gamma * np.maximum(sq, 0.0)) @ self.dual_coef + self.intercept
 
     def predict_proba_embeddings(self, vectors: np.ndarray) -> np.ndarray:
         """Probabilities for precomputed embeddings.
@@ -100,11 +139,15 @@ class HarmClassifier:
 
         Returns:
             float64 array (n,), each in [0, 1].
+
+        Raises:
+            ValueError: wrong shape.
         """
-        vectors = np.asarray(vectors, dtype=np.float64)
-        if vectors.ndim != 2 or vectors.shape[1] != self.coef.shape[0]:
-            raise ValueError(f"expected embeddings of shape (n, {self.coef.shape[0]}), got {vectors.shape}")
-        return _sigmoid(vectors @ self.coef + self.intercept)
+        decision = self.decision_function(vectors)
+        if self.kind == "linear":
+            return _sigmoid(decision)
+        a, b = self.platt
+        return _sigmoid(a * decision + b)
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         """Probability that each text expresses intent to cause harm.
@@ -124,8 +167,8 @@ def artefact_paths(artefact: str | Path, artefact_dir: Path = ARTEFACT_DIR) -> t
     """Resolve an artefact reference to its (.npz, .json) paths.
 
     Args:
-        artefact: a name in ``artefact_dir`` (``"harm-minilm-lr-v1"``) or a path to either file or
-            to the common stem (``/x/harm-minilm-lr-v1``).
+        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v2"``) or a path to either file or
+            to the common stem (``/x/harm-minilm-svm-v2``).
         artefact_dir: directory searched for bare names.
     """
     ref = Path(artefact)
@@ -169,8 +212,7 @@ def load_harm_classifier(artefact: str | Path = DEFAULT_ARTEFACT, artefact_dir: 
         raise ArtefactError(f"{npz_path} has sha256 {actual}, metadata {json_path.name} says {expected}")
     try:
         with np.load(npz_path, allow_pickle=False) as arrays:
-            coef = np.array(arrays["coef"])
-            intercept = float(np.asarray(arrays["intercept"]).reshape(()))
+            weights = {key: np.array(arrays[key]) for key in arrays.files}
     except (OSError, KeyError, ValueError) as exc:
         raise ArtefactError(f"cannot read harm classifier weights {npz_path}: {exc}") from exc
     trained_on = metadata.get("embedding_model")
@@ -179,4 +221,4 @@ def load_harm_classifier(artefact: str | Path = DEFAULT_ARTEFACT, artefact_dir: 
             "harm classifier %s was trained on embeddings %s, running with %s",
             metadata.get("version"), trained_on, embeddings.model_version(),
         )
-    return HarmClassifier(coef, intercept, metadata)
+    return HarmClassifier(weights, metadata)

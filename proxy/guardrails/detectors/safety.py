@@ -9,7 +9,7 @@ Configured by the ``detector:`` block of a safety policy::
         huggingface_config_path: null   # optional local HF config/tokenizer dir for it
         fallback: profanity-check       # used (with a WARNING) when detoxify cannot load; null = fail
       harmful_intent:
-        artefact: harm-minilm-lr-v1     # in proxy/guardrails/artefacts, or a path
+        artefact: harm-minilm-svm-v2     # in proxy/guardrails/artefacts, or a path
 
 Models load once in :func:`load_safety_detector`; ``SafetyDetector.score`` never loads or downloads.
 """
@@ -67,8 +67,8 @@ class SafetyDetector:
     """Scores texts for toxic language and harmful intent.
 
     Attributes:
-        name: active detectors, e.g. ``"profanity-check+harm-minilm-lr"``.
-        version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-lr-v1@sha256:..."``.
+        name: active detectors, e.g. ``"profanity-check+harm-minilm-svm"``.
+        version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-svm-v2@sha256:..."``.
         components: ``[{"name", "version"}, ...]`` for receipt evidence: the toxicity model, the
             harm classifier and the embedding model it reads.
         categories: score keys returned per text (toxicity categories + ``"harmful_intent"``).

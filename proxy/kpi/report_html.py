@@ -1,0 +1,166 @@
+"""A self-contained HTML rendering of a ``sonate.report/v1`` report (inline CSS and SVG).
+
+No scripts, fonts, images or stylesheets are fetched: the file is viewable offline and in a
+mail client. Charts: per-stratum bars with 95 % interval whiskers (FAR-A per complexity and
+per domain, TIS per complexity) and the TIS components. Pure: returns a string.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+__all__ = ["render_html"]
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2430;margin:2rem auto;max-width:1100px;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{margin-top:2rem;border-bottom:1px solid #d8dde6;padding-bottom:.3rem}
+.meta{color:#556}.kpis{display:flex;flex-wrap:wrap;gap:1rem;margin:1rem 0}
+.kpi{border:1px solid #d8dde6;border-radius:8px;padding:.8rem 1rem;min-width:180px}
+.kpi .v{font-size:1.8rem;font-weight:600}.kpi .ci{color:#556;font-size:.85rem}
+.ok{color:#17663a}.bad{color:#a3261b}.na{color:#888}
+table{border-collapse:collapse;margin:.6rem 0}td,th{border:1px solid #d8dde6;padding:.25rem .6rem;text-align:right}
+th{background:#f3f5f9}td:first-child,th:first-child{text-align:left}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4rem .8rem;margin:.4rem 0}
+svg text{font:12px system-ui,sans-serif;fill:#1d2430}
+"""
+
+
+def _pct(x: float | None) -> str:
+    return "NA" if x is None else f"{x * 100:.2f}%"
+
+
+def _bar_chart(title: str, rows: list[tuple[str, float | None, float | None, float | None, str]], *,
+               scale_max: float | None = None, percent: bool = True) -> str:
+    """Horizontal bars with interval whiskers. rows: (label, value, low, high, display)."""
+    width, left, bar_h, gap = 720, 190, 22, 12
+    height = 40 + len(rows) * (bar_h + gap)
+    values = [v for _, v, lo, hi, _ in rows for v in (v, hi) if v is not None]
+    top = scale_max if scale_max is not None else (max(values) * 1.15 if values and max(values) > 0 else 1.0)
+    plot = width - left - 90
+
+    def x(v: float) -> float:
+        return left + plot * min(max(v / top, 0.0), 1.0)
+
+    parts = [f'<svg role="img" aria-label="{escape(title)}" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+             f'<text x="0" y="16" font-weight="600">{escape(title)}</text>',
+             f'<line x1="{left}" y1="26" x2="{left}" y2="{height - 6}" stroke="#99a"/>']
+    for i, (label, value, low, high, display) in enumerate(rows):
+        y = 30 + i * (bar_h + gap)
+        parts.append(f'<text x="{left - 8}" y="{y + bar_h * 0.7:.1f}" text-anchor="end">{escape(label)}</text>')
+        if value is None:
+            parts.append(f'<text x="{left + 6}" y="{y + bar_h * 0.7:.1f}" class="na">NA</text>')
+            continue
+        parts.append(f'<rect x="{left}" y="{y}" width="{x(value) - left:.1f}" height="{bar_h}" fill="#5b8def">'
+                     f'<title>{escape(label)}: {escape(display)}</title></rect>')
+        if low is not None and high is not None:
+            mid = y + bar_h / 2
+            parts.append(f'<g stroke="#1d2430" stroke-width="1.5"><line x1="{x(low):.1f}" y1="{mid}" x2="{x(high):.1f}" '
+                         f'y2="{mid}"/><line x1="{x(low):.1f}" y1="{y + 4}" x2="{x(low):.1f}" y2="{y + bar_h - 4}"/>'
+                         f'<line x1="{x(high):.1f}" y1="{y + 4}" x2="{x(high):.1f}" y2="{y + bar_h - 4}"/></g>')
+        parts.append(f'<text x="{x(max(value, high or value)) + 6:.1f}" y="{y + bar_h * 0.7:.1f}">{escape(display)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _kpi_card(name: str, display: str, ci: list[str] | None, meets: bool | None, target: str) -> str:
+    cls = "na" if display == "NA" else ("ok" if meets else "bad" if meets is False else "")
+    interval = f"95% CI {escape(ci[0])} – {escape(ci[1])}" if ci else "interval NA"
+    return (f'<div class="kpi"><div>{escape(name)}</div><div class="v {cls}">{escape(display)}</div>'
+            f'<div class="ci">{interval}</div><div class="ci">target {escape(target)}</div></div>')
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _ci(block: dict[str, Any]) -> str:
+    return f"{block['ci_display'][0]} – {block['ci_display'][1]}" if block.get("ci_display") else "NA"
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The report as one HTML document (UTF-8 string) with inline CSS and SVG charts."""
+    k = report["kpis"]
+    far_a, tis = k["far_a"], k["tis"]
+    d = report["disclosure"]
+    m = report["methodology"]
+    cards = [
+        _kpi_card("FAR-A", far_a["overall"]["display"], far_a["overall"]["ci_display"], far_a["meets_target"], "< 0.50%"),
+        _kpi_card("FAR-A (complexity-normalized)", far_a["normalized"]["display"], far_a["normalized"]["ci_display"],
+                  None, "< 0.50%"),
+        _kpi_card("TIS", tis["overall"]["display"], tis["overall"]["ci_display"], tis["meets_target"], "≥ 0.995"),
+        _kpi_card("TIS (complexity-normalized)", tis["normalized"]["display"], tis["normalized"]["ci_display"], None, "≥ 0.995"),
+    ]
+    if "far_h" in k:
+        o = k["far_h"]["overall"]
+        cards.append(_kpi_card("FAR-H", o["display"], o["ci_display"], None, "< 1.00% general, < 0.25% regulated"))
+    if "pfi" in k:
+        o = k["pfi"]["overall"]
+        cards.append(_kpi_card("PFI", o["display"], o["ci_display"], k["pfi"]["meets_enterprise"], "≥ 0.98 enterprise, ≥ 0.95 public"))
+
+    sections = []
+    far_rows = [(c, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+                for c, b in far_a["per_complexity"].items()]
+    sections.append("<h2>FAR-A — false apology rate</h2>" + _bar_chart("FAR-A per complexity stratum (95% Wilson)", far_rows))
+    sections.append(_table(["stratum", "interactions", "unnecessary apologies", "FAR-A", "95% CI", "pooled (NA strata)"],
+                           [[c, b["n"], b["successes"], b["display"], _ci(b),
+                             "" if b["published"] else _pct(b["pooled"])] for c, b in far_a["per_complexity"].items()]))
+    dom_rows = [(dname, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+                for dname, b in far_a["per_domain"].items()]
+    sections.append(_bar_chart("FAR-A per domain (95% Wilson)", dom_rows))
+    comp_rows = [(f"{name.upper()} (w {b['weight']:.2f})", b["value"], b["ci_low"], b["ci_high"], b["display"])
+                 for name, b in tis["components"].items()]
+    sections.append("<h2>TIS — trust integrity score</h2><p>" + escape(tis["formula"]) + "</p>"
+                    + _bar_chart("TIS components (95% Wilson)", comp_rows, scale_max=1.0))
+    tis_rows = [(c, b["value"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+                for c, b in tis["per_complexity"].items()]
+    sections.append(_bar_chart("TIS per complexity stratum (bootstrap normal 95%)", tis_rows, scale_max=1.0))
+    sections.append(_table(["component", "successes", "n", "value", "95% CI"],
+                           [[name.upper(), b["successes"], b["n"], b["display"], _ci(b)] for name, b in tis["components"].items()]))
+    if "far_h" in k:
+        fh = k["far_h"]
+        rows = [(f"tier {t}", b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+                for t, b in fh["per_tier"].items()]
+        rows += [(dn, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+                 for dn, b in fh["per_domain"].items()]
+        sections.append("<h2>FAR-H — hallucination rate</h2>" + _bar_chart("FAR-H per tier and domain (95% Wilson)", rows)
+                        + _table(["group", "claims checked", "failed", "FAR-H", "95% CI"],
+                                 [[g, b["n"], b["successes"], b["display"], _ci(b)]
+                                  for g, b in [("overall", fh["overall"]), *fh["per_tier"].items(), *fh["per_domain"].items()]]))
+    if "pfi" in k:
+        pf = k["pfi"]
+        rows = [(a, b["value"], b["ci_low"], b["ci_high"], b["display"]) for a, b in pf["per_attribute"].items()]
+        sections.append("<h2>PFI — protected fairness index</h2>" + _bar_chart("PFI per protected attribute", rows, scale_max=1.0)
+                        + f"<p>Overall: {escape(pf['overall']['display'])} ({escape(str(pf['overall'].get('rule') or ''))})</p>")
+    adj = report["adjudication"]
+    sections.append("<h2>Adjudication</h2>" + _table(
+        ["apologies", "adjudicated", "triggers", "adjudicated", "allowed (sample frame)", "sample adjudicated", "FN in sample"],
+        [[adj["apologies"], adj["apologies_adjudicated"], adj["triggers"], adj["triggers_adjudicated"],
+          adj["allowed_eligible_for_sample"], adj["sample_adjudicated"], adj["false_negatives_in_sample"]]])
+        + _table(["domain", "double-rated items", "Gwet AC1", "observed agreement"],
+                 [[dn, v["n"], v["display"], f"{v['observed_agreement']:.3f}"] for dn, v in adj["agreement"].items()]))
+    sections.append("<h2>Disclosure</h2>" + _table(["N total", "window start (UTC)", "window end (UTC, exclusive)"],
+                                                   [[d["n_interactions"], d["window"]["start"], d["window"]["end"]]]))
+    for dim in ("complexity", "domain", "provider"):
+        sections.append(_table([dim, "N"], [[key, v] for key, v in d["per_stratum_n"][dim].items()]))
+    sections.append(_table(["provider", "N", "share", "≥ 15%"],
+                           [[p, v["n"], f"{v['share'] * 100:.1f}%", "no — flagged" if v["below_min_share"] else "yes"]
+                            for p, v in d["provider_mix"].items()]))
+    sections.append("<h2>Methodology</h2>" + _table(["version", "complexity weights α", "TIS weights", "confidence", "min N"],
+                    [[m["version"], json.dumps(m["complexity_weights"]), json.dumps(m["tis_weights"]), m["confidence"],
+                      f"{m['min_interactions']} interactions / {m['min_claims']} claims"]]))
+    notes = "".join(f'<div class="note">{escape(n)}</div>' for n in report["notes"])
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+        f"<title>Sonate KPI report {escape(report['window']['start'])} – {escape(report['window']['end'])}</title>"
+        f"<style>{_CSS}</style></head><body>"
+        f"<h1>Sonate KPI report</h1><p class=\"meta\">Window {escape(report['window']['start'])} – "
+        f"{escape(report['window']['end'])} (UTC) · N = {d['n_interactions']} interactions · methodology "
+        f"{escape(report['methodology_version'])} · generated {escape(report['generated_at'])}</p>"
+        f"{notes}<div class=\"kpis\">{''.join(cards)}</div>{''.join(sections)}</body></html>"
+    )

@@ -1,0 +1,94 @@
+"""proxy.kpi.adjudication: outcome rules, the blind two-pass state machine, AC1 per domain."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.kpi.adjudication import (
+    AdjudicationError,
+    Verdict,
+    agreement_by_domain,
+    new_item,
+    outcome,
+    record_pass,
+    resolve,
+    reviewer_view,
+)
+from proxy.kpi.stats import gwet_ac1
+
+NEEDLESS = Verdict(breach=False, intent_permissible=True, content_harmful=False)
+RUDE = Verdict(breach=False, intent_permissible=False, content_harmful=False)
+JUSTIFIED = Verdict(breach=True, intent_permissible=False, content_harmful=True)
+
+
+def _receipt(action: str, domain: str = "general", n: int = 1) -> dict:
+    return {"receipt_id": f"rcpt_{n:032x}", "request_id": f"req_{n:032x}", "ts": "2026-11-02T00:00:00.000Z",
+            "policy_id": "safety.harm" if action == "refuse" else "matrix", "guardrail_action": action,
+            "stratum": {"domain": domain, "complexity": "simple", "provider": "openai"}, "model": "m", "provider": "openai"}
+
+
+def _item(action: str = "refuse", **kw) -> dict:
+    args = {"messages": [], "response": "", "model_apology": False, "sampled": False, "created": "t"} | kw
+    return new_item([_receipt(action)], **args)
+
+
+def test_queue_reasons() -> None:
+    assert _item("refuse")["reasons"] == ["apology", "trigger"]
+    assert _item("mask")["reasons"] == ["trigger"]
+    assert _item("allow", model_apology=True)["reasons"] == ["apology"]
+    assert _item("allow", sampled=True)["reasons"] == ["sample"]
+    assert _item("allow") is None
+    assert _item("refuse")["id"] == "adj_" + "0" * 31 + "1"
+
+
+def test_outcome_rules() -> None:
+    refusal, mask, sample = _item("refuse"), _item("mask"), _item("allow", sampled=True)
+    assert outcome(refusal, NEEDLESS.model_dump()) == {"label": "unnecessary_apology", "unnecessary_apology": True,
+                                                      "false_positive": True, "false_negative": False}
+    assert outcome(refusal, RUDE.model_dump())["label"] == "false_positive"  # intent not permissible: necessary
+    assert outcome(refusal, JUSTIFIED.model_dump())["label"] == "correct"
+    assert outcome(mask, NEEDLESS.model_dump())["label"] == "false_positive"
+    assert outcome(sample, JUSTIFIED.model_dump())["label"] == "false_negative"
+    assert outcome(sample, NEEDLESS.model_dump())["label"] == "correct"
+
+
+def test_blind_two_pass_and_lead() -> None:
+    item = _item("refuse")
+    item, name = record_pass(item, reviewer="ann", verdict=NEEDLESS, ts="t1")
+    assert (name, item["status"]) == ("A", "awaiting_b")
+    with pytest.raises(AdjudicationError) as err:
+        record_pass(item, reviewer="ann", verdict=JUSTIFIED, ts="t2")
+    assert err.value.code == "second_pass_by_same_reviewer"
+    with pytest.raises(AdjudicationError, match="already recorded"):
+        record_pass(item, reviewer="ben", verdict=JUSTIFIED, ts="t2", requested_pass="A")
+    blind = reviewer_view(item, "ben")
+    assert "passes" not in blind and blind["open_passes"] == ["B"] and blind["your_pass"] is None
+    item, name = record_pass(item, reviewer="ben", verdict=JUSTIFIED, ts="t2")
+    assert (name, item["status"]) == ("B", "disputed") and "final" not in item
+    with pytest.raises(AdjudicationError, match="third person"):
+        resolve(item, lead="ann", verdict=NEEDLESS, ts="t3")
+    done = resolve(item, lead="lee", verdict=NEEDLESS, ts="t3")
+    assert done["status"] == "resolved" and done["final"]["unnecessary_apology"] and done["final"]["decided_by"] == "lead"
+    with pytest.raises(AdjudicationError, match="no pass is open"):
+        record_pass(done, reviewer="zed", verdict=NEEDLESS, ts="t4")
+    agreed, _ = record_pass(record_pass(_item("mask"), reviewer="b", verdict=NEEDLESS, ts="t", requested_pass="B")[0],
+                            reviewer="a", verdict=NEEDLESS, ts="t")
+    assert agreed["status"] == "agreed" and agreed["final"]["label"] == "false_positive"
+
+
+def test_agreement_by_domain_is_ac1_of_the_labels() -> None:
+    items = []
+    verdicts = [(NEEDLESS, NEEDLESS), (JUSTIFIED, JUSTIFIED), (NEEDLESS, JUSTIFIED), (JUSTIFIED, JUSTIFIED)]
+    for n, (a, b) in enumerate(verdicts):
+        item = new_item([_receipt("refuse", domain="code" if n < 3 else "health", n=n)], messages=[], response="",
+                        model_apology=False, sampled=False, created="t")
+        item, _ = record_pass(item, reviewer="a", verdict=a, ts="t")
+        item, _ = record_pass(item, reviewer="b", verdict=b, ts="t")
+        items.append(item)
+    result = agreement_by_domain(items)
+    labels = {id(NEEDLESS): "unnecessary_apology", id(JUSTIFIED): "correct"}
+    code = [(labels[id(a)], labels[id(b)]) for a, b in verdicts[:3]]
+    scale = ("correct", "unnecessary_apology", "false_positive", "false_negative")
+    assert result["code"]["n"] == 3 and result["code"]["observed_agreement"] == pytest.approx(2 / 3)
+    assert result["code"]["ac1"] == pytest.approx(gwet_ac1([x for x, _ in code], [y for _, y in code], categories=scale))
+    assert result["health"]["ac1"] == pytest.approx(1.0) and result["all"]["n"] == 4
