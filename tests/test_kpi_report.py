@@ -12,7 +12,6 @@ import asyncio
 import json
 import math
 import random
-import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -400,7 +399,6 @@ def test_far_h_and_pfi_inputs_are_recomputed(synthetic) -> None:
     assert s["report"]["format"] == "sonate.report/v1"
 
 
-@pytest.mark.skipif(not shutil.which("chromedriver"), reason="chromedriver not installed")
 def test_html_renders_in_headless_chromium(synthetic) -> None:
     from selenium import webdriver
 
