@@ -39,7 +39,6 @@ import fcntl
 import json
 import logging
 import os
-import secrets
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -51,6 +50,7 @@ from .signing import (
     PublicKeys,
     Signer,
     _read_key_file,
+    atomic_write,
     load_or_create_signer,
     load_public_keys,
     public_key_entry,
@@ -106,26 +106,9 @@ def read_keyring(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def _write_keyring(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Atomically replace the keyring file (temp file, fsync, rename, fsync directory), mode 0644."""
-    data = json.dumps({"keys": entries}, indent=2).encode() + b"\n"
+    """Atomically replace the keyring file (:func:`signing.atomic_write`), mode 0644."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, json.dumps({"keys": entries}, indent=2).encode() + b"\n", 0o644)
 
 
 @contextlib.contextmanager

@@ -225,18 +225,16 @@ def _write_new_key_file(path: Path, signer: Signer) -> None:
             pass
 
 
-def replace_key_file(path: str | os.PathLike[str], signer: Signer) -> None:
-    """Atomically replace (or create) the key file at ``path`` with ``signer`` (mode 0600).
+def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
+    """Atomically replace (or create) the file at ``path`` with ``data`` and permission ``mode``.
 
-    Writes a private temp file in the same directory, fsyncs it, renames it
-    over ``path`` (POSIX ``rename`` is atomic: readers see the old or the new
-    key, never a mix) and fsyncs the directory. Used by key rotation
-    (:mod:`proxy.receipts.keyring`). Raises ``OSError`` on I/O failure.
+    Writes a private temp file in the same directory, fsyncs it, renames it over ``path``
+    (POSIX ``rename`` is atomic: readers see the old or the new content, never a mix) and
+    fsyncs the directory. Raises ``OSError`` on I/O failure (the temp file is removed).
     """
     path = Path(path)
-    data = json.dumps(_key_file_document(signer), indent=2).encode() + b"\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -252,6 +250,14 @@ def replace_key_file(path: str | os.PathLike[str], signer: Signer) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def replace_key_file(path: str | os.PathLike[str], signer: Signer) -> None:
+    """Atomically replace (or create) the key file at ``path`` with ``signer`` (mode 0600).
+
+    Used by key rotation (:mod:`proxy.receipts.keyring`). Raises ``OSError`` on I/O failure.
+    """
+    atomic_write(path, json.dumps(_key_file_document(signer), indent=2).encode() + b"\n", 0o600)
 
 
 def load_or_create_signer(path: str | os.PathLike[str]) -> Signer:
