@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DATA_DIR = "../shared/data"
+from proxy.eval_data import DEFAULT_DATA_DIR  # one default: $SONATE_DATA_DIR or ../shared/data
+
 APOLOGY_DATA = Path(__file__).resolve().parent / "data" / "apology_completions.jsonl"
 
 
