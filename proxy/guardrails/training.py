@@ -3,7 +3,7 @@
 ``sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts``
 (or ``python -m proxy.guardrails.training --data-dir ... --out ...``).
 
-Data (development split, layout of ``/work/shared/data``; any ``*.csv``/``*.jsonl`` file in each
+Data (development split, layout of the public data folder, e.g. ``../shared/data``; any ``*.csv``/``*.jsonl`` file in each
 folder is read, so the small samples in ``tests/data`` work too):
 
 ====================  ==================  =====================================================
@@ -314,7 +314,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v2.{npz,json}``.
 
     Args:
-        data_dir: folder laid out like ``/work/shared/data`` (see module docstring).
+        data_dir: folder laid out like ``../shared/data`` (see module docstring).
         out_dir: created if missing; existing files of the same name are overwritten.
         seed: fixes fold assignment (libsvm itself is deterministic for given data).
         progress: show tqdm bars on stderr.

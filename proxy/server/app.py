@@ -19,14 +19,13 @@ Every error is an OpenAI error object; unexpected failures are logged and answer
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from proxy import __version__
 from proxy.config import Config
@@ -38,8 +37,9 @@ from proxy.receipts.keyring import Keyring
 from proxy.receipts.signing import Signer, public_key_entry
 from proxy.receipts.store import LedgerError, LedgerStore, open_store
 from proxy.server.auth import Authenticator
+from proxy.server.http import caller, read_model
 from proxy.server import review_routes
-from proxy.server.pipeline import Caller, Gateway, GatewayError
+from proxy.server.pipeline import Gateway, GatewayError
 from proxy.server import ledger_tasks
 from proxy.server.sink import build_sink
 from proxy.server import web_routes
@@ -153,43 +153,11 @@ def _services(request: web.Request) -> Services:
     return request.app["services"]
 
 
-def _caller(request: web.Request, roles: tuple[str, ...] = ("client", "admin", "reviewer")) -> Caller:
-    return _services(request).auth.authenticate(request.headers.get("Authorization"), roles=roles)
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-async def _json_body(request: web.Request) -> tuple[bytes, Any]:
-    """(raw bytes, parsed JSON) of the body; 400 for malformed JSON, 413 when too large."""
-    raw = await request.read()
-    try:
-        return raw, json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GatewayError(400, f"We could not parse the JSON body of your request: {exc}",
-                           code="invalid_json") from None
-
-
-def _validation_error(exc: ValidationError) -> GatewayError:
-    first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
-    more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-    return GatewayError(400, f"Invalid value for '{param}': {first['msg']}{more}", param=param,
-                        code="invalid_value")
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     services = _services(request)
-    caller = _caller(request)
-    raw_bytes, raw = await _json_body(request)
-    if not isinstance(raw, dict):
-        raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
-    try:
-        req = ChatCompletionRequest.model_validate_json(raw_bytes)
-    except ValidationError as exc:
-        raise _validation_error(exc) from None
-    outcome = await services.gateway.chat(raw, req, caller, request.headers.get("x-sonate-complexity"))
+    who = caller(request)
+    req, raw = await read_model(request, ChatCompletionRequest)
+    outcome = await services.gateway.chat(raw, req, who, request.headers.get("x-sonate-complexity"))
     headers = {"x-sonate-receipt-id": outcome.receipt_id, "x-sonate-guardrail-action": outcome.action,
                **outcome.headers}
     if not outcome.stream:
@@ -204,7 +172,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    _caller(request)
+    caller(request)
     data = []
     for route in _services(request).config.model_list:
         entry = {"id": route.model_name, "object": "model", "created": 0, "owned_by": route.provider}
@@ -217,7 +185,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def get_receipt(request: web.Request) -> web.Response:
-    caller = _caller(request)
+    who = caller(request)
     receipt_id = request.match_info["receipt_id"]
     bundle = ledger_routes.wants_bundle(request)  # ?bundle=1: the offline bundle (proxy/server/ledger_routes.py)
     try:
@@ -227,10 +195,10 @@ async def get_receipt(request: web.Request) -> web.Response:
                            result="ledger_error") from None
     if receipt is None:  # fault policy "spool": still waiting in this process's spool?
         pending = _services(request).gateway.sink.pending(receipt_id)
-        if pending is not None and (caller.role != "client" or pending.get("actor") == caller.actor):
+        if pending is not None and (who.role != "client" or pending.get("actor") == who.actor):
             return web.json_response({"receipt_id": receipt_id, "status": "pending", "receipt": pending},
                                      status=202, headers={"x-sonate-receipt-status": "pending"})
-    if receipt is None or (caller.role == "client" and receipt.get("actor") != caller.actor):
+    if receipt is None or (who.role == "client" and receipt.get("actor") != who.actor):
         raise GatewayError(404, f"No receipt with id '{receipt_id}'.", code="not_found")
     if bundle:
         return await ledger_routes.bundle_response(request, receipt)
@@ -268,7 +236,7 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics_endpoint(request: web.Request) -> web.Response:
     services = _services(request)
     if not services.config.server.public_metrics:
-        _caller(request, ADMIN)
+        caller(request, ADMIN)
     return web.Response(body=services.metrics.render(), headers={"Content-Type": services.metrics.content_type})
 
 
@@ -281,7 +249,7 @@ class ResolveRequest(BaseModel):
 
 
 async def list_escalations(request: web.Request) -> web.Response:
-    _caller(request, ADMIN)
+    caller(request, ADMIN)
     status = request.query.get("status", "pending")
     if status not in ("pending", "resolved", "aborted", "all"):
         raise GatewayError(400, "status must be pending, resolved, aborted or all", param="status")
@@ -294,23 +262,19 @@ async def list_escalations(request: web.Request) -> web.Response:
 
 
 async def resolve_escalation(request: web.Request) -> web.Response:
-    caller = _caller(request, ADMIN)
-    raw_bytes, raw = await _json_body(request)
-    try:
-        body = ResolveRequest.model_validate_json(raw_bytes)
-    except ValidationError as exc:
-        raise _validation_error(exc) from None
+    who = caller(request, ADMIN)
+    body, raw = await read_model(request, ResolveRequest)
     case, receipt_id = await _services(request).gateway.resolve_case(
-        request.match_info["case_id"], caller, body.decision, body.note, raw)
+        request.match_info["case_id"], who, body.decision, body.note, raw)
     return web.json_response(case, headers={"x-sonate-receipt-id": receipt_id,
                                             "x-sonate-guardrail-action": "resolve"})
 
 
 async def get_escalation(request: web.Request) -> web.Response:
-    caller = _caller(request)
+    who = caller(request)
     case_id = request.match_info["case_id"]
     case = await _services(request).store.get_case(case_id)
-    if case is None or (caller.role == "client" and case.get("actor") != caller.actor):
+    if case is None or (who.role == "client" and case.get("actor") != who.actor):
         raise GatewayError(404, f"No escalation with id '{case_id}'.", code="not_found")
     return web.json_response({k: v for k, v in case.items() if k != "messages"})
 

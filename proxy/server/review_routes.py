@@ -28,7 +28,7 @@ import uuid
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.kpi.adjudication import (
     AdjudicationError,
@@ -42,6 +42,7 @@ from proxy.kpi.adjudication import (
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.model import new_receipt, utc_timestamp
 from proxy.receipts.store import LedgerConflict, LedgerError
+from proxy.server import http
 from proxy.server.pipeline import Caller, GatewayError
 
 log = logging.getLogger("sonate.review")
@@ -217,24 +218,8 @@ def _service(request: web.Request) -> ReviewService:
     return request.app["review"]
 
 
-def _caller(request: web.Request, roles: tuple[str, ...]) -> Caller:
-    return request.app["services"].auth.authenticate(request.headers.get("Authorization"), roles=roles)
-
-
-async def _body(request: web.Request, model: type[BaseModel]) -> tuple[Any, dict[str, Any]]:
-    from proxy.server.app import _json_body, _validation_error
-
-    raw_bytes, raw = await _json_body(request)
-    if not isinstance(raw, dict):
-        raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
-    try:
-        return model.model_validate_json(raw_bytes), raw
-    except ValidationError as exc:
-        raise _validation_error(exc) from None
-
-
 async def list_items(request: web.Request) -> web.Response:
-    caller = _caller(request, REVIEWERS)
+    caller = http.caller(request, REVIEWERS)
     status = request.query.get("status", "todo")
     if status not in ("todo", "disputed", "agreed", "resolved", "pending", "awaiting_a", "awaiting_b", "all"):
         raise GatewayError(400, "status must be todo, pending, awaiting_a, awaiting_b, disputed, agreed, "
@@ -256,28 +241,28 @@ async def list_items(request: web.Request) -> web.Response:
 
 
 async def get_item(request: web.Request) -> web.Response:
-    caller = _caller(request, REVIEWERS)
+    caller = http.caller(request, REVIEWERS)
     return web.json_response(await _service(request).get_item(caller, request.match_info["item_id"]))
 
 
 async def post_verdict(request: web.Request) -> web.Response:
-    caller = _caller(request, REVIEWERS)
-    body, raw = await _body(request, PassRequest)
+    caller = http.caller(request, REVIEWERS)
+    body, raw = await http.read_model(request, PassRequest)
     view, receipt_id = await _service(request).give_pass(caller, request.match_info["item_id"], body, raw)
     return web.json_response(view, status=201, headers={"x-sonate-receipt-id": receipt_id,
                                                         "x-sonate-guardrail-action": "adjudicate"})
 
 
 async def post_resolve(request: web.Request) -> web.Response:
-    caller = _caller(request, LEADS)
-    verdict, raw = await _body(request, Verdict)
+    caller = http.caller(request, LEADS)
+    verdict, raw = await http.read_model(request, Verdict)
     item, receipt_id = await _service(request).resolve_item(caller, request.match_info["item_id"], verdict, raw)
     return web.json_response(item, headers={"x-sonate-receipt-id": receipt_id,
                                             "x-sonate-guardrail-action": "adjudicate"})
 
 
 async def get_agreement(request: web.Request) -> web.Response:
-    _caller(request, LEADS)
+    http.caller(request, LEADS)
     return web.json_response({"coefficient": "gwet_ac1", "data": await _service(request).agreement()})
 
 

@@ -1,0 +1,52 @@
+"""Request helpers shared by the route modules: authentication and validated JSON bodies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from proxy.server.pipeline import Caller, GatewayError
+
+ANY_ROLE = ("client", "admin", "reviewer")
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def caller(request: web.Request, roles: tuple[str, ...] = ANY_ROLE) -> Caller:
+    """The authenticated caller of ``request``; GatewayError 401/403 (see Authenticator)."""
+    return request.app["services"].auth.authenticate(request.headers.get("Authorization"), roles=roles)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def validation_error(exc: ValidationError) -> GatewayError:
+    """A pydantic ValidationError as a 400 ``invalid_value`` naming the first bad parameter."""
+    first = exc.errors()[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+    return GatewayError(400, f"Invalid value for '{param}': {first['msg']}{more}", param=param,
+                        code="invalid_value")
+
+
+async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, dict[str, Any]]:
+    """(validated body, the JSON object as received) of ``request``.
+
+    Raises GatewayError 400 for malformed JSON (NaN/Infinity included), a body that is not a
+    JSON object, or a body ``model`` rejects; aiohttp raises 413 above ``client_max_size``.
+    """
+    raw_bytes = await request.read()
+    try:
+        raw = json.loads(raw_bytes, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GatewayError(400, f"We could not parse the JSON body of your request: {exc}",
+                           code="invalid_json") from None
+    if not isinstance(raw, dict):
+        raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
+    try:
+        return model.model_validate_json(raw_bytes), raw
+    except ValidationError as exc:
+        raise validation_error(exc) from None
