@@ -28,7 +28,7 @@ import uuid
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from proxy.kpi.adjudication import (
     AdjudicationError,
