@@ -8,7 +8,7 @@ Prints p50/p95 latency in milliseconds on this machine for
    empty caches) and with the caches emptied before every turn (every message rescanned):
    the difference is what the scan cache saves.
 
-The engine is built as the proxy builds it (``proxy.evaluation.runner.build_engine``: the
+The engine is built as the proxy builds it (``proxy.evaluation.guardrails.build_engine``: the
 policies of config.yaml, litellm's token counter, models loaded and warmed up once).
 
 Usage: ``.venv/bin/python bench/guardrails.py [--config config.yaml] [--repeat 3]``
@@ -84,9 +84,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from proxy.config import load_config
-    from proxy.evaluation.runner import build_engine
+    from proxy.evaluation.guardrails import build_engine
     from proxy.guardrails.cache import ScanCache
-    from proxy.upstream import Upstream
+    from proxy.server.upstream import Upstream
 
     offline.configure_tldextract()
     config = load_config(args.config or (ROOT / "config.yaml"))

@@ -8,13 +8,13 @@
    Reports receipts appended per second (all writers together) and p50/p99 latency of one
    ``Ledger.append`` call, against Redis and SQLite (WAL, ``synchronous=FULL``).
 2. **Proofs at 10^6 entries**: the tree of ``--entries`` synthetic leaves is built in
-   memory with :func:`proxy.receipts.merkle.extend` (2·10^6 SHA-256) and its ~2·10^6
+   memory with :func:`proxy.tlog.merkle.extend` (2·10^6 SHA-256) and its ~2·10^6
    nodes are bulk-inserted straight into the store's node layout (SQLite: one
    ``executemany`` into ``tree_nodes``; Redis: one 2 MiB string per 65,536 nodes of a
    level, pipelined ``SET``) with the tree size set — no receipts are written, since a
    proof reads only nodes. Then inclusion and consistency proofs for random indexes/sizes
-   are generated through :mod:`proxy.receipts.tree` (the code the HTTP API runs) and
-   verified with :mod:`proxy.receipts.merkle`; reports hashes per proof, JSON bytes, and
+   are generated through :mod:`proxy.tlog.tree` (the code the HTTP API runs) and
+   verified with :mod:`proxy.tlog.merkle`; reports hashes per proof, JSON bytes, and
    p50/p99 generation and verification time.
 
 Redis data goes to throw-away namespaces that are deleted afterwards; SQLite to a temp dir.
@@ -39,9 +39,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proxy.receipts import Ledger, Signer, json_hash, merkle, new_receipt, open_store  # noqa: E402
-from proxy.receipts.proofs import consistency_proof_doc, inclusion_proof_doc  # noqa: E402
-from proxy.receipts.tree import consistency_proof, inclusion_proof, tree_root  # noqa: E402
+from proxy.receipts import Ledger, Signer, json_hash, new_receipt, open_store
+
+from proxy.tlog import merkle  # noqa: E402
+from proxy.tlog.proofs import consistency_proof_doc, inclusion_proof_doc  # noqa: E402
+from proxy.tlog.tree import consistency_proof, inclusion_proof, tree_root  # noqa: E402
 
 
 def _receipt() -> dict:
@@ -225,7 +227,7 @@ def main() -> None:
                           f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}", flush=True)
         if not args.skip_proofs:
             print(f"\nProofs at {args.entries:,} entries ({args.samples} random proofs each; "
-                  "generation reads stored nodes through proxy.receipts.tree)")
+                  "generation reads stored nodes through proxy.tlog.tree)")
             print(f"{'store':8} {'proof':12} {'hashes':>7} {'JSON B':>7} {'gen p50 ms':>11} {'gen p99 ms':>11} "
                   f"{'verify p50 us':>14} {'build s':>8} {'load s':>7}")
             for kind in ("redis", "sqlite"):

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from proxy.evaluation.datasets import APOLOGY_TYPES, Item
 from proxy.evaluation.metrics import binary_scores, latency_summary, map_gold, match_spans, proportion, sum_counts
-from proxy.evaluation.runner import Outcome
+from proxy.evaluation.guardrails import Outcome
 
 REPORT_VERSION = 1
 

@@ -5,7 +5,7 @@ model-initiated apology), a guardrail trigger (refuse, mask, escalate, summarize
 sample of allowed requests (to find false negatives). Reviewer A and reviewer B judge it
 independently — neither sees the other's verdict and one reviewer cannot give both passes — and
 a lead resolves disagreements. Pure: items are JSON dicts, no I/O (the HTTP layer is
-:mod:`proxy.server.review_routes`, storage the ledger store's ``*_review_item`` methods).
+:mod:`proxy.server.routes.review`, storage the ledger store's ``*_review_item`` methods).
 
 Item lifecycle (``status``)::
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .stats import gwet_ac1
+from proxy.kpi.stats import gwet_ac1
 
 __all__ = [
     "FINAL_STATUSES",

@@ -1,11 +1,11 @@
 """The JSON inputs ``sonate report`` accepts from the evaluation commands, and their checks.
 
 - ``--farh-results``: the output of ``sonate eval hallucination`` (format ``sonate.farh/v1``,
-  :data:`proxy.kpi.hallucination.FARH_RESULT_FORMAT`). The report uses ``overall``,
+  :data:`proxy.evaluation.hallucination.FARH_RESULT_FORMAT`). The report uses ``overall``,
   ``per_tier`` and ``per_domain`` (``checked``/``failed`` counts) and recomputes every rate and
   Wilson interval itself.
 - ``--pfi-results``: the output of ``sonate eval fairness`` (format ``sonate.pfi/v1``,
-  :data:`proxy.kpi.fairness.PFI_RESULT_FORMAT`). The report recomputes each axis's PFI from the
+  :data:`proxy.evaluation.fairness.PFI_RESULT_FORMAT`). The report recomputes each axis's PFI from the
   file's observations and refuses a file whose stated PFI disagrees.
 
 Pure: callers pass parsed JSON. Every loader raises :class:`InputError` naming the field.
@@ -21,7 +21,7 @@ __all__ = ["FARH_FORMAT", "PFI_FORMAT", "PFI_INPUT_FORMAT", "InputError", "check
 FARH_FORMAT = "sonate.farh/v1"
 PFI_FORMAT = "sonate.pfi/v1"
 
-PFI_INPUT_FORMAT = "see proxy.kpi.fairness.PFI_RESULT_FORMAT (sonate.pfi/v1, written by `sonate eval fairness`)"
+PFI_INPUT_FORMAT = "see proxy.evaluation.fairness.PFI_RESULT_FORMAT (sonate.pfi/v1, written by `sonate eval fairness`)"
 
 
 class InputError(ValueError):
@@ -73,16 +73,16 @@ def check_farh(doc: Any) -> dict[str, Any]:
 
 
 def check_pfi(doc: Any) -> dict[str, Any]:
-    """Validate a ``sonate.pfi/v1`` document (:data:`proxy.kpi.fairness.PFI_RESULT_FORMAT`).
+    """Validate a ``sonate.pfi/v1`` document (:data:`proxy.evaluation.fairness.PFI_RESULT_FORMAT`).
 
     The PFI of every axis is recomputed from the document's ``observations`` with
-    ``outcome_weights`` (:func:`proxy.kpi.fairness.axis_pfi`, built on
+    ``outcome_weights`` (:func:`proxy.evaluation.fairness.axis_pfi`, built on
     :func:`proxy.kpi.stats.pfi`); a stated ``per_axis.<axis>.pfi`` that differs by more than
     1e-6 is refused. Returns ``{"attributes": {axis: {pfi, ci_low, ci_high, n, weights,
     deltas}}, "overall": {pfi, ci_low, ci_high, rule}, "window", "methodology_version"}``.
     Raises :class:`InputError`.
     """
-    from .fairness import Observation, axis_pfi
+    from proxy.evaluation.fairness import Observation, axis_pfi
 
     if not isinstance(doc, dict) or doc.get("format") != PFI_FORMAT:
         raise InputError(f"PFI results must be a JSON object with \"format\": \"{PFI_FORMAT}\"")

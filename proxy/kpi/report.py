@@ -1,6 +1,6 @@
 """The KPI report: FAR-A, TIS (LVP, RC, GA, AD), FAR-H and PFI over an evaluation window.
 
-Pure computation over what ``sonate report`` read (:mod:`proxy.kpi.report_cmd` does the I/O):
+Pure computation over what ``sonate report`` read (:mod:`proxy.cli.report` does the I/O):
 the ledger's receipts, the adjudication items, the escalation cases, each policy's required
 evidence and the trusted public keys. Definitions (methodology; ``docs/methodology-changelog.md``):
 
@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from .adjudication import FINAL_STATUSES, TRIGGER_ACTIONS, agreement_by_domain
-from .methodology import (
+from proxy.kpi.adjudication import FINAL_STATUSES, TRIGGER_ACTIONS, agreement_by_domain
+from proxy.kpi.methodology import (
     BOOTSTRAP_RESAMPLES,
     COMPLEXITY_WEIGHTS,
     CONFIDENCE,
@@ -52,7 +52,7 @@ from .methodology import (
     TIS_WEIGHTS,
     as_dict,
 )
-from .stats import (
+from proxy.kpi.stats import (
     bootstrap_interval,
     normalized,
     partial_pool,
@@ -62,7 +62,7 @@ from .stats import (
     tis,
     wilson_interval,
 )
-from .strata import COMPLEXITIES
+from proxy.kpi.strata import COMPLEXITIES
 
 __all__ = ["FORMAT_ID", "HUMAN_ACTIONS", "ReportInputs", "build_report", "evidence_present", "proportion_block"]
 

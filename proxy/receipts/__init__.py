@@ -2,12 +2,12 @@
 
 The contract is DESIGN.md, "Trust receipts". Domain modules (``canonical``,
 ``model``, ``verify``) do no I/O; stores (``sqlite_store``, ``redis_store``)
-do, behind :class:`~proxy.receipts.store.LedgerStore`.
+do, behind :class:`~proxy.storage.base.LedgerStore`.
 """
 
-from .canonical import assert_no_floats, canonical, json_hash, sha256_ref
-from .ledger import Ledger
-from .model import (
+from proxy.receipts.canonical import assert_no_floats, canonical, json_hash, sha256_ref
+from proxy.receipts.chain import Ledger
+from proxy.receipts.receipt import (
     GENESIS_PREV_HASH,
     RECEIPT_FIELDS,
     RECEIPT_VERSION,
@@ -17,7 +17,7 @@ from .model import (
     signing_payload,
     utc_timestamp,
 )
-from .signing import (
+from proxy.receipts.signing import (
     KeyFileError,
     Signer,
     key_id_for,
@@ -26,8 +26,8 @@ from .signing import (
     public_key_entry,
     verify_signature,
 )
-from .store import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable, open_store
-from .verify import Failure, verify_chain, verify_receipt, verify_store
+from proxy.storage.base import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable, open_store
+from proxy.receipts.verify import Failure, verify_chain, verify_receipt, verify_store
 
 __all__ = [
     "GENESIS_PREV_HASH",

@@ -27,9 +27,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .model import entry_hash
-from .store import LedgerStore, LedgerUnavailable
-from .verify import Failure, verify_receipt
+from proxy.receipts.receipt import entry_hash
+from proxy.storage.base import LedgerStore, LedgerUnavailable
+from proxy.receipts.verify import Failure, verify_receipt
 
 __all__ = ["AuditResult", "RESULTS", "audit_heights", "classify", "sample_heights"]
 
@@ -97,9 +97,9 @@ async def _latest_checkpoint(store: LedgerStore) -> str | None:
 
 async def _inclusion_failures(store: LedgerStore, receipt: dict[str, Any], height: int, note: str,
                               tree_size: int, public_keys: Mapping[str, bytes]) -> list[Failure]:
-    from .proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion
-    from .store import LedgerError
-    from .tree import inclusion_proof
+    from proxy.tlog.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion
+    from proxy.storage.base import LedgerError
+    from proxy.tlog.tree import inclusion_proof
 
     try:
         hashes = await inclusion_proof(store, height, tree_size)
@@ -120,7 +120,7 @@ async def audit_heights(store: LedgerStore, public_keys: Mapping[str, bytes],
     head, the latest checkpoint and O(log n) tree nodes per proof. Raises
     :class:`LedgerUnavailable` if the store is down (the round proves nothing then).
     """
-    from .checkpoint import CheckpointError, parse_checkpoint
+    from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
 
     head = await store.head()
     note = await _latest_checkpoint(store)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .merkle import b64_encode_hash
-from .proofs import verify_inclusion
-from .signing import KeyFileError, load_public_keys
-from .verify import Failure, verify_receipt
+from proxy.tlog.merkle import b64_encode_hash
+from proxy.tlog.proofs import verify_inclusion
+from proxy.receipts.signing import KeyFileError, load_public_keys
+from proxy.receipts.verify import Failure, verify_receipt
 
 __all__ = ["BUNDLE_FIELDS", "BUNDLE_VERSION", "make_bundle", "verify_bundle"]
 

@@ -44,8 +44,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from .model import utc_timestamp
-from .signing import (
+from proxy.receipts.receipt import utc_timestamp
+from proxy.receipts.signing import (
     KeyFileError,
     PublicKeys,
     Signer,

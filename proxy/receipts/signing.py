@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import nacl.exceptions
 import nacl.signing
 
-from .model import utc_timestamp
+from proxy.receipts.receipt import utc_timestamp
 
 __all__ = [
     "ALG",

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .canonical import CanonicalizationError
-from .model import GENESIS_PREV_HASH, entry_hash, schema_problems, signing_payload
-from .signing import verify_signature
+from proxy.receipts.canonical import CanonicalizationError
+from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, schema_problems, signing_payload
+from proxy.receipts.signing import verify_signature
 
 if TYPE_CHECKING:
-    from .store import LedgerStore
+    from proxy.storage.base import LedgerStore
 
 __all__ = ["CHECKS", "ChainVerifier", "Failure", "verify_chain", "verify_receipt", "verify_store"]
 
@@ -242,7 +242,7 @@ async def verify_store(
     the receipt before it, and, when the run reaches the head, that the head
     names the last receipt's height and entry hash and that nothing is stored
     above it. Returns ``(receipts checked, failures)``. Raises
-    :class:`proxy.receipts.store.LedgerUnavailable` if the store is down,
+    :class:`proxy.storage.base.LedgerUnavailable` if the store is down,
     ``ValueError`` for a negative ``start`` or ``page`` < 1.
     """
     if start < 0 or page < 1:

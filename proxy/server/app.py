@@ -9,9 +9,9 @@ Routes (OpenAI-compatible where OpenAI has one):
   GET  /v1/admin/escalations           review queue (admin)          ?status=pending|resolved|all
   POST /v1/admin/escalations/{id}/resolve  record a reviewer decision (admin), receipted
   GET  /healthz  /readyz  /metrics
-  /v1/review/...                       blind two-pass adjudication (proxy/server/review_routes.py)
-  GET  /verify/                       in-browser receipt/bundle verifier (proxy/server/web_routes.py)
-  GET  /v1/ledger/checkpoint|proof/*   transparency log: checkpoints, proofs (proxy/server/ledger_routes.py)
+  /v1/review/...                       blind two-pass adjudication (proxy/server/routes/review.py)
+  GET  /verify/                       in-browser receipt/bundle verifier (proxy/server/routes/verifier.py)
+  GET  /v1/ledger/checkpoint|proof/*   transparency log: checkpoints, proofs (proxy/server/routes/ledger.py)
 Every error is an OpenAI error object; unexpected failures are logged and answered with a
 500 that carries no traceback.
 """
@@ -31,21 +31,21 @@ from proxy import __version__
 from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.schema import load_policies
-from proxy.metrics import Metrics
-from proxy.receipts.ledger import Ledger
+from proxy.server.metrics import Metrics
+from proxy.receipts.chain import Ledger
 from proxy.receipts.keyring import Keyring
 from proxy.receipts.signing import Signer, public_key_entry
-from proxy.receipts.store import LedgerError, LedgerStore, open_store
+from proxy.storage.base import LedgerError, LedgerStore, open_store
 from proxy.server.auth import Authenticator
-from proxy.server.http import caller, read_model
-from proxy.server import review_routes
+from proxy.server.requests import caller, read_model
+from proxy.server.routes import review as review_routes
 from proxy.server.pipeline import Gateway, GatewayError
-from proxy.server import ledger_tasks
+from proxy.server import tasks as ledger_tasks
 from proxy.server.sink import build_sink
-from proxy.server import web_routes
-from proxy.server import ledger_routes
+from proxy.server.routes import verifier as web_routes
+from proxy.server.routes import ledger as ledger_routes
 from proxy.server.wire import ChatCompletionRequest, error_body, stream_events
-from proxy.upstream import Upstream
+from proxy.server.upstream import Upstream
 
 log = logging.getLogger("sonate.server")
 ADMIN = ("admin",)
@@ -187,7 +187,7 @@ async def list_models(request: web.Request) -> web.Response:
 async def get_receipt(request: web.Request) -> web.Response:
     who = caller(request)
     receipt_id = request.match_info["receipt_id"]
-    bundle = ledger_routes.wants_bundle(request)  # ?bundle=1: the offline bundle (proxy/server/ledger_routes.py)
+    bundle = ledger_routes.wants_bundle(request)  # ?bundle=1: the offline bundle (proxy/server/routes/ledger.py)
     try:
         receipt = await _services(request).store.get_by_id(receipt_id)
     except LedgerError:

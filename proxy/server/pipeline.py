@@ -20,14 +20,14 @@ from typing import Any, Awaitable, Callable
 from proxy.config import Config
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
 from proxy.kpi.strata import complexity_rule, declared_complexity
-from proxy.metrics import Metrics
+from proxy.server.metrics import Metrics
 from proxy.receipts.canonical import json_hash
-from proxy.receipts.ledger import Ledger
-from proxy.receipts.model import new_receipt, utc_timestamp
-from proxy.receipts.store import LedgerConflict, LedgerError
+from proxy.receipts.chain import Ledger
+from proxy.receipts.receipt import new_receipt, utc_timestamp
+from proxy.storage.base import LedgerConflict, LedgerError
 from proxy.server.sink import LedgerSink, ReceiptSink
 from proxy.server.wire import ChatCompletionRequest, completion_body
-from proxy.upstream import Upstream, UpstreamError, UpstreamResult
+from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
 
 log = logging.getLogger("sonate.pipeline")
 
@@ -100,7 +100,7 @@ class Gateway:
         self.executor = executor
         self.policies = {p.id: p for p in engine.policies}
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
-        #: model_apology)`` (e.g. the adjudication queue, proxy.server.review_routes); a failing
+        #: model_apology)`` (e.g. the adjudication queue, proxy.server.routes.review); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
         self.sealed_hooks: list[Callable[..., Awaitable[None]]] = []
 

@@ -10,11 +10,11 @@
   is discarded (503): the ping narrows the window, it cannot close it.
 - ``spool`` → :class:`SpoolingSink`. Receipts go to the ledger when it
   answers (within ``append_timeout_s``) and the spool is empty; otherwise
-  they are written to the durable spool (:mod:`proxy.receipts.spool`) and the
+  they are written to the durable spool (:mod:`proxy.server.spool`) and the
   caller learns they are pending. While the spool holds anything, new
   receipts queue behind it, so a process's receipts reach the chain in the
   order they were issued. A background task replays the spool, oldest batch
-  first, through :meth:`proxy.receipts.ledger.Ledger.append` (idempotent by
+  first, through :meth:`proxy.receipts.chain.Ledger.append` (idempotent by
   receipt_id and content: a batch that did land before a crash is not written
   twice). The chain never forks or gaps: replayed batches are sealed on the
   head like any other append.
@@ -31,10 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.metrics import Metrics
-from proxy.receipts.ledger import Ledger
-from proxy.receipts.spool import Spool
-from proxy.receipts.store import LedgerConflict, LedgerUnavailable
+from proxy.server.metrics import Metrics
+from proxy.receipts.chain import Ledger
+from proxy.server.spool import Spool
+from proxy.storage.base import LedgerConflict, LedgerUnavailable
 
 __all__ = ["Appended", "LedgerSink", "ReceiptSink", "SpoolingSink", "build_sink"]
 
@@ -70,7 +70,7 @@ class ReceiptSink(abc.ABC):
 
     @abc.abstractmethod
     async def append(self, receipts: list[dict[str, Any]], *, allow_pending: bool = True) -> Appended:
-        """Write one request's receipts (one batch). Raises :class:`proxy.receipts.store.LedgerError`
+        """Write one request's receipts (one batch). Raises :class:`proxy.storage.base.LedgerError`
         when they can be neither appended nor (``allow_pending``) spooled."""
 
     def pending(self, receipt_id: str) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 // Trust receipt, chain, inclusion-proof and checkpoint verification for the browser.
 //
 // The rules are the ones every Sonate verifier implements (DESIGN.md "Trust receipts",
-// proxy/receipts/model.py and verify.py): RFC 8785 canonical JSON, SHA-256 references
+// proxy/receipts/receipt.py and verify.py): RFC 8785 canonical JSON, SHA-256 references
 // "sha256:<hex>", Ed25519 (RFC 8032) over the canonical receipt without ed25519_sig, the
 // prev_hash chain from the genesis hash, RFC 9162 §2.1 Merkle inclusion proofs and C2SP
 // tlog-checkpoint signed notes. No DOM and no network: verify.js is the page around it.
@@ -234,7 +234,7 @@ function firstFloat(v, path = '$') {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Receipt schema (proxy/receipts/model.py schema_problems)
+// Receipt schema (proxy/receipts/receipt.py schema_problems)
 
 function validTs(v) {
   const m = typeof v === 'string' && RE.ts.exec(v);

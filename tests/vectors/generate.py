@@ -43,10 +43,10 @@ if str(ROOT) not in sys.path:
 
 import nacl.bindings  # noqa: E402
 
-from proxy.receipts import merkle  # noqa: E402
+from proxy.tlog import merkle  # noqa: E402
 from proxy.receipts.bundle import make_bundle  # noqa: E402
-from proxy.receipts.checkpoint import format_checkpoint, key_hash, sign_checkpoint  # noqa: E402
-from proxy.receipts.model import GENESIS_PREV_HASH, entry_hash, seal  # noqa: E402
+from proxy.tlog.checkpoint import format_checkpoint, key_hash, sign_checkpoint  # noqa: E402
+from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal  # noqa: E402
 from proxy.receipts.signing import Signer, b64url_decode, b64url_encode, key_id_for, public_key_entry  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
@@ -148,7 +148,7 @@ def torsioned_signature(signer: Signer, message: bytes) -> str:
 
 
 def resign(receipt: dict[str, Any], signature: Callable[[bytes], str]) -> dict[str, Any]:
-    from proxy.receipts.model import signing_payload
+    from proxy.receipts.receipt import signing_payload
 
     out = dict(receipt)
     out["ed25519_sig"] = signature(signing_payload(out))
@@ -304,7 +304,7 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                     "public_key": b64url_encode(IDENTITY), "created": CREATED}]},
                expect("signature")),
     ]
-    # Schema leniencies of Python's re.match + "$" and Unicode \d (see tests/test_vectors.py).
+    # Schema leniencies of Python's re.match + "$" and Unicode \d (see tests/unit/test_vectors.py).
     out += [
         vector("receipt/strict/ts-trailing-newline", "receipt", "ts followed by a newline",
                {**r5, "ts": r5["ts"] + "\n"}, TRUSTED, expect("schema", "signature")),

@@ -1,6 +1,6 @@
 """Harmful-intent classifier over all-MiniLM-L6-v2 sentence embeddings.
 
-The model is trained by :mod:`proxy.guardrails.training` and shipped as two files in
+The model is trained by :mod:`proxy.evaluation.training` and shipped as two files in
 ``proxy/guardrails/artefacts``; both are read with numpy only (``allow_pickle=False``), no
 scikit-learn or pickle at run time:
 

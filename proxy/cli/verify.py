@@ -1,0 +1,299 @@
+"""``sonate verify``: check trust receipts, bundles, proofs, checkpoints or a whole ledger.
+
+Usage::
+
+    sonate verify RECEIPT.json [--prev PREV.json] (--keys PATH | --keys-url URL)
+    sonate verify BUNDLE.json [--keys PATH | --keys-url URL] [--origin NAME]
+    sonate verify CHECKPOINT.txt (--keys PATH | --keys-url URL) [--origin NAME]
+    sonate verify RECEIPT.json --inclusion PROOF.json --checkpoint CP.txt (--keys ... )
+    sonate verify --consistency PROOF.json --checkpoint OLD.txt --checkpoint NEW.txt (--keys ...)
+    sonate verify --ledger URL [--from H] [--to H] (--keys PATH | --keys-url URL)
+
+The positional file's kind is detected: a JSON object with ``bundle_version``
+is an offline bundle (verified with its own keys unless ``--keys`` names the
+trusted ones), a JSON array an ordered run of receipts, another object one
+receipt, and text a signed checkpoint note. ``-`` reads stdin. ``--ledger``
+over the whole ledger also audits the Merkle tree and every stored
+checkpoint. Prints one line per failure (where, check, detail), then a
+summary. Exit status: 0 all valid, 1 any failure, 2 usage or I/O error. The
+rules are DESIGN.md, "Trust receipts" (see :mod:`proxy.receipts.verify`,
+:mod:`proxy.receipts.bundle`, :mod:`proxy.tlog.proofs`,
+:mod:`proxy.tlog.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Sequence, TextIO
+
+from proxy.receipts.bundle import verify_bundle
+from proxy.receipts.canonical import json_hash
+from proxy.tlog.checkpoint import verify_checkpoint
+from proxy.tlog.proofs import verify_consistency, verify_inclusion
+from proxy.receipts.signing import KeyFileError, load_public_keys
+from proxy.storage.base import LedgerError, open_store
+from proxy.receipts.verify import Failure, verify_chain, verify_receipt, verify_store
+
+__all__ = ["DESCRIPTION", "add_arguments", "main", "run"]
+
+DESCRIPTION = ("Check trust receipts, offline bundles, inclusion/consistency proofs, signed checkpoints "
+               "or a whole ledger against published Ed25519 keys.")
+
+
+class UsageError(Exception):
+    """A problem with the command line, a file or a URL (exit status 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``sonate verify`` arguments to ``parser`` (the lead wires it into ``proxy.cli``)."""
+    parser.add_argument("receipt", nargs="?", metavar="FILE",
+                        help="a receipt, a JSON array of consecutive receipts, an offline bundle or a signed "
+                             "checkpoint (kind detected); '-' = stdin")
+    parser.add_argument("--prev", metavar="PREV.json", help="the receipt just before RECEIPT (checks the chain link)")
+    parser.add_argument("--request", metavar="REQUEST.json",
+                        help="the request body as sent (checks the receipt's inputs_hash)")
+    parser.add_argument("--response", metavar="RESPONSE.json",
+                        help="the response body as received (checks the receipt's outputs_hash)")
+    parser.add_argument("--ledger", metavar="URL", help="verify a ledger: sqlite:///path.db or redis://host:port/db")
+    parser.add_argument("--from", dest="from_height", type=int, default=0, metavar="H",
+                        help="first ledger height to verify (default 0)")
+    parser.add_argument("--to", dest="to_height", type=int, default=None, metavar="H",
+                        help="last ledger height to verify, inclusive (default: the head)")
+    parser.add_argument("--inclusion", metavar="PROOF.json",
+                        help="inclusion proof (GET /v1/ledger/proof/inclusion) of the receipt FILE; "
+                             "needs --checkpoint")
+    parser.add_argument("--consistency", metavar="PROOF.json",
+                        help="consistency proof (GET /v1/ledger/proof/consistency); needs two --checkpoint")
+    parser.add_argument("--checkpoint", action="append", metavar="CP.txt",
+                        help="signed checkpoint the proof is checked against (twice for --consistency: old, new)")
+    parser.add_argument("--origin", metavar="NAME", help="expected log origin of checkpoints (default: any)")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--keys", metavar="PATH", help="public keys: a GET /v1/keys JSON document or a signing key file")
+    keys.add_argument("--keys-url", metavar="URL", help="fetch public keys from a proxy's GET /v1/keys")
+
+
+def _load_keys(args: argparse.Namespace) -> dict[str, bytes]:
+    if args.keys:
+        document: Any = args.keys
+    elif args.keys_url:
+        try:
+            with urllib.request.urlopen(args.keys_url, timeout=10) as response:
+                document = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise UsageError(f"cannot fetch keys from {args.keys_url}: {exc}") from None
+    else:
+        raise UsageError("no public keys: pass --keys PATH or --keys-url URL")
+    try:
+        keys = load_public_keys(document)
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+    if not keys:
+        raise UsageError("the key document lists no keys")
+    return keys
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate member {key!r}")
+        result[key] = value
+    return result
+
+
+def _read_json(path: str, stdin: TextIO) -> Any:
+    try:
+        text = stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+
+
+class _RereadableStdin:
+    """stdin read once; every ``read()`` returns the whole text (several arguments may be ``-``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._text: str | None = None
+
+    def read(self) -> str:
+        if self._text is None:
+            self._text = self._stream.read()
+        return self._text
+
+
+def _read_any(path: str, stdin: TextIO) -> Any:
+    """Parsed JSON, or the text itself when it is a signed note (a checkpoint); UsageError otherwise."""
+    try:
+        text = stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    if "\n\n\u2014 " in text and not text.lstrip().startswith(("{", "[")):
+        return text
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except ValueError as exc:
+        raise UsageError(f"{path} is neither JSON nor a signed checkpoint note: {exc}") from None
+
+
+def _read_text(path: str, stdin: TextIO) -> str:
+    document = _read_any(path, stdin)
+    if not isinstance(document, str):
+        raise UsageError(f"{path} is not a signed checkpoint note")
+    return document
+
+
+async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int | None,
+                         origin: str | None = None) -> tuple[int, list[Failure]]:
+    store = open_store(url)
+    try:
+        count, failures = await verify_store(store, keys, start=start, end=end)
+        if start == 0 and end is None:  # the whole ledger: its Merkle tree and checkpoints too
+            from proxy.tlog.tree import verify_tree
+
+            try:
+                await store.tree_size()
+            except NotImplementedError:
+                return count, failures
+            _, tree_failures = await verify_tree(store, keys, origin)
+            failures = failures + tree_failures
+        return count, failures
+    finally:
+        await store.close()
+
+
+def _check_proofs(args: argparse.Namespace, stdin: TextIO) -> tuple[int, list[Failure], str] | None:
+    """Consistency proofs, bare checkpoints, bundles and inclusion proofs; None for receipts and ledgers."""
+    checkpoints = args.checkpoint or []
+    if args.consistency is not None:
+        if args.receipt is not None or args.ledger is not None or args.inclusion is not None:
+            raise UsageError("--consistency takes no FILE, --ledger or --inclusion")
+        if len(checkpoints) != 2:
+            raise UsageError("--consistency needs two --checkpoint files: the older, then the newer")
+        keys = _load_keys(args)
+        proof = _read_json(args.consistency, stdin)
+        old, new = (_read_text(path, stdin) for path in checkpoints)
+        return 1, verify_consistency(proof, old, new, keys, args.origin), "consistency proof"
+    if args.receipt is None:
+        if args.ledger is None and checkpoints and args.inclusion is None:
+            keys = _load_keys(args)
+            failures = [f for path in checkpoints for f in verify_checkpoint(_read_text(path, stdin), keys, args.origin)]
+            return len(checkpoints), failures, "checkpoint(s)"
+        return None
+    if args.ledger is not None:
+        return None
+    document = _read_any(args.receipt, stdin)
+    if isinstance(document, str):
+        if args.inclusion or checkpoints or args.prev:
+            raise UsageError("a checkpoint FILE takes none of --inclusion, --checkpoint, --prev")
+        return 1, verify_checkpoint(document, _load_keys(args), args.origin), "checkpoint"
+    if isinstance(document, dict) and "bundle_version" in document:
+        if args.inclusion or checkpoints or args.prev or args.request or args.response:
+            raise UsageError("a bundle is self-contained: it takes only --keys/--keys-url and --origin")
+        trusted = _load_keys(args) if (args.keys or args.keys_url) else None
+        noun = "bundle"
+        if trusted is None:
+            entries = document.get("public_keys")
+            ids = sorted({e.get("key_id") for e in entries if isinstance(e, dict) and isinstance(e.get("key_id"), str)}) \
+                if isinstance(entries, list) else []
+            noun = f"bundle (with the bundle's own keys {', '.join(ids) or 'none'}; pin them with --keys)"
+        return 1, verify_bundle(document, trusted, args.origin), noun
+    if args.inclusion is not None:
+        if len(checkpoints) != 1 or not isinstance(document, dict):
+            raise UsageError("--inclusion needs one receipt FILE and one --checkpoint")
+        keys = _load_keys(args)
+        proof = _read_json(args.inclusion, stdin)
+        checkpoint = _read_text(checkpoints[0], stdin)
+        failures = verify_receipt(document, keys) + verify_inclusion(proof, document, checkpoint, keys, args.origin)
+        return 1, failures, "receipt with inclusion proof"
+    if checkpoints:
+        raise UsageError("--checkpoint goes with --inclusion or --consistency (or alone, to verify checkpoints)")
+    return None
+
+
+def _check(args: argparse.Namespace, stdin: TextIO) -> tuple[int, list[Failure], str]:
+    stdin = _RereadableStdin(stdin)  # the kind detection and the receipt checks may both read '-'
+    proofs = _check_proofs(args, stdin)
+    if proofs is not None:
+        return proofs
+    if (args.receipt is None) == (args.ledger is None):
+        raise UsageError("give either RECEIPT.json or --ledger URL (the FILE may also be a bundle or a checkpoint)")
+    if args.ledger is not None and args.prev is not None:
+        raise UsageError("--prev applies to RECEIPT.json, not to --ledger")
+    if args.from_height < 0 or (args.to_height is not None and args.to_height < args.from_height):
+        raise UsageError("--from must be >= 0 and --to >= --from")
+    keys = _load_keys(args)
+    if args.ledger is not None:
+        end = None if args.to_height is None else args.to_height + 1
+        try:
+            count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin))
+        except (ValueError, LedgerError) as exc:
+            raise UsageError(str(exc)) from None
+        return count, failures, "ledger receipts"
+    document = _read_json(args.receipt, stdin)
+    previous = _read_json(args.prev, stdin) if args.prev else None
+    if isinstance(document, list):
+        if args.request or args.response:
+            raise UsageError("--request/--response apply to a single receipt")
+        return len(document), verify_chain(document, keys, previous=previous), "receipts"
+    failures = verify_receipt(document, keys, previous=previous)
+    for option, field in ((args.request, "inputs_hash"), (args.response, "outputs_hash")):
+        if option:
+            failures += _content_hash_failures(document, field, _read_json(option, stdin))
+    return 1, failures, "receipt"
+
+
+def _content_hash_failures(receipt: Any, field: str, content: Any) -> list[Failure]:
+    """A Failure when ``receipt[field]`` is not the RFC 8785 SHA-256 of ``content`` (DESIGN.md)."""
+    expected = json_hash(content)
+    got = receipt.get(field) if isinstance(receipt, dict) else None
+    if got == expected:
+        return []
+    height = receipt.get("ledger_height") if isinstance(receipt, dict) else None
+    receipt_id = receipt.get("receipt_id") if isinstance(receipt, dict) else None
+    return [Failure(height if isinstance(height, int) else None, receipt_id if isinstance(receipt_id, str) else None,
+                    field, f"expected {expected} (hash of the given document) got {got}")]
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
+        stdin: TextIO | None = None) -> int:
+    """Execute ``sonate verify`` for parsed ``args``; return the exit status (0, 1 or 2).
+
+    Failures go to stdout, one line each (``height N (rcpt_…): check: detail``),
+    followed by a summary line; usage and I/O errors go to stderr as one
+    line, without a traceback.
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        count, failures, noun = _check(args, stdin or sys.stdin)
+    except UsageError as exc:
+        print(f"sonate verify: error: {exc}", file=err)
+        return 2
+    for failure in failures:
+        print(failure, file=out)
+    if failures:
+        print(f"FAILED: {len(failures)} failure(s) in {count} {noun} checked", file=out)
+        return 1
+    print(f"OK: {count} {noun} verified", file=out)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point: ``python -m proxy.cli.verify ...``."""
+    parser = argparse.ArgumentParser(prog="sonate verify", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,503 @@
+"""Train the harmful-intent classifier shipped in ``proxy/guardrails/artefacts``.
+
+``sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts``
+(or ``python -m proxy.evaluation.training --data-dir ... --out ...``).
+
+Data (development split, layout of the public data folder, e.g. ``../shared/data``; any ``*.csv``/``*.jsonl`` file in each
+folder is read, so the small samples in ``tests/data`` work too):
+
+====================  ==================  =====================================================
+group                 harm label          source
+====================  ==================  =====================================================
+advbench              harmful (train)     ``advbench/*.csv`` column ``goal`` (required)
+xstest_unsafe         harmful (train)     ``xstest/*.csv`` rows ``label == unsafe`` (required)
+xstest_safe           benign (train)      ``xstest/*.csv`` rows ``label == safe``
+davidson_neither      benign (train)      ``davidson/*.csv`` ``class == 2`` (optional)
+exemplar_harmful,     harmful / benign    ``artefacts/safety-exemplars.csv``: contrast pairs
+exemplar_benign       (train, never CV    written for this project (same scary word, harmful vs
+                      test rows)          benign target); always in training, never evaluated
+alpaca_seed           evaluation only     ``alpaca_seed/*.jsonl`` field ``instruction``
+                                          (CC BY-NC: never trained on, only scored)
+davidson_hate,        evaluation only     ``davidson/*.csv`` ``class`` 0 / 1
+davidson_offensive
+====================  ==================  =====================================================
+
+No non-commercial data (alpaca seed tasks, HurtLex) is trained on, so the shipped weights carry
+no NC terms; alpaca is scored by every fold model to report the benign flag rate.
+Davidson hate/offensive tweets are left out of the harm classifier's training: they are toxic
+*language*, which the toxicity detector scores, not requests to cause harm. They are still
+scored, to report the combined decision's toxicity recall.
+
+Model: C-SVC with an RBF kernel (scikit-learn / libsvm, balanced class weights) over the 384-d
+all-MiniLM-L6-v2 embeddings; its decision values are mapped to probabilities by Platt scaling
+(a one-feature logistic regression) fitted on the out-of-fold decision values. On the development
+split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression (ROC AUC 0.89 vs
+0.85 with the exemplars) at the same AdvBench recall.
+
+Evaluation: repeated stratified k-fold over the development rows (strata = group); out-of-fold
+scores averaged over repeats; evaluation-only rows get the mean of the fold models. The threshold
+is chosen on those out-of-fold scores and the per-group rates are reported at it (so they are
+slightly optimistic; the held-out split is the real test). A stricter check is also reported:
+XSTest by *type pair* held out (``GroupKFold`` over ``homonyms``+``contrast_homonyms`` etc.),
+i.e. how the classifier does on a kind of prompt it never saw. Toxicity in the combined decision
+is alt-profanity-check (the detector available offline), itself trained on Davidson data, so its
+Davidson recall is optimistic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from proxy.guardrails.detectors import embeddings
+from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
+
+ARTEFACT_NAME = "harm-minilm-svm"
+ARTEFACT_VERSION = "harm-minilm-svm-v2"
+EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
+HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
+BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
+EXEMPLAR_GROUPS = ("exemplar_harmful", "exemplar_benign")
+EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive")
+DAVIDSON_CLASSES = {"0": "davidson_hate", "1": "davidson_offensive", "2": "davidson_neither"}
+EMBED_BATCH = 64
+GRID = np.round(np.arange(0.01, 1.0, 0.01), 2)
+
+SOURCE_INFO = {
+    "advbench": {"pattern": "advbench/*.csv", "required": True, "license": "MIT",
+                 "origin": "llm-attacks AdvBench harmful_behaviors.csv (copy in YancyKahn/PocoGCG @ 131c890)"},
+    "xstest": {"pattern": "xstest/*.csv", "required": True, "license": "CC BY 4.0",
+               "origin": "paul-rottger/exaggerated-safety @ d7bb5bd"},
+    "alpaca_seed": {"pattern": "alpaca_seed/*.jsonl", "required": False, "license": "CC BY-NC 4.0",
+                    "origin": "tatsu-lab/stanford_alpaca seed_tasks.jsonl", "evaluation_only": True},
+    "davidson": {"pattern": "davidson/*.csv", "required": False, "license": "MIT",
+                 "origin": "t-davidson/hate-speech-and-offensive-language @ cb50f7e"},
+}
+
+
+class DataError(ValueError):
+    """The training data directory lacks a required source or a file is malformed."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled text. ``group`` is one of the group names in the module docstring;
+    ``stratum`` refines it for XSTest (its ``type``, e.g. ``contrast_homonyms``)."""
+
+    text: str
+    group: str
+    stratum: str = ""
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _column(row: dict[str, str], name: str, path: Path) -> str:
+    if name not in row:
+        raise DataError(f"{path}: missing column {name!r}")
+    return (row[name] or "").strip()
+
+
+def _examples_from(source: str, path: Path) -> list[Example]:
+    """Parse one data file into examples (empty texts skipped). Raises DataError on bad format."""
+    out: list[Example] = []
+    if source == "advbench":
+        out = [Example(_column(r, "goal", path), "advbench") for r in _read_csv(path)]
+    elif source == "xstest":
+        for row in _read_csv(path):
+            label = _column(row, "label", path)
+            if label not in ("safe", "unsafe"):
+                raise DataError(f"{path}: unexpected XSTest label {label!r}")
+            out.append(Example(_column(row, "prompt", path), f"xstest_{label}", (row.get("type") or "").strip()))
+    elif source == "davidson":
+        for row in _read_csv(path):
+            cls = _column(row, "class", path)
+            if cls not in DAVIDSON_CLASSES:
+                raise DataError(f"{path}: unexpected Davidson class {cls!r}")
+            out.append(Example(_column(row, "tweet", path), DAVIDSON_CLASSES[cls]))
+    elif source == "alpaca_seed":
+        with open(path, encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        out.append(Example(str(json.loads(line)["instruction"]).strip(), "alpaca_seed"))
+                    except (ValueError, KeyError) as exc:
+                        raise DataError(f"{path}:{line_no}: {exc}") from exc
+    return [e for e in out if e.text]
+
+
+def load_exemplars(path: Path = EXEMPLARS) -> list[Example]:
+    """The project's contrast exemplars (CSV ``text,label,theme``; label harmful | benign).
+
+    Raises:
+        DataError: missing file, column or an unknown label.
+    """
+    if not Path(path).is_file():
+        raise DataError(f"{path}: exemplar file not found")
+    out = []
+    for row in _read_csv(Path(path)):
+        label = _column(row, "label", path)
+        if label not in ("harmful", "benign"):
+            raise DataError(f"{path}: unexpected exemplar label {label!r}")
+        out.append(Example(_column(row, "text", path), f"exemplar_{label}", _column(row, "theme", path)))
+    return [e for e in out if e.text]
+
+
+def load_examples(data_dir: Path) -> tuple[list[Example], list[dict]]:
+    """Read every source under ``data_dir``.
+
+    Returns:
+        (examples, sources) where ``sources`` lists, per file read, its path relative to
+        ``data_dir``, sha256, row count, license, origin and whether it is evaluation-only (for
+        the artefact metadata).
+
+    Raises:
+        DataError: a required source (AdvBench, XSTest) is missing, or a file is malformed.
+    """
+    data_dir = Path(data_dir)
+    examples: list[Example] = []
+    sources: list[dict] = []
+    for source, info in SOURCE_INFO.items():
+        files = sorted(data_dir.glob(info["pattern"]))
+        if not files and info["required"]:
+            raise DataError(f"{data_dir}: no files match {info['pattern']} (required source {source})")
+        for path in files:
+            rows = _examples_from(source, path)
+            examples.extend(rows)
+            sources.append({
+                "source": source, "file": path.relative_to(data_dir).as_posix(), "sha256": sha256_file(path),
+                "rows": len(rows), "license": info["license"], "origin": info["origin"],
+                "use": "evaluation only" if info.get("evaluation_only") else "training + evaluation",
+            })
+    return examples, sources
+
+
+def _embed(texts: list[str], progress: bool) -> np.ndarray:
+    """Embed in batches with a tqdm bar; float64 (n, 384)."""
+    from tqdm import tqdm
+
+    chunks = []
+    for start in tqdm(range(0, len(texts), EMBED_BATCH), desc="embedding", unit="batch", disable=not progress):
+        chunks.append(embeddings.embed(texts[start:start + EMBED_BATCH]))
+    return np.vstack(chunks).astype(np.float64) if chunks else np.zeros((0, embeddings.DIMENSIONS))
+
+
+def _new_model(c: float):
+    from sklearn.svm import SVC
+
+    return SVC(C=c, kernel="rbf", gamma="scale", class_weight="balanced", tol=1e-6)
+
+
+def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: np.ndarray, y_always: np.ndarray,
+                   x_extra: np.ndarray, *, c: float, folds: int, repeats: int, seed: int,
+                   progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Repeated stratified k-fold out-of-fold SVM decision values.
+
+    Args:
+        x: (n, d) evaluated training rows; y: (n,) 0/1 labels; strata: (n,) stratification labels.
+        x_always, y_always: (e, d), (e,) rows added to every fold's training set, never tested.
+        x_extra: (m, d) evaluation-only rows, scored by every fold model.
+
+    Returns:
+        (oof (n,), extra (m,)): out-of-fold decision values averaged over repeats, and the mean
+        decision value of the fold models on ``x_extra``.
+    """
+    from sklearn.model_selection import RepeatedStratifiedKFold
+    from tqdm import tqdm
+
+    splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
+    oof = np.zeros(len(y))
+    extra = np.zeros(len(x_extra))
+    splits = list(splitter.split(x, strata))
+    for train, test in tqdm(splits, desc="cross-validation", unit="fold", disable=not progress):
+        model = _new_model(c).fit(np.vstack([x[train], x_always]), np.concatenate([y[train], y_always]))
+        oof[test] += model.decision_function(x[test]) / repeats
+        if len(x_extra):
+            extra += model.decision_function(x_extra) / len(splits)
+    return oof, extra
+
+
+def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, *, c: float,
+                      platt: tuple[float, float], threshold: float) -> dict | None:
+    """XSTest with each prompt *type pair* held out in turn (``homonyms`` with ``contrast_homonyms``).
+
+    Trains on every other row (AdvBench, the other XSTest types, Davidson, exemplars) and scores
+    the held-out pair; reports ROC AUC unsafe-vs-safe and the flag rates at ``threshold``
+    (probabilities through ``platt``). None when XSTest rows carry no ``type``.
+    """
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    xs = np.isin(groups, ("xstest_safe", "xstest_unsafe")) & (strata != "")
+    if not xs.any():
+        return None
+    pair = np.array([s.removeprefix("contrast_") if m else "" for s, m in zip(strata, xs)])
+    scores = np.zeros(int(xs.sum()))
+    idx = np.flatnonzero(xs)
+    for _, test in LeaveOneGroupOut().split(idx, groups=pair[idx]):
+        held = np.zeros(len(y), dtype=bool)
+        held[idx[test]] = True
+        model = _new_model(c).fit(x[~held], y[~held])
+        scores[test] = model.decision_function(x[held])
+    p = 1.0 / (1.0 + np.exp(-(platt[0] * scores + platt[1])))
+    g = groups[idx]
+    return {"scheme": "leave one XSTest type pair out (train on all other rows)",
+            "roc_auc_xstest_unsafe_vs_safe": _group_auc(scores, g, "xstest_unsafe", "xstest_safe"),
+            "harm_only": _rates(p >= threshold, g)}
+
+
+def fit_platt(decision: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Platt scaling (Platt 1999): (a, b) with p = sigmoid(a * decision + b), by an unregularised-ish
+    (C = 1e6) one-feature logistic regression on out-of-fold decision values."""
+    from sklearn.linear_model import LogisticRegression
+
+    model = LogisticRegression(C=1e6, solver="lbfgs", max_iter=10000, tol=1e-10).fit(decision.reshape(-1, 1), y)
+    return float(model.coef_[0, 0]), float(model.intercept_[0])
+
+
+def _rates(flags: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
+    """Per group: {"n", "flagged"} with flagged = share of rows flagged (0..1, 4 decimals)."""
+    return {g: {"n": int((groups == g).sum()), "flagged": round(float(flags[groups == g].mean()), 4)}
+            for g in sorted(set(groups.tolist()))}
+
+
+def choose_thresholds(harm: np.ndarray, toxic: np.ndarray, groups: np.ndarray, *, target_recall: float,
+                      max_xstest_safe: float = 0.03, max_alpaca: float = 0.01) -> dict[str, float | None]:
+    """Pick harm thresholds on a 0.01 grid from out-of-fold probabilities (combined with ``toxic`` flags).
+
+    Returns:
+        {"recall_first": highest t with AdvBench recall >= target_recall,
+         "benign_first": lowest t with XSTest-safe flagged <= max_xstest_safe and alpaca flagged
+         <= max_alpaca (None if no grid value satisfies it)}.
+    """
+    adv = groups == "advbench"
+    recall_ok = [t for t in GRID if ((harm[adv] >= t) | toxic[adv]).mean() >= target_recall]
+    benign_ok = []
+    for t in GRID:
+        flags = (harm >= t) | toxic
+        if all(flags[groups == g].mean() <= cap for g, cap in
+               (("xstest_safe", max_xstest_safe), ("alpaca_seed", max_alpaca)) if (groups == g).any()):
+            benign_ok.append(t)
+    return {"recall_first": float(max(recall_ok)) if recall_ok else float(GRID[0]),
+            "benign_first": float(min(benign_ok)) if benign_ok else None}
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez-compatible archive with fixed timestamps, so identical weights give identical bytes."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for key, array in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.asarray(array), allow_pickle=False)
+            archive.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue(),
+                             compress_type=zipfile.ZIP_DEFLATED)
+
+
+def _strata(groups: np.ndarray, types: np.ndarray, folds: int) -> np.ndarray:
+    """group+type strata when every such stratum has >= ``folds`` rows, else the groups."""
+    fine = np.array([f"{g}:{t}" if t else g for g, t in zip(groups, types)])
+    counts = {s: int((fine == s).sum()) for s in set(fine.tolist())}
+    return fine if min(counts.values()) >= folds else groups
+
+
+def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progress: bool = True, c: float = 3.0,
+                          folds: int = 5, repeats: int = 3, target_recall: float = 0.97,
+                          toxicity_threshold: float = 0.80, exemplars: Path | None = EXEMPLARS) -> dict:
+    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v2.{npz,json}``.
+
+    Args:
+        data_dir: folder laid out like ``../shared/data`` (see module docstring).
+        out_dir: created if missing; existing files of the same name are overwritten.
+        seed: fixes fold assignment (libsvm itself is deterministic for given data).
+        progress: show tqdm bars on stderr.
+        c: the SVM's C (inverse regularisation strength).
+        folds, repeats: repeated stratified k-fold; ``folds`` is reduced to the smallest group size.
+        target_recall: AdvBench recall the recommended (recall-first) threshold must reach in CV.
+        toxicity_threshold: profanity-check threshold used in the combined decision.
+        exemplars: the project's contrast exemplars (always trained on), or None for none.
+
+    Returns:
+        The metadata written to the .json (also holds ``cv`` metrics and ``recommended_thresholds``).
+
+    Raises:
+        DataError: missing required sources, or too few rows of a group to cross-validate.
+    """
+    from profanity_check import predict_prob
+
+    examples, sources = load_examples(Path(data_dir))
+    extra_examples = load_exemplars(exemplars) if exemplars is not None else []
+    if exemplars is not None:
+        sources.append({"source": "exemplars", "file": f"proxy/guardrails/artefacts/{Path(exemplars).name}",
+                        "sha256": sha256_file(Path(exemplars)), "rows": len(extra_examples),
+                        "license": "this project's license", "origin": "written for this project",
+                        "use": "training only"})
+    groups_all = np.array([e.group for e in examples])
+    types_all = np.array([e.stratum for e in examples])
+    train_mask = ~np.isin(groups_all, EVAL_ONLY_GROUPS)
+    groups = groups_all[train_mask]
+    y = np.isin(groups, HARMFUL_GROUPS).astype(int)
+    if len(set(y.tolist())) < 2:
+        raise DataError(f"{data_dir}: need both harmful and benign examples")
+    smallest = min(int((groups == g).sum()) for g in set(groups.tolist()))
+    folds = min(folds, smallest)
+    if folds < 2:
+        raise DataError(f"{data_dir}: a group has {smallest} row(s); cross-validation needs at least 2")
+    strata = _strata(groups, types_all[train_mask], folds)
+
+    texts = [e.text for e in examples]
+    vectors = _embed(texts + [e.text for e in extra_examples], progress)
+    vectors, x_always = vectors[:len(texts)], vectors[len(texts):]
+    y_always = np.array([e.group == "exemplar_harmful" for e in extra_examples], dtype=int)
+    toxic_p = np.asarray(predict_prob(texts), dtype=np.float64)
+    x, x_extra = vectors[train_mask], vectors[~train_mask]
+    oof, extra = cross_validate(x, y, strata, x_always, y_always, x_extra, c=c, folds=folds, repeats=repeats,
+                                seed=seed, progress=progress)
+    platt = fit_platt(oof, y)
+
+    decision_all = np.empty(len(examples))
+    decision_all[train_mask], decision_all[~train_mask] = oof, extra
+    harm_all = 1.0 / (1.0 + np.exp(-(platt[0] * decision_all + platt[1])))
+    toxic = toxic_p >= toxicity_threshold
+    thresholds = choose_thresholds(harm_all, toxic, groups_all, target_recall=target_recall)
+    cv = {"scheme": f"repeated stratified {folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
+                    "exemplars in every training fold, never tested; evaluation-only groups scored by every "
+                    "fold model",
+          "roc_auc_harm_vs_benign": round(float(_auc(oof, y)), 4),
+          "roc_auc_xstest_unsafe_vs_safe": _group_auc(oof, groups, "xstest_unsafe", "xstest_safe"),
+          "toxicity_only": _rates(toxic, groups_all),
+          "operating_points": {}}
+    for point, t in thresholds.items():
+        if t is not None:
+            cv["operating_points"][point] = {"harmful_intent_threshold": f"{t:.2f}",
+                                             "harm_only": _rates(harm_all >= t, groups_all),
+                                             "combined": _rates((harm_all >= t) | toxic, groups_all)}
+    recommended = thresholds["recall_first"]
+    x_fit = np.vstack([x, x_always])
+    y_fit = np.concatenate([y, y_always])
+    groups_fit = np.concatenate([groups, np.array([e.group for e in extra_examples], dtype=groups.dtype)])
+    strata_fit = np.concatenate([types_all[train_mask], np.array(["" for _ in extra_examples], dtype=types_all.dtype)])
+    holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platt=platt, threshold=recommended)
+    if holdout is not None:
+        cv["xstest_type_pair_holdout"] = holdout
+
+    final = _new_model(c).fit(x_fit, y_fit)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    npz_path, json_path = out_dir / f"{ARTEFACT_VERSION}.npz", out_dir / f"{ARTEFACT_VERSION}.json"
+    _write_npz(npz_path, {
+        "support_vectors": final.support_vectors_.astype(np.float32),
+        "dual_coef": final.dual_coef_[0].astype(np.float64),
+        "gamma": np.float64(final._gamma),
+        "intercept": np.float64(final.intercept_[0]),
+        "platt_a": np.float64(platt[0]),
+        "platt_b": np.float64(platt[1]),
+    })
+    import sklearn
+
+    metadata = {
+        "name": ARTEFACT_NAME, "version": ARTEFACT_VERSION,
+        "format": "npz: support_vectors float32 (k, 384), dual_coef float64 (k,), gamma, intercept, platt_a, "
+                  "platt_b float64 ()",
+        "score": "sigmoid(platt_a * (sum_i dual_coef_i * exp(-gamma * ||x - sv_i||^2) + intercept) + platt_b)",
+        "weights_sha256": sha256_file(npz_path),
+        "embedding_model": embeddings.model_version(), "trained_with": f"scikit-learn=={sklearn.__version__}",
+        "training_data": sources,
+        "label_rule": {"harmful": list(HARMFUL_GROUPS), "benign": list(BENIGN_GROUPS),
+                       "evaluation_only": list(EVAL_ONLY_GROUPS)},
+        "training_rows": {g: int((groups_fit == g).sum()) for g in sorted(set(groups_fit.tolist()))},
+        "support_vectors": int(final.support_vectors_.shape[0]),
+        "hyper_parameters": {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced",
+                             "tol": 1e-6, "seed": seed, "folds": folds, "repeats": repeats,
+                             "target_advbench_recall": target_recall,
+                             "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}},
+        "toxicity_in_combined_decision": {"detector": "profanity-check",
+                                          "threshold": f"{toxicity_threshold:.2f}"},
+        "recommended_thresholds": {"harmful_intent": f"{recommended:.2f}",
+                                   "toxicity_profanity_check": f"{toxicity_threshold:.2f}"},
+        "cv": cv,
+    }
+    json_path.write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return metadata
+
+
+def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores))
+
+
+def _group_auc(scores: np.ndarray, groups: np.ndarray, positive: str, negative: str) -> float | None:
+    mask = np.isin(groups, (positive, negative))
+    labels = (groups[mask] == positive).astype(int)
+    return round(_auc(scores[mask], labels), 4) if len(set(labels.tolist())) == 2 else None
+
+
+def summary(metadata: dict) -> str:
+    """Human-readable table of the cross-validated rates (percent) per group and operating point."""
+    lines = [f"{metadata['version']}  weights sha256 {metadata['weights_sha256'][:12]}  "
+             f"CV {metadata['cv']['scheme']}",
+             f"ROC AUC harm vs benign {metadata['cv']['roc_auc_harm_vs_benign']}, "
+             f"XSTest unsafe vs safe {metadata['cv']['roc_auc_xstest_unsafe_vs_safe']}"]
+    tox = metadata["toxicity_in_combined_decision"]
+    for point, values in metadata["cv"]["operating_points"].items():
+        lines.append(f"{point}: harmful_intent >= {values['harmful_intent_threshold']} OR "
+                     f"{tox['detector']} >= {tox['threshold']}  (% flagged, combined / harm only)")
+        for group, rate in values["combined"].items():
+            lines.append(f"  {group:20s} n={rate['n']:5d}  {100 * rate['flagged']:5.1f}%  /"
+                         f" {100 * values['harm_only'][group]['flagged']:5.1f}%")
+    holdout = metadata["cv"].get("xstest_type_pair_holdout")
+    if holdout:
+        lines.append(f"{holdout['scheme']}: XSTest AUC {holdout['roc_auc_xstest_unsafe_vs_safe']}, at "
+                     f"{metadata['recommended_thresholds']['harmful_intent']} (harm only) " + ", ".join(
+                         f"{g} {100 * r['flagged']:.1f}%" for g, r in holdout["harm_only"].items()))
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``train safety`` options to ``parser``."""
+    parser.add_argument("--data-dir", type=Path, required=True, help="development data (layout of shared/data)")
+    parser.add_argument("--out", type=Path, default=ARTEFACT_DIR, help=f"artefact directory (default {ARTEFACT_DIR})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--c", type=float, default=3.0, help="the RBF SVM's C (default 3.0)")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--target-recall", type=float, default=0.97, help="AdvBench recall for the threshold")
+    parser.add_argument("--toxicity-threshold", type=float, default=0.80)
+    parser.add_argument("--exemplars", type=Path, default=EXEMPLARS,
+                        help=f"contrast exemplars always trained on (default {EXEMPLARS})")
+    parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train from parsed arguments; print the CV summary. Returns 0, or 2 on a data error."""
+    try:
+        metadata = train_harm_classifier(args.data_dir, args.out, seed=args.seed, progress=not args.no_progress,
+                                         c=args.c, folds=args.folds, repeats=args.repeats,
+                                         target_recall=args.target_recall, toxicity_threshold=args.toxicity_threshold,
+                                         exemplars=None if args.no_exemplars else args.exemplars)
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary(metadata))
+    print(f"wrote {Path(args.out) / ARTEFACT_VERSION}.npz and .json")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m proxy.evaluation.training`` entry point."""
+    parser = argparse.ArgumentParser(prog="python -m proxy.evaluation.training", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

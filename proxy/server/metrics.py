@@ -1,0 +1,135 @@
+"""Prometheus instruments: the one place that defines every ``sonate_`` series.
+
+Naming follows Prometheus conventions (DESIGN.md "Metrics"): prefix ``sonate_``, base units in
+the name, counters end in ``_total``, low-cardinality labels only (never a user, key or prompt).
+Counters are raw material; ratios (FAR-A, RC, AD, TIS...) are recording rules in
+``deploy/prometheus/`` and KPI code in ``proxy.kpi``.
+
+KPI inputs exported here:
+- FAR-A denominator: ``sonate_interactions_total``; numerator candidates:
+  ``sonate_apologies_total{source="guardrail"|"model"}`` (to be adjudicated).
+- Receipt Coverage (RC): ``sonate_receipts_written_total`` / ``sonate_actions_total``.
+- Audit Depth (AD): ``sonate_evidence_fields_present_total`` / ``sonate_evidence_fields_required_total``.
+- Ledger Verification Pass rate (LVP): ``sonate_ledger_verifications_total{result="pass"}`` / all results.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+#: Latency buckets in seconds: sub-millisecond guardrail overhead up to minute-long generations.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    """All instruments, registered in their own registry (one per app; tests run several)."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "sonate_requests", "HTTP API requests by route and result class (ok, client_error, "
+            "auth_error, upstream_error, ledger_error).", ["route", "result"], registry=r)
+        self.interactions = Counter(
+            "sonate_interactions", "Chat interactions answered (FAR-A denominator).",
+            ["model", "provider", "domain", "stratum"], registry=r)
+        self.apologies = Counter(
+            "sonate_apologies", "Apologies returned to clients: source=guardrail (policy refusal) or "
+            "model (model-initiated apology detected in the output). FAR-A numerator candidates.",
+            ["source", "policy_id", "domain", "stratum"], registry=r)
+        self.guardrail_triggers = Counter(
+            "sonate_guardrail_triggers", "Policies that fired, including ones pre-empted by a "
+            "stronger action.", ["policy_id", "action", "stage"], registry=r)
+        self.actions = Counter(
+            "sonate_actions", "Guardrail actions performed (allow included); RC denominator.",
+            ["action"], registry=r)
+        self.receipts_written = Counter(
+            "sonate_receipts_written", "Receipts durably appended to the ledger; RC numerator.",
+            ["action"], registry=r)
+        self.evidence_required = Counter(
+            "sonate_evidence_fields_required", "Evidence fields policies require in receipts "
+            "(AD denominator).", ["policy_id"], registry=r)
+        self.evidence_present = Counter(
+            "sonate_evidence_fields_present", "Required evidence fields present in receipts "
+            "(AD numerator).", ["policy_id"], registry=r)
+        self.escalations_pending = Gauge(
+            "sonate_escalations_pending", "Escalated cases waiting for a human reviewer "
+            "(as of this process's last change).", registry=r)
+        self.request_duration = Histogram(
+            "sonate_request_duration_seconds", "Wall time of a chat completion request in the proxy.",
+            ["model", "action"], buckets=LATENCY_BUCKETS, registry=r)
+        self.upstream_duration = Histogram(
+            "sonate_upstream_duration_seconds", "Wall time of provider calls through litellm.",
+            ["model", "provider"], buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead_duration = Histogram(
+            "sonate_overhead_duration_seconds", "Request time spent outside provider calls "
+            "(guardrails, ledger, serialisation).", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.guardrail_duration = Histogram(
+            "sonate_guardrail_duration_seconds", "Time in guardrail evaluation per stage.",
+            ["stage"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ledger_append_duration = Histogram(
+            "sonate_ledger_append_duration_seconds", "Time to durably append one request's receipts.",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.time_to_first_token = Histogram(
+            "sonate_time_to_first_token_seconds", "Provider time to first streamed token.",
+            ["model", "provider"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter(
+            "sonate_tokens", "Tokens reported by the provider (type=prompt|completion).",
+            ["model", "provider", "type"], registry=r)
+        self.cost = Counter(
+            "sonate_cost_usd", "Provider cost in US dollars from litellm's price map (0 when unknown).",
+            ["model", "provider"], registry=r)
+
+        # Adjudication (methodology "Adjudication"; proxy.kpi.adjudication, proxy.server.routes.review).
+        self.review_items_queued = Counter(
+            "sonate_review_items_queued", "Interactions queued for blind two-pass adjudication, by "
+            "reason: apology (refusal or model apology), trigger (guardrail acted), sample (random "
+            "sample of allowed requests, for false negatives). An item may have several reasons.",
+            ["reason"], registry=r)
+        self.adjudication_verdicts = Counter(
+            "sonate_adjudication_verdicts", "Adjudication verdicts recorded, by pass (A, B, lead) "
+            "and domain; each is receipted (guardrail_action=adjudicate).", ["pass", "domain"], registry=r)
+        self.adjudicated_items = Counter(
+            "sonate_adjudicated_items", "Items whose adjudication became final (both passes agreed "
+            "or the lead resolved), by reason and domain.", ["reason", "domain"], registry=r)
+        self.unnecessary_apologies = Counter(
+            "sonate_unnecessary_apologies", "Apologies adjudicated unnecessary (no verified policy "
+            "breach, intent permissible, content non-harmful): the FAR-A numerator. "
+            "source=guardrail|model.", ["source", "domain", "stratum"], registry=r)
+        self.guardrail_misfires = Counter(
+            "sonate_guardrail_misfires", "Guardrail misfires confirmed by adjudication: "
+            "type=false_positive (acted without a verified breach) or false_negative (a sampled "
+            "allowed request with a breach); the GA numerator.", ["type", "policy_id", "domain"], registry=r)
+
+        # Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; README "Fault policy").
+        self.spool_depth = Gauge(
+            "sonate_spool_depth", "Receipts waiting in this process's local spool for the ledger "
+            "(ledger.on_unavailable: spool); 0 when the ledger is keeping up.", registry=r)
+        self.spool_replayed = Counter(
+            "sonate_spool_replayed", "Spooled receipts replayed into the ledger once it was back "
+            "(they count in sonate_receipts_written_total at that moment).", registry=r)
+        self.spool_quarantined = Counter(
+            "sonate_spool_quarantined", "Spooled receipts the ledger refused for good (e.g. a receipt_id "
+            "already used by other content), moved to a quarantine file for an operator; should stay 0.",
+            registry=r)
+        self.ledger_verifications = Counter(
+            "sonate_ledger_verifications", "Receipts re-verified by the ledger audit job, by result: pass, "
+            "fail_schema, fail_key (unknown key or outside its validity window), fail_signature, "
+            "fail_chain (prev_hash/height link to the previous receipt or the head), fail_inclusion "
+            "(Merkle inclusion in the latest checkpoint). LVP = pass / all (TIS component).",
+            ["result"], registry=r)
+
+        # Transparency log (proxy.server.publisher, proxy.server.routes.ledger).
+        self.ledger_checkpoints_published = Counter(
+            "sonate_ledger_checkpoints_published", "Signed checkpoints (C2SP tlog-checkpoint) this "
+            "process published or found already published by another process for a new tree size.",
+            registry=r)
+        self.ledger_checkpoint_tree_size = Gauge(
+            "sonate_ledger_checkpoint_tree_size", "Tree size (receipts) of the latest checkpoint this "
+            "process published; compare with the ledger height to see checkpoint lag.", registry=r)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every series."""
+        return generate_latest(self.registry)

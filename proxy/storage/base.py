@@ -1,0 +1,302 @@
+"""The ledger store interface shared by the SQLite and Redis back ends.
+
+DESIGN.md, "Trust receipts": stores append a batch atomically, get by height
+or id, report the head and read ranges; concurrent appends must never fork
+or gap the chain. The store itself is a compare-and-set log: the
+:class:`proxy.receipts.chain.Ledger` seals receipts, the store keeps them.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+__all__ = [
+    "Head",
+    "LedgerConflict",
+    "LedgerError",
+    "LedgerStore",
+    "LedgerUnavailable",
+    "TreeUpdate",
+    "check_batch",
+    "check_case",
+    "check_checkpoint",
+    "check_tree_update",
+    "open_store",
+]
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last receipt of a ledger: its ``height`` and ``entry_hash`` (``sha256:<hex>``)."""
+
+    height: int
+    entry_hash: str
+
+
+class LedgerError(Exception):
+    """Base class of ledger failures."""
+
+
+class LedgerUnavailable(LedgerError):
+    """The store cannot be reached or cannot write (network, disk, OS errors)."""
+
+
+class LedgerConflict(LedgerError):
+    """A write would break the ledger's invariants (duplicate receipt_id or height, lost CAS race)."""
+
+
+def check_batch(receipts: list[dict[str, Any]], expected: Head | None) -> None:
+    """Validate a batch before :meth:`LedgerStore.try_append` writes it.
+
+    The batch is non-empty; heights run ``expected.height + 1, +2, ...``
+    (``0, 1, ...`` when ``expected`` is None); each receipt has a string
+    ``receipt_id``. Raises ``ValueError`` for a malformed batch and
+    :class:`LedgerConflict` for a receipt_id repeated inside the batch.
+    """
+    if not receipts:
+        raise ValueError("try_append needs at least one receipt")
+    first = 0 if expected is None else expected.height + 1
+    seen: set[str] = set()
+    for offset, receipt in enumerate(receipts):
+        height = receipt.get("ledger_height") if isinstance(receipt, dict) else None
+        if isinstance(height, bool) or height != first + offset:
+            raise ValueError(f"batch receipt {offset} has ledger_height {height!r}, expected {first + offset}")
+        receipt_id = receipt.get("receipt_id")
+        if not isinstance(receipt_id, str) or not receipt_id:
+            raise ValueError(f"batch receipt {offset} has no receipt_id")
+        if receipt_id in seen:
+            raise LedgerConflict(f"duplicate receipt_id {receipt_id} in batch")
+        seen.add(receipt_id)
+
+
+@dataclass(frozen=True)
+class TreeUpdate:
+    """Merkle tree nodes to store with a batch (RFC 9162 tree, see :mod:`proxy.tlog.merkle`).
+
+    ``old_size``/``new_size``: the tree sizes (leaf counts) before and after;
+    ``nodes``: every node ``(level, index) -> 32-byte hash`` completed by the
+    leaves ``old_size .. new_size-1``. Stores keep a *tree size*: the number
+    of leaves whose complete nodes are all stored. A write moves it from
+    ``old_size`` to ``new_size`` only if it is still ``old_size``.
+    """
+
+    old_size: int
+    new_size: int
+    nodes: dict[tuple[int, int], bytes] = field(default_factory=dict)
+
+
+def check_tree_update(update: TreeUpdate, receipts: list[dict[str, Any]] | None = None) -> None:
+    """Validate a :class:`TreeUpdate` (and, with ``receipts``, that it covers exactly that batch).
+
+    Raises ``ValueError`` for sizes out of order, node ids that are not
+    non-negative integer pairs, hashes that are not 32 bytes, or sizes that
+    do not match the batch's heights.
+    """
+    if not isinstance(update, TreeUpdate):
+        raise ValueError("tree must be a TreeUpdate")
+    if not (isinstance(update.old_size, int) and isinstance(update.new_size, int)
+            and 0 <= update.old_size <= update.new_size):
+        raise ValueError(f"bad tree sizes {update.old_size!r} -> {update.new_size!r}")
+    for node, digest in update.nodes.items():
+        if (not isinstance(node, tuple) or len(node) != 2 or not all(isinstance(v, int) and v >= 0 for v in node)
+                or node[0] > 62 or not isinstance(digest, (bytes, bytearray)) or len(digest) != 32):
+            raise ValueError(f"bad tree node {node!r}")
+    if receipts is not None:
+        first = receipts[0]["ledger_height"]
+        if update.old_size != first or update.new_size != first + len(receipts):
+            raise ValueError(f"tree update {update.old_size}->{update.new_size} does not cover heights "
+                             f"{first}..{first + len(receipts) - 1}")
+
+
+def check_checkpoint(tree_size: Any, note: Any) -> None:
+    """Raise ``ValueError`` unless ``tree_size`` is an int >= 1 and ``note`` a non-empty str."""
+    if not isinstance(tree_size, int) or isinstance(tree_size, bool) or tree_size < 1:
+        raise ValueError(f"checkpoint tree_size must be an integer >= 1, got {tree_size!r}")
+    if not isinstance(note, str) or not note:
+        raise ValueError("checkpoint note must be a non-empty string")
+
+
+def check_case(case: Any) -> None:
+    """Raise ``ValueError`` unless ``case`` is a dict with non-empty string ``id`` and ``status``."""
+    if not isinstance(case, dict):
+        raise ValueError("a review case must be a JSON object")
+    for field in ("id", "status"):
+        if not isinstance(case.get(field), str) or not case[field]:
+            raise ValueError(f"a review case needs a non-empty string {field!r}")
+
+
+class LedgerStore(abc.ABC):
+    """Durable, append-only storage of sealed receipts plus the review queue.
+
+    Receipts are JSON dicts (see :mod:`proxy.receipts.receipt`), stored and
+    returned unchanged. Review cases are JSON dicts with at least string
+    ``"id"`` and ``"status"``. Every method may raise
+    :class:`LedgerUnavailable` when the store cannot be reached.
+    """
+
+    @abc.abstractmethod
+    async def head(self) -> Head | None:
+        """Return the last receipt's height and entry hash, or None for an empty ledger."""
+
+    @abc.abstractmethod
+    async def try_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
+    ) -> bool:
+        """Atomically append a batch if the head is still ``expected`` (compare-and-set).
+
+        Returns False and writes nothing when the current head differs from
+        ``expected``; otherwise writes every receipt, moves the head to the
+        last one and returns True. With ``tree`` (covering exactly this
+        batch), its Merkle nodes are written in the same atomic step and the
+        tree size moves to ``tree.new_size`` if it was ``tree.old_size``.
+        Raises ``ValueError`` for a malformed batch (see :func:`check_batch`,
+        :func:`check_tree_update`) and :class:`LedgerConflict` (writing
+        nothing) when a receipt_id is already stored.
+        """
+
+    @abc.abstractmethod
+    async def get_by_height(self, height: int) -> dict[str, Any] | None:
+        """Return the receipt at ``height`` or None."""
+
+    @abc.abstractmethod
+    async def get_by_id(self, receipt_id: str) -> dict[str, Any] | None:
+        """Return the receipt with ``receipt_id`` or None."""
+
+    @abc.abstractmethod
+    async def range(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Return the stored receipts with ``start <= height < end``, in height order."""
+
+    @abc.abstractmethod
+    async def put_case(self, case: dict[str, Any]) -> None:
+        """Add a review case. Raises :class:`LedgerConflict` if its id exists, ``ValueError`` if malformed."""
+
+    @abc.abstractmethod
+    async def get_case(self, case_id: str) -> dict[str, Any] | None:
+        """Return the review case ``case_id`` or None."""
+
+    @abc.abstractmethod
+    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return review cases (only those with ``status`` if given), oldest first."""
+
+    @abc.abstractmethod
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing review case (matched by id). Raises ``KeyError`` if it does not exist.
+
+        With ``expected_status``, the replace is a compare-and-set: it raises
+        :class:`LedgerConflict` (writing nothing) unless the stored case still
+        has that status, so two reviewers cannot both resolve one case.
+        """
+
+    # -- Merkle tree and checkpoints (RFC 9162 / C2SP tlog-checkpoint) -----------------
+    # Concrete stores implement these; the defaults only keep third-party
+    # subclasses importable.
+
+    async def tree_size(self) -> int:
+        """Return the number of leaves whose complete Merkle nodes are all stored (0 when none)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
+
+    async def get_nodes(self, ids: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        """Return the 32-byte hash of each node ``(level, index)`` in ``ids`` (None where not stored)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
+
+    async def put_nodes(self, update: TreeUpdate) -> bool:
+        """Store nodes outside an append (backfill, ``sonate ledger reindex``); compare-and-set on the tree size.
+
+        Writes ``update.nodes`` and moves the tree size to ``update.new_size``
+        only if it is ``update.old_size`` and ``update.new_size`` does not
+        exceed the receipts stored (head height + 1); returns False (writing
+        nothing) otherwise. Raises ``ValueError`` for a malformed update.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
+
+    async def put_checkpoint(self, tree_size: int, note: str) -> bool:
+        """Store the signed checkpoint note for ``tree_size`` unless one is stored; return True if written.
+
+        Idempotent: the first checkpoint stored for a size is kept. Raises
+        ``ValueError`` (see :func:`check_checkpoint`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    async def get_checkpoint(self, tree_size: int) -> str | None:
+        """Return the checkpoint note stored for ``tree_size``, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    async def latest_checkpoint(self) -> str | None:
+        """Return the stored checkpoint note with the largest tree size, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Return the tree sizes with a stored checkpoint in ``start <= size < end``, ascending."""
+        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
+
+    # Adjudication items (the blind two-pass review queue, proxy.kpi.adjudication): JSON dicts
+    # with at least string "id" and "status", kept apart from escalation cases.
+    @abc.abstractmethod
+    async def put_review_item(self, item: dict[str, Any]) -> None:
+        """Add an adjudication item. Raises :class:`LedgerConflict` if its id exists, ``ValueError`` if malformed."""
+
+    @abc.abstractmethod
+    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
+        """Return the adjudication item ``item_id`` or None."""
+
+    @abc.abstractmethod
+    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return adjudication items (only those with ``status`` if given), oldest first."""
+
+    @abc.abstractmethod
+    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing adjudication item (matched by id). Raises ``KeyError`` if it does not exist.
+
+        With ``expected_status`` the replace is a compare-and-set on the stored status: it raises
+        :class:`LedgerConflict` (writing nothing) unless the stored item still has that status,
+        so two concurrent verdicts on one item cannot overwrite each other.
+        """
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Return if the store is reachable and usable; raise :class:`LedgerUnavailable` otherwise."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+
+def open_store(url: str) -> LedgerStore:
+    """Return the store for a ledger URL (connections open lazily, on first use).
+
+    - ``sqlite:///relative/path.db`` (relative to the working directory),
+      ``sqlite:////abs/path.db``;
+    - ``redis://[user:password@]host:port/db[?namespace=name]`` (also
+      ``rediss://``); the namespace (default ``sonate``) becomes the Redis
+      Cluster hash tag ``{name}`` shared by every key.
+
+    Raises ``ValueError`` with the accepted forms for anything else.
+    """
+    if not isinstance(url, str):
+        raise ValueError(f"ledger URL must be a string, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "sqlite":
+        if not url.startswith("sqlite:///") or len(url) <= len("sqlite:///"):
+            raise ValueError(
+                f"bad SQLite ledger URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
+            )
+        from proxy.storage.sqlite import SQLiteStore
+
+        return SQLiteStore(url[len("sqlite:///"):])
+    if scheme in ("redis", "rediss"):
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        namespace = query.pop("namespace", ["sonate"])[-1]
+        if not parts.hostname:  # the URL may hold a password: not echoed
+            raise ValueError("bad Redis ledger URL (no host): use redis://host:port/db[?namespace=name]")
+        from proxy.storage.redis import RedisStore
+
+        rest = urlencode(query, doseq=True)
+        return RedisStore(parts._replace(query=rest).geturl(), namespace=namespace)
+    raise ValueError(
+        f"unsupported ledger URL {url!r}: use sqlite:///path.db, sqlite:////abs/path.db "
+        "or redis://host:port/db[?namespace=name]"
+    )

@@ -1,0 +1,441 @@
+"""Redis ledger store (``redis.asyncio``), safe for many processes and Redis Cluster.
+
+Every key carries the hash tag ``{namespace}`` so all of a ledger lives in one
+Cluster slot (DESIGN.md). Keys::
+
+    {ns}:head                 hash   height, entry_hash
+    {ns}:r:<height>           string canonical JSON (RFC 8785) of the receipt
+    {ns}:id:<receipt_id>      string height
+    {ns}:cases                hash   case id -> JSON
+    {ns}:cases:status         hash   case id -> status
+    {ns}:cases:seq            string creation counter
+    {ns}:cases:all            zset   case id scored by creation order
+    {ns}:cases:s:<status>     zset   same, per status
+    {ns}:adj...               the same five keys for adjudication items (adj, adj:status, ...)
+
+``try_append`` is one Lua script (head compare-and-set, duplicate checks and
+all writes), so appends from any number of processes can neither fork nor
+gap the chain. Scripts only touch keys passed in ``KEYS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from typing import Any, AsyncIterator, Sequence
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisError, ResponseError
+
+from proxy.receipts.canonical import canonical
+from proxy.receipts.receipt import entry_hash
+from proxy.storage.base import (
+    Head,
+    LedgerConflict,
+    LedgerStore,
+    LedgerUnavailable,
+    TreeUpdate,
+    check_batch,
+    check_case,
+    check_checkpoint,
+    check_tree_update,
+)
+
+__all__ = ["RedisStore"]
+
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_CHUNK = 1000
+_NODE_CHUNK_BITS = 16  # 65,536 nodes (2 MiB) per Redis string
+_ZERO_HASH = bytes(32)
+
+# KEYS: head, tree:size, then r:<h>, id:<rid> per receipt, then node chunk keys.
+# ARGV: expected height, expected entry hash, new height, new entry hash, n receipts,
+#       tree old size ('' = no tree), tree new size, node count,
+#       then per receipt: height, body; then per node: KEYS index, byte offset, 32-byte hash.
+_APPEND_LUA = """
+local cur = redis.call('HMGET', KEYS[1], 'height', 'entry_hash')
+if ARGV[1] == '' then
+  if cur[1] then return 0 end
+elseif cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+  return 0
+end
+local n = tonumber(ARGV[5])
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[2 * i + 2]) == 1 then
+    return redis.error_reply('SONATE_DUPLICATE_ID ' .. KEYS[2 * i + 2])
+  end
+  if redis.call('EXISTS', KEYS[2 * i + 1]) == 1 then
+    return redis.error_reply('SONATE_HEIGHT_TAKEN ' .. KEYS[2 * i + 1])
+  end
+end
+for i = 1, n do
+  redis.call('SET', KEYS[2 * i + 1], ARGV[8 + 2 * i])
+  redis.call('SET', KEYS[2 * i + 2], ARGV[7 + 2 * i])
+end
+if ARGV[6] ~= '' then
+  local base = 8 + 2 * n
+  for j = 0, tonumber(ARGV[8]) - 1 do
+    local a = base + 3 * j
+    redis.call('SETRANGE', KEYS[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), ARGV[a + 3])
+  end
+  local size = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if size == tonumber(ARGV[6]) then redis.call('SET', KEYS[2], ARGV[7]) end
+end
+redis.call('HSET', KEYS[1], 'height', ARGV[3], 'entry_hash', ARGV[4])
+return 1
+"""
+
+# KEYS: head, tree:size, node chunk keys. ARGV: old size, new size, node count, then triples as above.
+_PUT_NODES_LUA = """
+local size = tonumber(redis.call('GET', KEYS[2]) or '0')
+if size ~= tonumber(ARGV[1]) then return 0 end
+local top = redis.call('HGET', KEYS[1], 'height')
+local stored = top and (tonumber(top) + 1) or 0
+if tonumber(ARGV[2]) > stored then return 0 end
+for j = 0, tonumber(ARGV[3]) - 1 do
+  local a = 3 + 3 * j
+  redis.call('SETRANGE', KEYS[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), ARGV[a + 3])
+end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: cp, cp:sizes. ARGV: size, note.
+_PUT_CHECKPOINT_LUA = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
+return 1
+"""
+
+_PUT_CASE_LUA = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local seq = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[4], seq, ARGV[1])
+redis.call('ZADD', KEYS[5], seq, ARGV[1])
+return 1
+"""
+
+_UPDATE_CASE_LUA = """
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then return 0 end
+if cur ~= ARGV[2] then return -1 end
+local seq = redis.call('ZSCORE', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[5], seq, ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return 1
+"""
+
+
+@contextlib.asynccontextmanager
+async def _translate_errors() -> AsyncIterator[None]:
+    """Map redis-py/OS errors to :class:`LedgerUnavailable` / :class:`LedgerConflict`."""
+    try:
+        yield
+    except ResponseError as exc:
+        message = str(exc)
+        if "SONATE_DUPLICATE_ID" in message:
+            receipt_id = message.rsplit(":id:", 1)[-1]
+            raise LedgerConflict(f"receipt_id {receipt_id} is already in the ledger") from None
+        if "SONATE_HEIGHT_TAKEN" in message:
+            raise LedgerConflict(f"ledger height already occupied: {message.split()[-1]}") from None
+        raise LedgerUnavailable(f"Redis ledger refused the command: {message}") from exc
+    except (RedisError, OSError) as exc:
+        raise LedgerUnavailable(f"Redis ledger unreachable: {exc}") from exc
+
+
+class RedisStore(LedgerStore):
+    """A :class:`LedgerStore` in Redis under the hash tag ``{namespace}``.
+
+    ``url`` is a redis-py URL (``redis://host:port/db``) without the
+    ``namespace`` parameter. Connection, timeout and server errors surface as
+    :class:`LedgerUnavailable`. Raises ``ValueError`` for a namespace outside
+    ``[A-Za-z0-9_.:-]{1,100}``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "sonate",
+        socket_timeout_s: float = 5.0,
+        connect_timeout_s: float = 2.0,
+    ) -> None:
+        """Create the client (connections open lazily)."""
+        if not _NAMESPACE.match(namespace):
+            raise ValueError(f"bad ledger namespace {namespace!r}: use 1-100 of [A-Za-z0-9_.:-]")
+        self.namespace = namespace
+        self._prefix = "{" + namespace + "}:"
+        # Few, quick retries: a retried append whose first try did commit is
+        # caught by the duplicate-id check (see Ledger.append).
+        self._redis = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2),
+        )
+        # Merkle nodes are raw bytes: read them through a client that does not decode.
+        self._raw = aioredis.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2),
+        )
+        self._append = self._redis.register_script(_APPEND_LUA)
+        self._put_nodes = self._redis.register_script(_PUT_NODES_LUA)
+        self._put_checkpoint = self._redis.register_script(_PUT_CHECKPOINT_LUA)
+        self._put_case = self._redis.register_script(_PUT_CASE_LUA)
+        self._update_case = self._redis.register_script(_UPDATE_CASE_LUA)
+
+    def key(self, *parts: str | int) -> str:
+        """Return the full key for ``parts``, e.g. ``key("r", 5)`` -> ``{ns}:r:5``."""
+        return self._prefix + ":".join(str(p) for p in parts)
+
+    # -- receipts -------------------------------------------------------------
+    async def head(self) -> Head | None:
+        """Return the last receipt's height and entry hash, or None when empty."""
+        async with _translate_errors():
+            height, digest = await self._redis.hmget(self.key("head"), ["height", "entry_hash"])
+        return None if height is None else Head(int(height), digest)
+
+    def node_location(self, node: tuple[int, int]) -> tuple[str, int]:
+        """Return ``(key, byte offset)`` of Merkle node ``(level, index)`` (see the module docstring)."""
+        level, index = node
+        return self.key("t", level, index >> _NODE_CHUNK_BITS), (index & ((1 << _NODE_CHUNK_BITS) - 1)) * 32
+
+    def _node_args(self, nodes: dict[tuple[int, int], bytes], keys: list[str]) -> list[str | int | bytes]:
+        """Append node chunk keys to ``keys``; return the (key index, offset, hash) triples for Lua."""
+        slots: dict[str, int] = {}
+        args: list[str | int | bytes] = []
+        for node, digest in sorted(nodes.items()):
+            key, offset = self.node_location(node)
+            if key not in slots:
+                keys.append(key)
+                slots[key] = len(keys)  # Lua KEYS are 1-based
+            args += [slots[key], offset, bytes(digest)]
+        return args
+
+    async def try_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
+    ) -> bool:
+        """Compare-and-set append as one Lua script, tree nodes included (see :class:`LedgerStore`)."""
+        check_batch(receipts, expected)
+        if tree is not None:
+            check_tree_update(tree, receipts)
+        keys = [self.key("head"), self.key("tree", "size")]
+        args: list[str | int | bytes] = [
+            "" if expected is None else expected.height,
+            "" if expected is None else expected.entry_hash,
+            receipts[-1]["ledger_height"],
+            entry_hash(receipts[-1]),
+            len(receipts),
+            "" if tree is None else tree.old_size,
+            "" if tree is None else tree.new_size,
+            0 if tree is None else len(tree.nodes),
+        ]
+        for receipt in receipts:
+            keys += [self.key("r", receipt["ledger_height"]), self.key("id", receipt["receipt_id"])]
+            args += [receipt["ledger_height"], canonical(receipt).decode("utf-8")]
+        if tree is not None:
+            args += self._node_args(tree.nodes, keys)
+        async with _translate_errors():
+            return await self._append(keys=keys, args=args) == 1
+
+    # -- Merkle tree and checkpoints ------------------------------------------
+    async def tree_size(self) -> int:
+        """Return the number of leaves whose complete Merkle nodes are stored."""
+        async with _translate_errors():
+            value = await self._redis.get(self.key("tree", "size"))
+        return 0 if value is None else int(value)
+
+    async def get_nodes(self, ids: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        """Return each node's 32-byte hash (None where not stored): one pipelined GETRANGE per node."""
+        wanted = list(ids)
+        if not wanted:
+            return []
+        async with _translate_errors():
+            async with self._raw.pipeline(transaction=False) as pipe:
+                for node in wanted:
+                    key, offset = self.node_location(node)
+                    pipe.getrange(key, offset, offset + 31)
+                values = await pipe.execute()
+        return [v if isinstance(v, bytes) and len(v) == 32 and v != _ZERO_HASH else None for v in values]
+
+    async def put_nodes(self, update: TreeUpdate) -> bool:
+        """Backfill nodes with a compare-and-set on the tree size, as one Lua script."""
+        check_tree_update(update)
+        keys = [self.key("head"), self.key("tree", "size")]
+        args: list[str | int | bytes] = [update.old_size, update.new_size, len(update.nodes)]
+        args += self._node_args(update.nodes, keys)
+        async with _translate_errors():
+            return await self._put_nodes(keys=keys, args=args) == 1
+
+    async def put_checkpoint(self, tree_size: int, note: str) -> bool:
+        """Store a checkpoint note unless one exists for ``tree_size`` (HSETNX + ZADD in Lua); True if written."""
+        check_checkpoint(tree_size, note)
+        async with _translate_errors():
+            written = await self._put_checkpoint(keys=[self.key("cp"), self.key("cp", "sizes")],
+                                                 args=[tree_size, note])
+        return written == 1
+
+    async def get_checkpoint(self, tree_size: int) -> str | None:
+        """Return the checkpoint note for ``tree_size`` or None."""
+        async with _translate_errors():
+            return await self._redis.hget(self.key("cp"), str(tree_size))
+
+    async def latest_checkpoint(self) -> str | None:
+        """Return the checkpoint note with the largest tree size, or None."""
+        async with _translate_errors():
+            sizes = await self._redis.zrevrange(self.key("cp", "sizes"), 0, 0)
+            return None if not sizes else await self._redis.hget(self.key("cp"), sizes[0])
+
+    async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Return stored checkpoint tree sizes in ``start <= size < end``, ascending."""
+        upper = "+inf" if end is None else f"({end}"
+        async with _translate_errors():
+            sizes = await self._redis.zrangebyscore(self.key("cp", "sizes"), start, upper)
+        return [int(size) for size in sizes]
+
+    async def get_by_height(self, height: int) -> dict[str, Any] | None:
+        """Return the receipt at ``height`` or None."""
+        async with _translate_errors():
+            body = await self._redis.get(self.key("r", height))
+        return None if body is None else json.loads(body)
+
+    async def get_by_id(self, receipt_id: str) -> dict[str, Any] | None:
+        """Return the receipt with ``receipt_id`` or None."""
+        async with _translate_errors():
+            height = await self._redis.get(self.key("id", receipt_id))
+        return None if height is None else await self.get_by_height(int(height))
+
+    async def range(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Return receipts with ``start <= height < end`` in height order (MGET in chunks)."""
+        head = await self.head()
+        end = min(end, 0 if head is None else head.height + 1)
+        start = max(start, 0)
+        out: list[dict[str, Any]] = []
+        for lo in range(start, end, _CHUNK):
+            keys = [self.key("r", h) for h in range(lo, min(lo + _CHUNK, end))]
+            async with _translate_errors():
+                bodies = await self._redis.mget(keys)
+            out += [json.loads(body) for body in bodies if body is not None]
+        return out
+
+    # -- review cases ----------------------------------------------------------
+    async def put_case(self, case: dict[str, Any]) -> None:
+        """Insert a review case; :class:`LedgerConflict` if the id exists."""
+        check_case(case)
+        keys = [self.key("cases"), self.key("cases", "status"), self.key("cases", "seq"),
+                self.key("cases", "all"), self.key("cases", "s", case["status"])]
+        async with _translate_errors():
+            created = await self._put_case(keys=keys, args=[case["id"], case["status"], json.dumps(case)])
+        if created != 1:
+            raise LedgerConflict(f"review case {case['id']} already exists")
+
+    async def get_case(self, case_id: str) -> dict[str, Any] | None:
+        """Return the review case or None."""
+        async with _translate_errors():
+            body = await self._redis.hget(self.key("cases"), case_id)
+        return None if body is None else json.loads(body)
+
+    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return review cases, oldest first, optionally only those with ``status``."""
+        index = self.key("cases", "all") if status is None else self.key("cases", "s", status)
+        out: list[dict[str, Any]] = []
+        async with _translate_errors():
+            ids = await self._redis.zrange(index, 0, -1)
+            for lo in range(0, len(ids), _CHUNK):
+                bodies = await self._redis.hmget(self.key("cases"), ids[lo:lo + _CHUNK])
+                out += [json.loads(b) for b in bodies if b is not None]
+        # A case may change status between the two reads: filter on the body.
+        return out if status is None else [c for c in out if c.get("status") == status]
+
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing review case; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
+        check_case(case)
+        body = json.dumps(case)
+        for _ in range(100):  # compare-and-set on the status read just before
+            async with _translate_errors():
+                old = await self._redis.hget(self.key("cases", "status"), case["id"])
+                if old is None:
+                    raise KeyError(case["id"])
+                if expected_status is not None and old != expected_status:
+                    raise LedgerConflict(f"review case {case['id']} is {old}, not {expected_status}")
+                keys = [self.key("cases"), self.key("cases", "status"), self.key("cases", "all"),
+                        self.key("cases", "s", old), self.key("cases", "s", case["status"])]
+                result = await self._update_case(keys=keys, args=[case["id"], old, case["status"], body])
+            if result == 0:
+                raise KeyError(case["id"])
+            if result == 1:
+                return
+        raise LedgerConflict(f"review case {case['id']} keeps changing; update abandoned")
+
+    # -- adjudication items (the case scripts over the "adj" keys) --------------
+    async def put_review_item(self, item: dict[str, Any]) -> None:
+        """Insert an adjudication item; :class:`LedgerConflict` if the id exists."""
+        check_case(item)
+        keys = [self.key("adj"), self.key("adj", "status"), self.key("adj", "seq"),
+                self.key("adj", "all"), self.key("adj", "s", item["status"])]
+        async with _translate_errors():
+            created = await self._put_case(keys=keys, args=[item["id"], item["status"], json.dumps(item)])
+        if created != 1:
+            raise LedgerConflict(f"review item {item['id']} already exists")
+
+    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
+        """Return the adjudication item or None."""
+        async with _translate_errors():
+            body = await self._redis.hget(self.key("adj"), item_id)
+        return None if body is None else json.loads(body)
+
+    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return adjudication items, oldest first, optionally only those with ``status``."""
+        index = self.key("adj", "all") if status is None else self.key("adj", "s", status)
+        out: list[dict[str, Any]] = []
+        async with _translate_errors():
+            ids = await self._redis.zrange(index, 0, -1)
+            for lo in range(0, len(ids), _CHUNK):
+                bodies = await self._redis.hmget(self.key("adj"), ids[lo:lo + _CHUNK])
+                out += [json.loads(b) for b in bodies if b is not None]
+        return out if status is None else [i for i in out if i.get("status") == status]
+
+    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an adjudication item; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
+        check_case(item)
+        body = json.dumps(item)
+        for _ in range(100):
+            async with _translate_errors():
+                old = await self._redis.hget(self.key("adj", "status"), item["id"])
+                if old is None:
+                    raise KeyError(item["id"])
+                if expected_status is not None and old != expected_status:
+                    raise LedgerConflict(f"review item {item['id']} is {old}, not {expected_status}")
+                keys = [self.key("adj"), self.key("adj", "status"), self.key("adj", "all"),
+                        self.key("adj", "s", old), self.key("adj", "s", item["status"])]
+                result = await self._update_case(keys=keys, args=[item["id"], old, item["status"], body])
+            if result == 0:
+                raise KeyError(item["id"])
+            if result == 1:
+                return
+        raise LedgerConflict(f"review item {item['id']} keeps changing; update abandoned")
+
+    # -- lifecycle --------------------------------------------------------------
+    async def ping(self) -> None:
+        """Send PING; raise :class:`LedgerUnavailable` if Redis does not answer."""
+        async with _translate_errors():
+            await self._redis.ping()
+
+    async def close(self) -> None:
+        """Close the connection pools. Idempotent."""
+        await self._redis.aclose()
+        await self._raw.aclose()
+
+    def __repr__(self) -> str:
+        return f"RedisStore(namespace={self.namespace!r})"

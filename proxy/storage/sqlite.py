@@ -1,0 +1,424 @@
+"""SQLite ledger store: the embedded single-node default (DESIGN.md).
+
+stdlib ``sqlite3`` on one dedicated worker thread per store (the event loop
+never blocks on disk). WAL journal, ``synchronous=FULL`` so a committed
+batch survives power loss. Each batch is one ``BEGIN IMMEDIATE``
+transaction doing the head compare-and-set, which serialises writers across
+threads *and* processes sharing the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+from proxy.receipts.canonical import canonical
+from proxy.receipts.receipt import entry_hash
+from proxy.storage.base import (
+    Head,
+    LedgerConflict,
+    LedgerStore,
+    LedgerUnavailable,
+    TreeUpdate,
+    check_batch,
+    check_case,
+    check_checkpoint,
+    check_tree_update,
+)
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS receipts (
+    height     INTEGER PRIMARY KEY,
+    receipt_id TEXT NOT NULL UNIQUE,
+    entry_hash TEXT NOT NULL,
+    body       TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cases (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    id     TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    body   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cases_by_status ON cases (status, seq);
+CREATE TABLE IF NOT EXISTS review_items (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    id     TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    body   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS review_items_by_status ON review_items (status, seq);
+CREATE TABLE IF NOT EXISTS tree_nodes (
+    level INTEGER NOT NULL,
+    idx   INTEGER NOT NULL,
+    hash  BLOB NOT NULL,
+    PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger_meta (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    tree_size INTEGER PRIMARY KEY,
+    note      TEXT NOT NULL
+);
+"""
+
+
+class SQLiteStore(LedgerStore):
+    """A :class:`LedgerStore` in one SQLite file.
+
+    ``path`` is a file path (parent directories are created) or
+    ``":memory:"``. Receipts are stored as canonical JSON (RFC 8785) with
+    their entry hash, keyed by height (primary key) and receipt_id (unique).
+    Merkle nodes live in ``tree_nodes (level, idx, hash)``, the tree size in
+    ``ledger_meta`` (name ``tree_size``), checkpoint notes in
+    ``checkpoints (tree_size, note)``; all are written in the same
+    transactions as the receipts. SQLite errors surface as
+    :class:`LedgerUnavailable`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> None:
+        """Remember the database path; the file is opened on first use."""
+        self.path = str(path)
+        self._busy_timeout_s = busy_timeout_s
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(1, thread_name_prefix="sonate-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    # -- worker-thread side -------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
+            try:
+                self._enable_wal(conn)
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL, retrying while another opener holds it.
+
+        Changing the journal mode can fail at once with "database is locked"
+        (SQLite does not always call the busy handler for it) when several
+        processes open a new file together.
+        """
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.005, 0.02))
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._executor is None:
+            raise LedgerUnavailable(f"SQLite ledger {self.path} is closed")
+
+        def call() -> T:
+            conn = self._connection()
+            try:
+                return fn(conn)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerUnavailable(f"SQLite ledger {self.path}: {exc}") from exc
+
+    @staticmethod
+    def _head(conn: sqlite3.Connection) -> Head | None:
+        row = conn.execute("SELECT height, entry_hash FROM receipts ORDER BY height DESC LIMIT 1").fetchone()
+        return Head(row[0], row[1]) if row else None
+
+    # -- receipts -------------------------------------------------------------
+    async def head(self) -> Head | None:
+        """Return the last receipt's height and entry hash, or None when empty."""
+        return await self._run(self._head)
+
+    @staticmethod
+    def _tree_size(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM ledger_meta WHERE name = 'tree_size'").fetchone()
+        return int(row[0]) if row else 0
+
+    @classmethod
+    def _write_tree(cls, conn: sqlite3.Connection, update: TreeUpdate) -> None:
+        """Write nodes; advance the tree size if it is ``update.old_size`` (inside a transaction)."""
+        conn.executemany("INSERT OR REPLACE INTO tree_nodes (level, idx, hash) VALUES (?,?,?)",
+                         [(level, idx, bytes(digest)) for (level, idx), digest in update.nodes.items()])
+        if cls._tree_size(conn) == update.old_size and update.new_size != update.old_size:
+            conn.execute("INSERT OR REPLACE INTO ledger_meta (name, value) VALUES ('tree_size', ?)",
+                         (update.new_size,))
+
+    async def try_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
+    ) -> bool:
+        """Compare-and-set append in one ``BEGIN IMMEDIATE`` transaction, tree nodes included (see :class:`LedgerStore`)."""
+        check_batch(receipts, expected)
+        if tree is not None:
+            check_tree_update(tree, receipts)
+        rows = [
+            (r["ledger_height"], r["receipt_id"], entry_hash(r), canonical(r).decode("utf-8"))
+            for r in receipts
+        ]
+        ids = [row[1] for row in rows]
+
+        def append(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            if self._head(conn) != expected:
+                conn.rollback()
+                return False
+            marks = ",".join("?" * len(ids))
+            taken = conn.execute(f"SELECT receipt_id FROM receipts WHERE receipt_id IN ({marks})", ids).fetchall()
+            if taken:
+                conn.rollback()
+                raise LedgerConflict(f"receipt_id {taken[0][0]} is already in the ledger")
+            conn.executemany("INSERT INTO receipts (height, receipt_id, entry_hash, body) VALUES (?,?,?,?)", rows)
+            if tree is not None:
+                self._write_tree(conn, tree)
+            conn.commit()
+            return True
+
+        return await self._run(append)
+
+    # -- Merkle tree and checkpoints ------------------------------------------
+    async def tree_size(self) -> int:
+        """Return the number of leaves whose complete Merkle nodes are stored."""
+        return await self._run(self._tree_size)
+
+    async def get_nodes(self, ids: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        """Return each node's 32-byte hash (None where not stored), in the order of ``ids``."""
+        wanted = list(ids)
+        if not wanted:
+            return []
+
+        by_level: dict[int, list[int]] = {}
+        for level, idx in wanted:
+            by_level.setdefault(level, []).append(idx)
+
+        def read(conn: sqlite3.Connection) -> dict[tuple[int, int], bytes]:
+            # One primary-key lookup per level: "level = ? AND idx IN (...)" uses the index
+            # (a row-value IN over VALUES would scan the table).
+            found: dict[tuple[int, int], bytes] = {}
+            for level, indexes in by_level.items():
+                for lo in range(0, len(indexes), 500):  # stay under SQLite's bound-parameter limit
+                    chunk = indexes[lo:lo + 500]
+                    marks = ",".join("?" * len(chunk))
+                    for idx, digest in conn.execute(
+                            f"SELECT idx, hash FROM tree_nodes WHERE level = ? AND idx IN ({marks})", [level, *chunk]):
+                        found[(level, idx)] = bytes(digest)
+            return found
+
+        found = await self._run(read)
+        return [found.get(tuple(node)) for node in wanted]
+
+    async def put_nodes(self, update: TreeUpdate) -> bool:
+        """Backfill nodes with a compare-and-set on the tree size (see :class:`LedgerStore`)."""
+        check_tree_update(update)
+
+        def put(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            head = self._head(conn)
+            if self._tree_size(conn) != update.old_size or update.new_size > (0 if head is None else head.height + 1):
+                conn.rollback()
+                return False
+            self._write_tree(conn, update)
+            conn.commit()
+            return True
+
+        return await self._run(put)
+
+    async def put_checkpoint(self, tree_size: int, note: str) -> bool:
+        """Store a checkpoint note unless one exists for ``tree_size``; True if written."""
+        check_checkpoint(tree_size, note)
+
+        def put(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute("INSERT OR IGNORE INTO checkpoints (tree_size, note) VALUES (?,?)", (tree_size, note))
+            return cursor.rowcount == 1
+
+        return await self._run(put)
+
+    async def get_checkpoint(self, tree_size: int) -> str | None:
+        """Return the checkpoint note for ``tree_size`` or None."""
+        row = await self._run(
+            lambda c: c.execute("SELECT note FROM checkpoints WHERE tree_size = ?", (tree_size,)).fetchone())
+        return row[0] if row else None
+
+    async def latest_checkpoint(self) -> str | None:
+        """Return the checkpoint note with the largest tree size, or None."""
+        row = await self._run(
+            lambda c: c.execute("SELECT note FROM checkpoints ORDER BY tree_size DESC LIMIT 1").fetchone())
+        return row[0] if row else None
+
+    async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Return stored checkpoint tree sizes in ``start <= size < end``, ascending."""
+        stop = 2**63 - 1 if end is None else end
+        rows = await self._run(lambda c: c.execute(
+            "SELECT tree_size FROM checkpoints WHERE tree_size >= ? AND tree_size < ? ORDER BY tree_size",
+            (start, stop)).fetchall())
+        return [row[0] for row in rows]
+
+    async def get_by_height(self, height: int) -> dict[str, Any] | None:
+        """Return the receipt at ``height`` or None."""
+        row = await self._run(lambda c: c.execute("SELECT body FROM receipts WHERE height = ?", (height,)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    async def get_by_id(self, receipt_id: str) -> dict[str, Any] | None:
+        """Return the receipt with ``receipt_id`` or None."""
+        row = await self._run(
+            lambda c: c.execute("SELECT body FROM receipts WHERE receipt_id = ?", (receipt_id,)).fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    async def range(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Return receipts with ``start <= height < end`` in height order."""
+        rows = await self._run(
+            lambda c: c.execute(
+                "SELECT body FROM receipts WHERE height >= ? AND height < ? ORDER BY height", (start, end)
+            ).fetchall()
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    # -- review cases ----------------------------------------------------------
+    async def put_case(self, case: dict[str, Any]) -> None:
+        """Insert a review case; :class:`LedgerConflict` if the id exists."""
+        check_case(case)
+        body = json.dumps(case, ensure_ascii=False)
+
+        def put(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute("INSERT INTO cases (id, status, body) VALUES (?,?,?)", (case["id"], case["status"], body))
+            except sqlite3.IntegrityError:
+                raise LedgerConflict(f"review case {case['id']} already exists") from None
+
+        await self._run(put)
+
+    async def get_case(self, case_id: str) -> dict[str, Any] | None:
+        """Return the review case or None."""
+        row = await self._run(lambda c: c.execute("SELECT body FROM cases WHERE id = ?", (case_id,)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return review cases, oldest first, optionally only those with ``status``."""
+        if status is None:
+            query, params = "SELECT body FROM cases ORDER BY seq", ()
+        else:
+            query, params = "SELECT body FROM cases WHERE status = ? ORDER BY seq", (status,)
+        rows = await self._run(lambda c: c.execute(query, params).fetchall())
+        return [json.loads(row[0]) for row in rows]
+
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing review case; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
+        check_case(case)
+        body = json.dumps(case, ensure_ascii=False)
+
+        def update(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute("SELECT status FROM cases WHERE id = ?", (case["id"],)).fetchone()
+            if row is None:
+                conn.rollback()
+                raise KeyError(case["id"])
+            if expected_status is not None and row[0] != expected_status:
+                conn.rollback()
+                raise LedgerConflict(f"review case {case['id']} is {row[0]}, not {expected_status}")
+            conn.execute("UPDATE cases SET status = ?, body = ? WHERE id = ?", (case["status"], body, case["id"]))
+            conn.commit()
+
+        await self._run(update)
+
+    # -- adjudication items (same semantics as cases, own table) ----------------
+    async def put_review_item(self, item: dict[str, Any]) -> None:
+        """Insert an adjudication item; :class:`LedgerConflict` if the id exists."""
+        check_case(item)
+        body = json.dumps(item, ensure_ascii=False)
+
+        def put(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute("INSERT INTO review_items (id, status, body) VALUES (?,?,?)",
+                             (item["id"], item["status"], body))
+            except sqlite3.IntegrityError:
+                raise LedgerConflict(f"review item {item['id']} already exists") from None
+
+        await self._run(put)
+
+    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
+        """Return the adjudication item or None."""
+        row = await self._run(
+            lambda c: c.execute("SELECT body FROM review_items WHERE id = ?", (item_id,)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Return adjudication items, oldest first, optionally only those with ``status``."""
+        if status is None:
+            query, params = "SELECT body FROM review_items ORDER BY seq", ()
+        else:
+            query, params = "SELECT body FROM review_items WHERE status = ? ORDER BY seq", (status,)
+        rows = await self._run(lambda c: c.execute(query, params).fetchall())
+        return [json.loads(row[0]) for row in rows]
+
+    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an adjudication item; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
+        check_case(item)
+        body = json.dumps(item, ensure_ascii=False)
+
+        def update(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute("SELECT status FROM review_items WHERE id = ?", (item["id"],)).fetchone()
+            if row is None:
+                conn.rollback()
+                raise KeyError(item["id"])
+            if expected_status is not None and row[0] != expected_status:
+                conn.rollback()
+                raise LedgerConflict(f"review item {item['id']} is {row[0]}, not {expected_status}")
+            conn.execute("UPDATE review_items SET status = ?, body = ? WHERE id = ?",
+                         (item["status"], body, item["id"]))
+            conn.commit()
+
+        await self._run(update)
+
+    # -- lifecycle --------------------------------------------------------------
+    async def ping(self) -> None:
+        """Open the database (creating the schema) and run ``SELECT 1``."""
+        await self._run(lambda c: c.execute("SELECT 1").fetchone())
+
+    async def close(self) -> None:
+        """Close the connection and stop the worker thread. Idempotent."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+
+        def shutdown() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, shutdown)
+        finally:
+            executor.shutdown(wait=False)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"

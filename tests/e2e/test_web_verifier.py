@@ -1,0 +1,215 @@
+"""The in-browser verifier (/verify) in Debian's headless chromium, against the real proxy.
+
+Every cross-language vector (tests/vectors/*.json) goes through the page's verifier twice —
+with WebCrypto's Ed25519 and with the vendored @noble/ed25519 fallback (?fallback=1) — and
+the browser's verdict must equal the vector's and the Python verifier's. A person's path is
+driven too: paste a live receipt and a bundle, fetch /v1/keys, click Verify, read the badges.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.support.proxy import CLIENT_KEY
+from tests.unit.test_vectors import VECTORS, python_verdict
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+# Debian's chromium + chromium-driver are installed by scripts/system-deps.sh (make test): a
+# missing browser fails the tests instead of skipping them.
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    """Headless chromium with a fresh profile and no background network traffic."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_script_timeout(300)
+    yield driver
+    driver.quit()
+
+
+def open_page(browser, proxy, query: str = "") -> None:
+    browser.get(f"{proxy.url}/verify{query}")
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+
+
+def run_vectors(browser) -> list[dict[str, Any]]:
+    """Each vector's {valid, failed_checks, backend} from the page's window.sonateVerifier."""
+    items = [{"document": json.dumps(v["document"]),
+              "keys": "" if v["keys"] is None else json.dumps(v["keys"])} for v in VECTORS]
+    return browser.execute_async_script(
+        """
+        const [items, done] = arguments;
+        window.sonateVerifier.verifyAll(items)
+          .then((results) => done(results.map((r) => ({valid: r.valid, failed_checks: r.failed_checks,
+                                                       backend: r.backend}))))
+          .catch((err) => done({error: String(err && err.stack || err)}));
+        """, items)
+
+
+def assert_agreement(results: list[dict[str, Any]], backend: str) -> None:
+    assert isinstance(results, list), results
+    assert len(results) == len(VECTORS)
+    disagreements = []
+    for vector, result in zip(VECTORS, results):
+        browser_verdict = {"valid": result["valid"], "failed_checks": result["failed_checks"]}
+        if browser_verdict != vector["expected"]:
+            disagreements.append(f"{vector['id']}: browser {browser_verdict}, expected {vector['expected']}")
+        python = python_verdict(vector)
+        if python != browser_verdict:
+            disagreements.append(f"{vector['id']}: browser {browser_verdict}, python {python}")
+    assert not disagreements, "\n".join(disagreements)
+    signed = [r["backend"] for r in results if r["backend"] is not None]
+    assert signed and set(signed) == {backend}
+
+
+def test_page_and_assets_are_served_with_a_same_origin_csp(proxy):
+    with urllib.request.urlopen(f"{proxy.url}/verify?fallback=1") as response:  # follows the redirect
+        assert response.url == f"{proxy.url}/verify/?fallback=1"
+        assert response.headers["Content-Type"].startswith("text/html")
+        csp = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp and "connect-src 'self'" in csp
+        assert "<h1>Verify a trust receipt</h1>" in response.read().decode()
+    for asset, kind in [("verify.js", "text/javascript"), ("verifier.js", "text/javascript"),
+                        ("verify.css", "text/css"), ("vendor/noble-ed25519.js", "text/javascript"),
+                        ("vendor/canonicalize.js", "text/javascript"), ("vendor/noble-ed25519.LICENSE", "text/plain")]:
+        with urllib.request.urlopen(f"{proxy.url}/verify/{asset}") as response:
+            assert response.headers["Content-Type"].startswith(kind), asset
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+    for missing in ("nothing.js", "%2e%2e/pyproject.toml", "..%2fserver%2fapp.py", "vendor"):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(f"{proxy.url}/verify/{missing}")
+        assert caught.value.code == 404
+        assert json.loads(caught.value.read())["error"]["code"] == "not_found"
+
+
+def test_every_vector_agrees_with_webcrypto_ed25519(browser, proxy):
+    open_page(browser, proxy)
+    assert browser.execute_script("return document.body.dataset.backend") == "webcrypto"
+    assert_agreement(run_vectors(browser), "webcrypto")
+
+
+def test_every_vector_agrees_with_the_vendored_fallback(browser, proxy):
+    open_page(browser, proxy, "?fallback=1")
+    assert browser.execute_script("return document.body.dataset.backend") == "noble"
+    assert "forced by ?fallback=1" in browser.find_element(By.ID, "engine").text
+    assert_agreement(run_vectors(browser), "noble")
+
+
+def test_every_vector_agrees_in_a_browser_without_json_source_text(browser, proxy):
+    """Browsers without JSON.parse source text access (older Firefox/Safari) find floats by scanning."""
+    open_page(browser, proxy)
+    browser.execute_script("""
+        const original = JSON.parse;
+        JSON.parse = (text, reviver) =>
+          reviver ? original(text, function (key, value) { return reviver.call(this, key, value); }) : original(text);
+    """)
+    assert_agreement(run_vectors(browser), "webcrypto")
+
+
+def _chat_receipt(proxy) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A live receipt and its offline bundle from the proxy (demo route, no provider)."""
+    body = json.dumps({"model": "demo", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}).encode()
+    request = urllib.request.Request(f"{proxy.v1}/chat/completions", data=body, method="POST", headers={
+        "Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        receipt_id = response.headers["x-sonate-receipt-id"]
+    documents = []
+    for query in ("", "?bundle=1"):
+        request = urllib.request.Request(f"{proxy.v1}/receipts/{receipt_id}{query}",
+                                         headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            documents.append(json.loads(response.read()))
+    return documents[0], documents[1]
+
+
+def _paste(browser, element_id: str, text: str) -> None:
+    field = browser.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(text)
+
+
+def _badges(browser) -> dict[str, str]:
+    WebDriverWait(browser, 30).until(EC.visibility_of_element_located((By.ID, "results")))
+    return {item.get_attribute("data-check"): item.find_element(By.CLASS_NAME, "badge").text
+            for item in browser.find_elements(By.CSS_SELECTOR, "#checks > li")}
+
+
+def _verify_click(browser) -> dict[str, str]:
+    browser.execute_script("document.getElementById('results').hidden = true")
+    browser.find_element(By.ID, "verify").click()
+    return _badges(browser)
+
+
+def test_person_pastes_a_live_receipt_fetches_keys_and_reads_badges(browser, proxy):
+    receipt, bundle = _chat_receipt(proxy)
+    open_page(browser, proxy)
+
+    browser.find_element(By.ID, "fetch-keys").click()
+    WebDriverWait(browser, 10).until(EC.text_to_be_present_in_element((By.ID, "fetch-status"), "Loaded"))
+    fetched = json.loads(browser.find_element(By.ID, "keys").get_attribute("value"))
+    assert receipt["key_id"] in {entry["key_id"] for entry in fetched["keys"]}
+
+    _paste(browser, "document", json.dumps(receipt, indent=1))
+    badges = _verify_click(browser)
+    assert badges == {"keys": "✔ PASS", "schema": "✔ PASS", "unknown_key": "✔ PASS", "signature": "✔ PASS",
+                      "genesis": "✔ PASS"}
+    verdict = browser.find_element(By.ID, "verdict")
+    assert "Receipt verified" in verdict.text and "pass" in verdict.get_attribute("class")
+
+    tampered = {**receipt, "guardrail_action": "allow" if receipt["guardrail_action"] != "allow" else "block"}
+    _paste(browser, "document", json.dumps(tampered))
+    badges = _verify_click(browser)
+    assert badges["signature"] == "✘ FAIL" and badges["schema"] == "✔ PASS"
+    assert "NOT verified" in browser.find_element(By.ID, "verdict").text
+    details = browser.find_element(By.CSS_SELECTOR, "li[data-check='signature'] .check-details").text
+    assert receipt["key_id"] in details
+
+    _paste(browser, "document", json.dumps(bundle))
+    badges = _verify_click(browser)
+    assert set(badges) >= {"bundle", "signature", "checkpoint", "checkpoint_signature", "inclusion"}
+    assert all(text == "✔ PASS" for text in badges.values()), badges
+    facts = browser.find_element(By.ID, "facts").get_attribute("textContent")
+    assert bundle["checkpoint"].split("\n")[0] in facts  # the checkpoint origin is shown
+
+    hashes = bundle["inclusion_proof"]["hashes"]
+    if hashes:  # a one-leaf tree has an empty path; otherwise corrupt it
+        broken = json.loads(json.dumps(bundle))
+        broken["inclusion_proof"]["hashes"] = hashes[::-1] if len(hashes) > 1 else ["A" * 43 + "="]
+        _paste(browser, "document", json.dumps(broken))
+        assert _verify_click(browser)["inclusion"] == "✘ FAIL"
+
+    # Nothing left the origin: every resource the page loaded came from the proxy.
+    urls = browser.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+    assert urls and all(url.startswith(proxy.url + "/") for url in urls), urls
+
+
+def test_bad_input_is_reported_not_thrown(browser, proxy):
+    open_page(browser, proxy)
+    _paste(browser, "document", "{not json")
+    _paste(browser, "keys", "")
+    badges = _verify_click(browser)
+    assert badges == {"input": "✘ FAIL"}
+    assert "not JSON" in browser.find_element(By.ID, "checks").text
+
+    _paste(browser, "document", json.dumps(VECTORS[0]["document"]))
+    _paste(browser, "keys", json.dumps({"keys": [{"alg": "Ed25519", "private_key": "x", "public_key": "y"}]}))
+    badges = _verify_click(browser)
+    assert badges["keys"] == "✘ FAIL"
+    assert "private" in browser.find_element(By.CSS_SELECTOR, "li[data-check='keys'] .check-details").text

@@ -1,0 +1,136 @@
+"""The one proxy launcher of the tests: config writer, `python -m proxy serve` on a free port, keys, paths."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from proxy import offline  # noqa: F401  (offline settings for in-process model loading)
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+REDIS_URL = os.environ.get("SONATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+CLIENT_KEY, OTHER_KEY, ADMIN_KEY = "sk-test-client-0001", "sk-test-other-0002", "sk-test-admin-0003"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningProxy:
+    """A proxy subprocess: base URL, config path, ledger URL and its log file."""
+
+    url: str
+    config_path: Path
+    ledger_url: str
+    key_file: Path
+    log_path: Path
+    process: subprocess.Popen
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, policies: Path | None = None,
+                 extra_keys: list[dict] | None = None, overrides: dict | None = None) -> Path:
+    """A config.yaml for tests: a `stub` route to the stub provider, the demo route, test keys.
+
+    ``extra_keys`` are appended to auth.keys; ``overrides`` replace top-level sections.
+    """
+    if policies is None:
+        policies = directory / "policies"
+        shutil.copytree(ROOT / "policies", policies)
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 5},
+        "model_list": [
+            {"model_name": "stub", "litellm_params": {"model": "openai/stub-model", "api_base": stub_url,
+                                                      "api_key": "os.environ/STUB_PROVIDER_KEY"}},
+            {"model_name": "demo", "litellm_params": {"model": "openai/demo", "api_key": "x",
+                                                      "mock_response": "Hello from the demo model."},
+             "model_info": {"demo": True}},
+        ],
+        "policies": str(policies),
+        "ledger": {"url": ledger_url},
+        "signing": {"key_file": str(directory / "keys" / "signing-key.json")},
+        "auth": {"keys": [
+            {"key": CLIENT_KEY, "actor": "alice", "role": "client"},
+            {"key": OTHER_KEY, "actor": "bob", "role": "client"},
+            {"key": "os.environ/SONATE_TEST_ADMIN_KEY", "actor": "reviewer-rita", "role": "admin"},
+        ]},
+    }
+    config["auth"]["keys"] += extra_keys or []
+    config.update(overrides or {})
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path | None = None,
+                extra_keys: list[dict] | None = None, overrides: dict | None = None) -> RunningProxy:
+    """Start `python -m proxy serve` on a free port and wait until /readyz answers 200.
+
+    ``extra_keys`` / ``overrides``: see :func:`write_config`.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config_path = write_config(directory, stub_url, ledger_url, port, policies, extra_keys, overrides)
+    log_path = directory / "proxy.log"
+    env = {**os.environ, "STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY,
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("SONATE_LEDGER_URL", None)
+    process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
+                               cwd=ROOT, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"proxy exited with {process.returncode}:\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return RunningProxy(url, config_path, ledger_url, directory / "keys" / "signing-key.json",
+                                        log_path, process)
+        except OSError:
+            time.sleep(0.3)
+    process.kill()
+    raise RuntimeError(f"proxy did not become ready:\n{log_path.read_text()}")
+
+
+def stop_proxy(proxy: RunningProxy) -> None:
+    proxy.process.terminate()
+    try:
+        proxy.process.wait(15)
+    except subprocess.TimeoutExpired:
+        proxy.process.kill()
+
+
+def redis_namespace_url(prefix: str = "test") -> str:
+    return f"{REDIS_URL}?namespace={prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def delete_redis_namespace(url: str) -> None:
+    import redis
+
+    namespace = url.split("namespace=", 1)[1]
+    client = redis.Redis.from_url(url.split("?", 1)[0])
+    keys = list(client.scan_iter(match=f"{{{namespace}}}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
