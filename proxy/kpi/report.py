@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.adjudication import FINAL_STATUSES, TRIGGER_ACTIONS, agreement_by_domain
 from proxy.kpi.methodology import (
     BOOTSTRAP_RESAMPLES,
@@ -103,21 +104,6 @@ class ReportInputs:
     seed: int = 0
     resamples: int = BOOTSTRAP_RESAMPLES
     sources: dict[str, Any] = field(default_factory=dict)
-
-
-def evidence_present(receipt: Mapping[str, Any], required: Sequence[str]) -> int:
-    """How many ``required`` evidence fields ``receipt`` carries (top level or in ``evidence``).
-
-    A field counts when present and not null / "" / {} / [] — the rule of the proxy's AD
-    counters (``proxy.server.pipeline.evidence_coverage``).
-    """
-    evidence = receipt.get("evidence") or {}
-
-    def present(name: str) -> bool:
-        value = receipt.get(name, evidence.get(name))
-        return value is not None and value != "" and value != {} and value != []
-
-    return sum(1 for name in required if present(name))
 
 
 def _finite(x: float | None) -> float | None:

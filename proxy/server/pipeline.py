@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable
 
 from proxy.config import Config
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
+from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.server.metrics import Metrics
 from proxy.receipts.canonical import json_hash
@@ -66,20 +67,6 @@ class Outcome:
     receipt_id: str
     action: str
     headers: dict[str, str] = field(default_factory=dict)
-
-
-def evidence_coverage(receipt: dict[str, Any], required: list[str]) -> int:
-    """How many ``required`` evidence fields the receipt carries (top level or in evidence).
-
-    A field counts when present and not null/empty. Audit Depth (AD) = present / required.
-    """
-    evidence = receipt.get("evidence") or {}
-
-    def present(name: str) -> bool:
-        value = receipt.get(name, evidence.get(name))
-        return value is not None and value != "" and value != {} and value != []
-
-    return sum(1 for name in required if present(name))
 
 
 class Gateway:
@@ -295,7 +282,7 @@ class Gateway:
             policy = self.policies.get(receipt["policy_id"])
             if policy is not None:
                 m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
-                m.evidence_present.labels(policy.id).inc(evidence_coverage(receipt, policy.evidence_required))
+                m.evidence_present.labels(policy.id).inc(evidence_present(receipt, policy.evidence_required))
             if receipt["guardrail_action"] == "refuse":
                 m.apologies.labels("guardrail", receipt["policy_id"], stratum["domain"], stratum["complexity"]).inc()
         if model_apology:
