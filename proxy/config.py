@@ -1,6 +1,6 @@
 """config.yaml: pydantic models, loading, environment overrides and secret references.
 
-Layout (see README "Configuration")::
+Layout (see docs/operations.md "Configuration")::
 
     server:     host, port, limits, timeouts
     model_list: LiteLLM's format: [{model_name, litellm_params: {model, api_key, ...}, model_info}]
@@ -104,7 +104,7 @@ class ModelRoute(BaseModel):
 class LedgerConfig(_Strict):
     """Where receipts are written, what happens when the store is down, and the ledger audit.
 
-    ``on_unavailable`` (README "Fault policy"): ``fail_closed`` (default) answers 503 and, after a
+    ``on_unavailable`` (docs/operations.md "Fault policy"): ``fail_closed`` (default) answers 503 and, after a
     ping of the store (``probe_timeout_seconds``) fails, does not call the model at all;
     ``spool`` writes the receipts to a durable local spool in ``spool_dir`` (fsynced, at most
     ``spool_max_bytes`` per process, then 503), answers with ``x-sonate-receipt-status: pending``
@@ -120,7 +120,7 @@ class LedgerConfig(_Strict):
     probe_timeout_seconds: float = Field(0.5, gt=0, le=30)
     audit_interval_seconds: float = Field(60.0, ge=0)
     audit_sample_size: int = Field(16, ge=1, le=10_000)
-    # Transparency log (README "Trust receipts and verification"): ``origin`` is line 1 of every
+    # Transparency log (docs/receipts.md "Trust receipts and verification"): ``origin`` is line 1 of every
     # checkpoint and the signed-note key name; a checkpoint is published when the Merkle tree grew
     # by ``checkpoint_every_entries`` or every ``checkpoint_interval_seconds``, whichever is first.
     origin: str = Field("sonate-trust-proxy/ledger", min_length=1, max_length=200, pattern=r"^[^\s+]+$")
@@ -139,7 +139,7 @@ class SigningConfig(_Strict):
     """Ed25519 signing key file (JSON, mode 0600; generated on first start) and the public keyring.
 
     ``keyring_file`` (default ``<key_file stem>.keyring.json`` beside the key file) lists every
-    public key ever used with its validity window; ``GET /v1/keys`` serves it (README "Keys and
+    public key ever used with its validity window; ``GET /v1/keys`` serves it (docs/receipts.md "Keys and
     rotation", :mod:`proxy.receipts.keyring`).
     """
 

@@ -1,12 +1,80 @@
-"""Shared fixtures: the stub provider, and the real proxy started as `python -m proxy serve`."""
+"""Session set-up and shared fixtures: the session's own Redis, the markers, the stub provider, the proxy.
+
+Redis: ``pytest_configure`` starts a private ``redis-server`` on a free port (no persistence) and
+exports ``SONATE_TEST_REDIS`` before any test module is imported, so module-level reads and
+subprocesses see it; an explicitly set ``SONATE_TEST_REDIS`` is used instead.
+
+Markers (registered in pyproject.toml), applied here by location so test files need not say so:
+``e2e`` for everything under tests/e2e; ``models`` for the detector unit tests and every test that
+starts a proxy (the ``proxy`` fixture or a launcher imported by its module); ``browser`` for the
+chromium tests. The fast inner loop is ``pytest -m "not models and not e2e"``.
+"""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from proxy import offline  # noqa: F401  (offline settings for in-process model loading)
-from tests.support.proxy import RunningProxy, delete_redis_namespace, redis_namespace_url, start_proxy, stop_proxy
+from tests.support.proxy import RunningProxy, start_proxy, stop_proxy
+from tests.support.redis_server import ENV as REDIS_ENV
+from tests.support.redis_server import RedisServer, delete_redis_namespace, redis_namespace_url
 from tests.support.stub_upstream import StubUpstream
+
+TESTS = Path(__file__).resolve().parent
+E2E = TESTS / "e2e"
+MODEL_MODULES = {TESTS / "unit" / f"test_{name}.py"
+                 for name in ("apology_detector", "domain_classifier", "privacy_detector", "safety_detectors")}
+BROWSER_MODULES = {E2E / "test_web_verifier.py"}
+BROWSER_WORD = "chromium"  # in a test's name: it drives a headless chromium
+PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with")
+
+_session_redis: RedisServer | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the session's redis-server unless SONATE_TEST_REDIS is set; export its URL."""
+    global _session_redis
+    if os.environ.get(REDIS_ENV) or _session_redis is not None:
+        return
+    if shutil.which("redis-server") is None:
+        raise pytest.UsageError(f"redis-server not found: `make system-deps` installs it, or set {REDIS_ENV}")
+    directory = Path(tempfile.mkdtemp(prefix="sonate-test-redis-"))
+    _session_redis = RedisServer(directory, aof=False).start()
+    os.environ[REDIS_ENV] = _session_redis.url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the session's redis-server (if this session started one) and remove its directory."""
+    global _session_redis
+    if _session_redis is None:
+        return
+    _session_redis.stop()
+    shutil.rmtree(_session_redis.directory, ignore_errors=True)
+    os.environ.pop(REDIS_ENV, None)
+    _session_redis = None
+
+
+def _starts_a_proxy(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    imported = any(getattr(module, name, None) is not None for name in PROXY_LAUNCHERS)
+    return imported or "proxy" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``e2e`` by directory, ``browser`` by module or name, ``models`` by module or proxy start."""
+    for item in items:
+        path = Path(item.path)
+        if E2E in path.parents:
+            item.add_marker(pytest.mark.e2e)
+        if path in BROWSER_MODULES or BROWSER_WORD in item.name:
+            item.add_marker(pytest.mark.browser)
+        if path in MODEL_MODULES or _starts_a_proxy(item):
+            item.add_marker(pytest.mark.models)
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ Usage::
 while proxies run); ``checkpoint`` prints the latest (or a stored) signed
 checkpoint, and with ``--publish`` (needs the signing key: ``--config``)
 signs one for the current tree first; ``bundle`` writes the offline bundle
-of a receipt (README "Trust receipts and verification"). Without
+of a receipt (docs/receipts.md "Trust receipts and verification"). Without
 ``--config``/``--ledger``, ``$SONATE_CONFIG`` or ``./config.yaml`` is used.
-Exit status: 0 done, 2 usage, configuration or ledger error (one line on
-stderr, no traceback).
+Exit status: 0 done, 2 usage, configuration or ledger error (a
+:class:`~proxy.cli.common.UsageError` printed by :func:`proxy.cli.main`, no traceback).
 """
 
 from __future__ import annotations
@@ -22,120 +22,116 @@ import argparse
 import asyncio
 import json
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Awaitable, Callable, TextIO
 
-__all__ = ["add_subcommands"]
+from proxy.cli.common import EXIT_OK, Subcommand, UsageError, fetch_key_document
 
+__all__ = ["HELP", "SUBCOMMANDS", "run_bundle", "run_checkpoint", "run_reindex"]
 
-class _Fail(Exception):
-    """A usage, configuration or ledger error: message for stderr, exit status 2."""
+HELP = "transparency log: reindex | checkpoint | bundle"
 
 
 @dataclass
 class _Target:
+    """The ledger a command works on: store URL, log origin and the config it came from (if any)."""
+
     url: str
     origin: str
     config: Any = None  # proxy.config.Config when --config (or the default config) was used
 
     def keyring(self) -> Any:
-        """The keyring of the config (signing key + published keys); _Fail without a config."""
+        """The keyring of the config (signing key + published keys); UsageError without a config."""
         from proxy.receipts.keyring import Keyring
         from proxy.receipts.signing import KeyFileError
 
         if self.config is None:
-            raise _Fail("this needs the signing key: pass --config PATH (config.yaml) instead of --ledger")
+            raise UsageError("this needs the signing key: pass --config PATH (config.yaml) instead of --ledger")
         keyring_file = self.config.signing.keyring_file
         try:
             return Keyring(self.config.path(self.config.signing.key_file),
                            self.config.path(keyring_file) if keyring_file else None).load()
         except (KeyFileError, OSError) as exc:
-            raise _Fail(str(exc)) from None
+            raise UsageError(str(exc)) from None
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _where_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config | --ledger`` and ``--origin``: which ledger (every ``sonate ledger`` subcommand)."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--config", metavar="PATH", help="config.yaml (ledger.url, ledger.origin, signing key)")
     where.add_argument("--ledger", metavar="URL", help="ledger store URL: sqlite:///path.db or redis://host:port/db")
     parser.add_argument("--origin", help="log origin when using --ledger (default: sonate-trust-proxy/ledger)")
 
 
-def add_subcommands(sub: Any) -> None:
-    """Register ``reindex``, ``checkpoint`` and ``bundle`` on the ``sonate ledger`` subparsers ``sub``."""
-    reindex = sub.add_parser("reindex", help="backfill the Merkle tree of receipts stored without one")
-    _common(reindex)
-    reindex.add_argument("--page", type=int, default=1000, help="receipts per batch (default 1000)")
-    reindex.set_defaults(func=run_reindex)
+def _reindex_arguments(parser: argparse.ArgumentParser) -> None:
+    _where_arguments(parser)
+    parser.add_argument("--page", type=int, default=1000, help="receipts per batch (default 1000)")
 
-    checkpoint = sub.add_parser("checkpoint", help="print the latest signed checkpoint (or publish one)")
-    _common(checkpoint)
-    checkpoint.add_argument("--tree-size", type=int, metavar="N", help="print the checkpoint stored for size N")
-    checkpoint.add_argument("--publish", action="store_true",
-                            help="first sign and store a checkpoint of the current tree (needs --config)")
-    checkpoint.set_defaults(func=run_checkpoint)
 
-    bundle = sub.add_parser("bundle", help="write the offline bundle (receipt + inclusion proof + checkpoint + keys)")
-    bundle.add_argument("receipt_id", metavar="RECEIPT_ID")
-    _common(bundle)
-    keys = bundle.add_mutually_exclusive_group()
+def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    _where_arguments(parser)
+    parser.add_argument("--tree-size", type=int, metavar="N", help="print the checkpoint stored for size N")
+    parser.add_argument("--publish", action="store_true",
+                        help="first sign and store a checkpoint of the current tree (needs --config)")
+
+
+def _bundle_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("receipt_id", metavar="RECEIPT_ID")
+    _where_arguments(parser)
+    keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--keys", metavar="PATH", help="public keys to include (GET /v1/keys document or keyring file)")
     keys.add_argument("--keys-url", metavar="URL", help="fetch the public keys from a proxy's GET /v1/keys")
-    bundle.add_argument("-o", "--output", metavar="FILE", help="write the bundle here (default: stdout)")
-    bundle.set_defaults(func=run_bundle)
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the bundle here (default: stdout)")
 
 
 def _target(args: argparse.Namespace) -> _Target:
-    from proxy.config import ConfigError, load_config
+    """The ledger named by ``--ledger``, else by config.yaml (``--config``, $SONATE_CONFIG, ./config.yaml).
+
+    Raises ``ConfigError`` (shown by :func:`proxy.cli.main`) for an unusable config.yaml.
+    """
+    from proxy.config import load_config
     from proxy.tlog.tree import DEFAULT_ORIGIN
 
     if args.ledger:
         return _Target(args.ledger, args.origin or DEFAULT_ORIGIN)
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        raise _Fail(f"configuration error: {exc}") from None
+    config = load_config(args.config)
     return _Target(config.ledger_url, args.origin or config.ledger.origin, config)
 
 
-def _main(args: argparse.Namespace, work: Any) -> int:
+def _with_store(args: argparse.Namespace, work: Callable[[Any, _Target], Awaitable[int]]) -> int:
+    """Open the target's store, run ``work(store, target)`` and close it; ledger errors become UsageError."""
+    from proxy.storage.base import LedgerError, open_store
     from proxy.tlog.checkpoint import CheckpointError
     from proxy.tlog.merkle import MerkleError
-    from proxy.storage.base import LedgerError, open_store
+
+    target = _target(args)
+    try:
+        store = open_store(target.url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+    async def go() -> int:
+        try:
+            return await work(store, target)
+        finally:
+            await store.close()
 
     try:
-        target = _target(args)
-        try:
-            store = open_store(target.url)
-        except ValueError as exc:
-            raise _Fail(str(exc)) from None
-
-        async def go() -> int:
-            try:
-                return await work(store, target)
-            finally:
-                await store.close()
-
         return asyncio.run(go())
-    except _Fail as exc:
-        print(f"sonate ledger: error: {exc}", file=sys.stderr)
     except (LedgerError, MerkleError, CheckpointError) as exc:
-        print(f"sonate ledger: error: {exc}", file=sys.stderr)
-    return 2
+        raise UsageError(str(exc)) from None
 
 
 def run_reindex(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
-    """``sonate ledger reindex``: backfill Merkle nodes with a tqdm progress bar; exit 0/2."""
+    """``sonate ledger reindex``: backfill Merkle nodes with a tqdm progress bar (on stderr); exit 0."""
     from tqdm import tqdm
 
     from proxy.tlog.tree import reindex
 
     out = stdout or sys.stdout
     if args.page < 1:
-        print("sonate ledger: error: --page must be >= 1", file=sys.stderr)
-        return 2
+        raise UsageError("--page must be >= 1")
 
     async def work(store: Any, target: _Target) -> int:
         start, head = await store.tree_size(), await store.head()
@@ -144,13 +140,13 @@ def run_reindex(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
                   disable=top <= start) as bar:
             size = await reindex(store, page=args.page, progress=bar.update)
         print(f"Merkle tree: {size} leaves ({size - start} added)", file=out)
-        return 0
+        return EXIT_OK
 
-    return _main(args, work)
+    return _with_store(args, work)
 
 
 def run_checkpoint(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
-    """``sonate ledger checkpoint``: print a signed checkpoint note (optionally publishing one); exit 0/2."""
+    """``sonate ledger checkpoint``: print a signed checkpoint note (optionally publishing one); exit 0."""
     from proxy.tlog.tree import publish_checkpoint
 
     out = stdout or sys.stdout
@@ -159,46 +155,50 @@ def run_checkpoint(args: argparse.Namespace, *, stdout: TextIO | None = None) ->
         if args.publish:
             signer = target.keyring().current()
             if await publish_checkpoint(store, signer, target.origin) is None:
-                raise _Fail("the Merkle tree is empty: nothing to sign")
+                raise UsageError("the Merkle tree is empty: nothing to sign")
         if args.tree_size is not None:
             note = await store.get_checkpoint(args.tree_size)
             if note is None:
-                raise _Fail(f"no checkpoint is stored for tree size {args.tree_size}")
+                raise UsageError(f"no checkpoint is stored for tree size {args.tree_size}")
         else:
             note = await store.latest_checkpoint()
             if note is None:
-                raise _Fail("no checkpoint has been published yet (the proxy publishes them; or use --publish)")
+                raise UsageError("no checkpoint has been published yet (the proxy publishes them; or use --publish)")
         out.write(note)
-        return 0
+        return EXIT_OK
 
-    return _main(args, work)
+    return _with_store(args, work)
 
 
 def _key_entries(args: argparse.Namespace, target: _Target) -> tuple[list[dict[str, Any]], Any]:
-    """(public key entries to include, signer or None) for a bundle."""
+    """(public key entries to include, signer or None) for a bundle: ``--keys``/``--keys-url`` or the config's."""
     from proxy.receipts.signing import KeyFileError, load_public_keys
 
-    if args.keys or args.keys_url:
-        try:
-            if args.keys:
-                document = json.loads(Path(args.keys).read_text(encoding="utf-8"))
-            else:
-                with urllib.request.urlopen(args.keys_url, timeout=10) as response:
-                    document = json.loads(response.read())
-            load_public_keys(document)  # validates every entry
-        except (OSError, ValueError, urllib.error.URLError, KeyFileError) as exc:
-            raise _Fail(f"cannot load public keys: {exc}") from None
-        entries = document.get("keys") if isinstance(document, dict) and "keys" in document else document
-        entries = entries if isinstance(entries, list) else [entries]
-        clean = [{k: v for k, v in e.items() if k != "private_key"} for e in entries]
-        signer = target.keyring().current() if target.config is not None else None
-        return clean, signer
-    keyring = target.keyring()
-    return keyring.entries(), keyring.current()
+    if not (args.keys or args.keys_url):
+        keyring = target.keyring()
+        return keyring.entries(), keyring.current()
+    try:
+        document = json.loads(Path(args.keys).read_text(encoding="utf-8")) if args.keys \
+            else fetch_key_document(args.keys_url)
+        load_public_keys(document)  # validates every entry
+    except (OSError, ValueError, KeyFileError) as exc:
+        raise UsageError(f"cannot load public keys: {exc}") from None
+    entries = document.get("keys") if isinstance(document, dict) and "keys" in document else document
+    entries = entries if isinstance(entries, list) else [entries]
+    clean = [{k: v for k, v in e.items() if k != "private_key"} for e in entries]
+    signer = target.keyring().current() if target.config is not None else None
+    return clean, signer
+
+
+def _write_bundle(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run_bundle(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
-    """``sonate ledger bundle RECEIPT_ID``: write the offline bundle JSON; exit 0/2."""
+    """``sonate ledger bundle RECEIPT_ID``: write the offline bundle JSON (stdout or ``-o FILE``); exit 0."""
     from proxy.tlog.tree import TreeError, bundle_for
 
     out = stdout or sys.stdout
@@ -206,22 +206,27 @@ def run_bundle(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int
     async def work(store: Any, target: _Target) -> int:
         receipt = await store.get_by_id(args.receipt_id)
         if receipt is None:
-            raise _Fail(f"no receipt with id {args.receipt_id!r} in {target.url.split('?')[0]}")
+            raise UsageError(f"no receipt with id {args.receipt_id!r} in {target.url.split('?')[0]}")
         entries, signer = _key_entries(args, target)
         try:
             bundle = await bundle_for(store, receipt, entries, signer=signer, origin=target.origin)
         except TreeError as exc:
-            raise _Fail(str(exc)) from None
+            raise UsageError(str(exc)) from None
         text = json.dumps(bundle, indent=2, ensure_ascii=False) + "\n"
-        if args.output:
-            try:
-                Path(args.output).write_text(text, encoding="utf-8")
-            except OSError as exc:
-                raise _Fail(f"cannot write {args.output}: {exc.strerror or exc}") from None
-            print(f"bundle of {args.receipt_id} (leaf {receipt['ledger_height']}, tree size "
-                  f"{bundle['inclusion_proof']['tree_size']}) written to {args.output}", file=sys.stderr)
-        else:
+        if not args.output:
             out.write(text)
-        return 0
+            return EXIT_OK
+        _write_bundle(args.output, text)
+        print(f"bundle of {args.receipt_id} (leaf {receipt['ledger_height']}, tree size "
+              f"{bundle['inclusion_proof']['tree_size']}) written to {args.output}", file=sys.stderr)
+        return EXIT_OK
 
-    return _main(args, work)
+    return _with_store(args, work)
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "reindex": ("backfill the Merkle tree of receipts stored without one", _reindex_arguments, run_reindex),
+    "checkpoint": ("print the latest signed checkpoint (or publish one)", _checkpoint_arguments, run_checkpoint),
+    "bundle": ("write the offline bundle (receipt + inclusion proof + checkpoint + keys)", _bundle_arguments,
+               run_bundle),
+}

@@ -10,8 +10,9 @@ Usage::
 ``--from``/``--to`` are ISO 8601 (a date means midnight UTC; an offset is converted to UTC); the
 window is ``[from, to)``. With ``--config`` the ledger URL, the policies directory and the
 public signing key come from config.yaml; ``--ledger``, ``--policies`` and ``--keys`` override
-them. The whole ledger is scanned (a progress bar on stderr). Exit codes: 0 written, 2 usage,
-input or ledger error (a message, no traceback).
+them. The whole ledger is scanned (a progress bar on stderr). Both outputs are written
+atomically (:func:`proxy.files.atomic_write`). Exit codes: 0 written, 2 usage, input or ledger
+error (a :class:`~proxy.cli.common.UsageError`, printed without a traceback).
 """
 
 from __future__ import annotations
@@ -19,19 +20,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_arguments", "parse_instant", "run"]
+from proxy.cli.common import UsageError
 
+__all__ = ["HELP", "add_arguments", "parse_instant", "run"]
+
+HELP = "KPI report (FAR-A, TIS, FAR-H, PFI) of a window: JSON + HTML"
+#: Receipts read from the store per range request.
 _CHUNK = 2000
-
-
-class UsageError(Exception):
-    """A problem with the command line, a file or the ledger (exit status 2)."""
+#: Permission of the report files: shareable documents, not secrets.
+_REPORT_MODE = 0o644
 
 
 def parse_instant(text: str, name: str) -> str:
@@ -166,28 +168,25 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write(path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, creating its directory; raises UsageError."""
+    from proxy.files import atomic_write
+
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, target)
+        atomic_write(target, text.encode("utf-8"), mode=_REPORT_MODE)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compute and write the report; returns the exit code (0, or 2 with a message on stderr)."""
+    """Compute and write the report, print a one-line summary; returns 0. Raises UsageError."""
     from proxy.kpi.report_html import render_html
 
-    try:
-        report = _build(args)
-        _write(args.out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-        if args.html:
-            _write(args.html, render_html(report))
-    except UsageError as exc:
-        print(f"sonate report: {exc}", file=sys.stderr)
-        return 2
+    report = _build(args)
+    _write(args.out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    if args.html:
+        _write(args.html, render_html(report))
     far_a, tis = report["kpis"]["far_a"], report["kpis"]["tis"]
     print(f"N={report['disclosure']['n_interactions']} window {report['window']['start']} .. {report['window']['end']}: "
           f"FAR-A {far_a['overall']['display']} (normalized {far_a['normalized']['display']}), "

@@ -16,7 +16,7 @@ receipt, and text a signed checkpoint note. ``-`` reads stdin. ``--ledger``
 over the whole ledger also audits the Merkle tree and every stored
 checkpoint. Prints one line per failure (where, check, detail), then a
 summary. Exit status: 0 all valid, 1 any failure, 2 usage or I/O error. The
-rules are DESIGN.md, "Trust receipts" (see :mod:`proxy.receipts.verify`,
+rules are docs/architecture.md, "Trust receipts" (see :mod:`proxy.receipts.verify`,
 :mod:`proxy.receipts.bundle`, :mod:`proxy.tlog.proofs`,
 :mod:`proxy.tlog.checkpoint`).
 """
@@ -27,30 +27,26 @@ import argparse
 import asyncio
 import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any, Sequence, TextIO
 
+from proxy.cli.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, fetch_key_document, report_usage_error
 from proxy.receipts.bundle import verify_bundle
 from proxy.receipts.canonical import json_hash
 from proxy.tlog.checkpoint import verify_checkpoint
-from proxy.tlog.proofs import verify_consistency, verify_inclusion
+from proxy.tlog.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
 from proxy.storage.base import LedgerError, open_store
 from proxy.receipts.verify import Failure, verify_chain, verify_receipt, verify_store
 
-__all__ = ["DESCRIPTION", "add_arguments", "main", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
 
+HELP = "verify a receipt or a ledger range (hashes, signature, chain)"
 DESCRIPTION = ("Check trust receipts, offline bundles, inclusion/consistency proofs, signed checkpoints "
                "or a whole ledger against published Ed25519 keys.")
 
 
-class UsageError(Exception):
-    """A problem with the command line, a file or a URL (exit status 2)."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``sonate verify`` arguments to ``parser`` (the lead wires it into ``proxy.cli``)."""
+    """Add the ``sonate verify`` arguments to ``parser``."""
     parser.add_argument("receipt", nargs="?", metavar="FILE",
                         help="a receipt, a JSON array of consecutive receipts, an offline bundle or a signed "
                              "checkpoint (kind detected); '-' = stdin")
@@ -81,11 +77,7 @@ def _load_keys(args: argparse.Namespace) -> dict[str, bytes]:
     if args.keys:
         document: Any = args.keys
     elif args.keys_url:
-        try:
-            with urllib.request.urlopen(args.keys_url, timeout=10) as response:
-                document = json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise UsageError(f"cannot fetch keys from {args.keys_url}: {exc}") from None
+        document = fetch_key_document(args.keys_url)
     else:
         raise UsageError("no public keys: pass --keys PATH or --keys-url URL")
     try:
@@ -106,12 +98,23 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _read_json(path: str, stdin: TextIO) -> Any:
+def _read_source(path: str, stdin: TextIO) -> str:
+    """The text of ``path`` (``-`` = stdin); UsageError when unreadable or not UTF-8."""
     try:
-        text = stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+        if path == "-":
+            return stdin.read()
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+
+
+def _read_json(path: str, stdin: TextIO) -> Any:
+    """Parsed JSON of ``path`` (duplicate members rejected); UsageError otherwise."""
+    try:
+        return json.loads(_read_source(path, stdin), object_pairs_hook=_reject_duplicate_keys)
     except ValueError as exc:
         raise UsageError(f"{path} is not valid JSON: {exc}") from None
 
@@ -131,12 +134,7 @@ class _RereadableStdin:
 
 def _read_any(path: str, stdin: TextIO) -> Any:
     """Parsed JSON, or the text itself when it is a signed note (a checkpoint); UsageError otherwise."""
-    try:
-        text = stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text") from None
+    text = _read_source(path, stdin)
     if "\n\n\u2014 " in text and not text.lstrip().startswith(("{", "[")):
         return text
     try:
@@ -150,6 +148,123 @@ def _read_text(path: str, stdin: TextIO) -> str:
     if not isinstance(document, str):
         raise UsageError(f"{path} is not a signed checkpoint note")
     return document
+
+
+#: What one check returns: (items checked, failures found, the noun of the summary line).
+_Result = tuple[int, list[Failure], str]
+_ONE_TARGET = "give either RECEIPT.json or --ledger URL (the FILE may also be a bundle or a checkpoint)"
+
+
+def _check(args: argparse.Namespace, stdin: TextIO) -> _Result:
+    """Pick the check the arguments ask for (the FILE's kind is detected) and run it."""
+    stdin = _RereadableStdin(stdin)  # the kind detection and the receipt checks may both read '-'
+    if args.consistency is not None:
+        return _check_consistency(args, stdin)
+    if args.receipt is None:
+        if args.ledger is None and args.checkpoint and args.inclusion is None:
+            return _check_checkpoint_files(args, stdin)
+        if args.ledger is None:
+            raise UsageError(_ONE_TARGET)
+        return _check_ledger(args)
+    if args.ledger is not None:
+        raise UsageError(_ONE_TARGET)
+    document = _read_any(args.receipt, stdin)
+    if isinstance(document, str):
+        return _check_checkpoint_note(document, args)
+    if isinstance(document, dict) and "bundle_version" in document:
+        return _check_bundle(document, args)
+    if args.inclusion is not None:
+        return _check_inclusion(document, args, stdin)
+    if args.checkpoint:
+        raise UsageError("--checkpoint goes with --inclusion or --consistency (or alone, to verify checkpoints)")
+    return _check_receipts(document, args, stdin)
+
+
+def _check_consistency(args: argparse.Namespace, stdin: TextIO) -> _Result:
+    """``--consistency PROOF --checkpoint OLD --checkpoint NEW``: the log only grew between them."""
+    if args.receipt is not None or args.ledger is not None or args.inclusion is not None:
+        raise UsageError("--consistency takes no FILE, --ledger or --inclusion")
+    if len(args.checkpoint or []) != 2:
+        raise UsageError("--consistency needs two --checkpoint files: the older, then the newer")
+    keys = _load_keys(args)
+    proof = _read_json(args.consistency, stdin)
+    old, new = (_read_text(path, stdin) for path in args.checkpoint)
+    return 1, verify_consistency_proof(proof, old, new, keys, args.origin), "consistency proof"
+
+
+def _check_checkpoint_files(args: argparse.Namespace, stdin: TextIO) -> _Result:
+    """``--checkpoint CP.txt ...`` alone: each signed checkpoint note."""
+    keys = _load_keys(args)
+    failures = [failure for path in args.checkpoint
+                for failure in verify_checkpoint(_read_text(path, stdin), keys, args.origin)]
+    return len(args.checkpoint), failures, "checkpoint(s)"
+
+
+def _check_checkpoint_note(note: str, args: argparse.Namespace) -> _Result:
+    """FILE is a signed checkpoint note."""
+    if args.inclusion or args.checkpoint or args.prev:
+        raise UsageError("a checkpoint FILE takes none of --inclusion, --checkpoint, --prev")
+    return 1, verify_checkpoint(note, _load_keys(args), args.origin), "checkpoint"
+
+
+def _check_bundle(bundle: dict[str, Any], args: argparse.Namespace) -> _Result:
+    """FILE is an offline bundle: verified with ``--keys`` when given, else with the keys it carries."""
+    if args.inclusion or args.checkpoint or args.prev or args.request or args.response:
+        raise UsageError("a bundle is self-contained: it takes only --keys/--keys-url and --origin")
+    trusted = _load_keys(args) if (args.keys or args.keys_url) else None
+    noun = "bundle"
+    if trusted is None:
+        entries = bundle.get("public_keys")
+        ids = sorted({e.get("key_id") for e in entries if isinstance(e, dict) and isinstance(e.get("key_id"), str)}) \
+            if isinstance(entries, list) else []
+        noun = f"bundle (with the bundle's own keys {', '.join(ids) or 'none'}; pin them with --keys)"
+    return 1, verify_bundle(bundle, trusted, args.origin), noun
+
+
+def _check_inclusion(receipt: Any, args: argparse.Namespace, stdin: TextIO) -> _Result:
+    """FILE is a receipt with ``--inclusion PROOF --checkpoint CP``: the receipt and its place in the log."""
+    if len(args.checkpoint or []) != 1 or not isinstance(receipt, dict):
+        raise UsageError("--inclusion needs one receipt FILE and one --checkpoint")
+    keys = _load_keys(args)
+    proof = _read_json(args.inclusion, stdin)
+    checkpoint = _read_text(args.checkpoint[0], stdin)
+    failures = verify_receipt(receipt, keys) + verify_inclusion_proof(proof, receipt, checkpoint, keys, args.origin)
+    return 1, failures, "receipt with inclusion proof"
+
+
+def _check_range(args: argparse.Namespace) -> None:
+    if args.from_height < 0 or (args.to_height is not None and args.to_height < args.from_height):
+        raise UsageError("--from must be >= 0 and --to >= --from")
+
+
+def _check_ledger(args: argparse.Namespace) -> _Result:
+    """``--ledger URL [--from H] [--to H]``: every stored receipt in the range (and the tree when whole)."""
+    if args.prev is not None:
+        raise UsageError("--prev applies to RECEIPT.json, not to --ledger")
+    _check_range(args)
+    keys = _load_keys(args)
+    end = None if args.to_height is None else args.to_height + 1
+    try:
+        count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin))
+    except (ValueError, LedgerError) as exc:
+        raise UsageError(str(exc)) from None
+    return count, failures, "ledger receipts"
+
+
+def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _Result:
+    """FILE is one receipt (optionally with ``--prev``, ``--request``, ``--response``) or a JSON array of them."""
+    _check_range(args)
+    keys = _load_keys(args)
+    previous = _read_json(args.prev, stdin) if args.prev else None
+    if isinstance(document, list):
+        if args.request or args.response:
+            raise UsageError("--request/--response apply to a single receipt")
+        return len(document), verify_chain(document, keys, previous=previous), "receipts"
+    failures = verify_receipt(document, keys, previous=previous)
+    for option, field in ((args.request, "inputs_hash"), (args.response, "outputs_hash")):
+        if option:
+            failures += _content_hash_failures(document, field, _read_json(option, stdin))
+    return 1, failures, "receipt"
 
 
 async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int | None,
@@ -171,89 +286,8 @@ async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int 
         await store.close()
 
 
-def _check_proofs(args: argparse.Namespace, stdin: TextIO) -> tuple[int, list[Failure], str] | None:
-    """Consistency proofs, bare checkpoints, bundles and inclusion proofs; None for receipts and ledgers."""
-    checkpoints = args.checkpoint or []
-    if args.consistency is not None:
-        if args.receipt is not None or args.ledger is not None or args.inclusion is not None:
-            raise UsageError("--consistency takes no FILE, --ledger or --inclusion")
-        if len(checkpoints) != 2:
-            raise UsageError("--consistency needs two --checkpoint files: the older, then the newer")
-        keys = _load_keys(args)
-        proof = _read_json(args.consistency, stdin)
-        old, new = (_read_text(path, stdin) for path in checkpoints)
-        return 1, verify_consistency(proof, old, new, keys, args.origin), "consistency proof"
-    if args.receipt is None:
-        if args.ledger is None and checkpoints and args.inclusion is None:
-            keys = _load_keys(args)
-            failures = [f for path in checkpoints for f in verify_checkpoint(_read_text(path, stdin), keys, args.origin)]
-            return len(checkpoints), failures, "checkpoint(s)"
-        return None
-    if args.ledger is not None:
-        return None
-    document = _read_any(args.receipt, stdin)
-    if isinstance(document, str):
-        if args.inclusion or checkpoints or args.prev:
-            raise UsageError("a checkpoint FILE takes none of --inclusion, --checkpoint, --prev")
-        return 1, verify_checkpoint(document, _load_keys(args), args.origin), "checkpoint"
-    if isinstance(document, dict) and "bundle_version" in document:
-        if args.inclusion or checkpoints or args.prev or args.request or args.response:
-            raise UsageError("a bundle is self-contained: it takes only --keys/--keys-url and --origin")
-        trusted = _load_keys(args) if (args.keys or args.keys_url) else None
-        noun = "bundle"
-        if trusted is None:
-            entries = document.get("public_keys")
-            ids = sorted({e.get("key_id") for e in entries if isinstance(e, dict) and isinstance(e.get("key_id"), str)}) \
-                if isinstance(entries, list) else []
-            noun = f"bundle (with the bundle's own keys {', '.join(ids) or 'none'}; pin them with --keys)"
-        return 1, verify_bundle(document, trusted, args.origin), noun
-    if args.inclusion is not None:
-        if len(checkpoints) != 1 or not isinstance(document, dict):
-            raise UsageError("--inclusion needs one receipt FILE and one --checkpoint")
-        keys = _load_keys(args)
-        proof = _read_json(args.inclusion, stdin)
-        checkpoint = _read_text(checkpoints[0], stdin)
-        failures = verify_receipt(document, keys) + verify_inclusion(proof, document, checkpoint, keys, args.origin)
-        return 1, failures, "receipt with inclusion proof"
-    if checkpoints:
-        raise UsageError("--checkpoint goes with --inclusion or --consistency (or alone, to verify checkpoints)")
-    return None
-
-
-def _check(args: argparse.Namespace, stdin: TextIO) -> tuple[int, list[Failure], str]:
-    stdin = _RereadableStdin(stdin)  # the kind detection and the receipt checks may both read '-'
-    proofs = _check_proofs(args, stdin)
-    if proofs is not None:
-        return proofs
-    if (args.receipt is None) == (args.ledger is None):
-        raise UsageError("give either RECEIPT.json or --ledger URL (the FILE may also be a bundle or a checkpoint)")
-    if args.ledger is not None and args.prev is not None:
-        raise UsageError("--prev applies to RECEIPT.json, not to --ledger")
-    if args.from_height < 0 or (args.to_height is not None and args.to_height < args.from_height):
-        raise UsageError("--from must be >= 0 and --to >= --from")
-    keys = _load_keys(args)
-    if args.ledger is not None:
-        end = None if args.to_height is None else args.to_height + 1
-        try:
-            count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin))
-        except (ValueError, LedgerError) as exc:
-            raise UsageError(str(exc)) from None
-        return count, failures, "ledger receipts"
-    document = _read_json(args.receipt, stdin)
-    previous = _read_json(args.prev, stdin) if args.prev else None
-    if isinstance(document, list):
-        if args.request or args.response:
-            raise UsageError("--request/--response apply to a single receipt")
-        return len(document), verify_chain(document, keys, previous=previous), "receipts"
-    failures = verify_receipt(document, keys, previous=previous)
-    for option, field in ((args.request, "inputs_hash"), (args.response, "outputs_hash")):
-        if option:
-            failures += _content_hash_failures(document, field, _read_json(option, stdin))
-    return 1, failures, "receipt"
-
-
 def _content_hash_failures(receipt: Any, field: str, content: Any) -> list[Failure]:
-    """A Failure when ``receipt[field]`` is not the RFC 8785 SHA-256 of ``content`` (DESIGN.md)."""
+    """A Failure when ``receipt[field]`` is not the RFC 8785 SHA-256 of ``content`` (docs/architecture.md)."""
     expected = json_hash(content)
     got = receipt.get(field) if isinstance(receipt, dict) else None
     if got == expected:
@@ -268,24 +302,27 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         stdin: TextIO | None = None) -> int:
     """Execute ``sonate verify`` for parsed ``args``; return the exit status (0, 1 or 2).
 
-    Failures go to stdout, one line each (``height N (rcpt_…): check: detail``),
-    followed by a summary line; usage and I/O errors go to stderr as one
-    line, without a traceback.
+    Failures go to ``stdout`` (default: sys.stdout), one line each (``height N (rcpt_…): check:
+    detail``), followed by a summary line. A :class:`UsageError` (bad flags, unreadable file or
+    URL) is printed on ``stderr`` as ``sonate verify: error: <message>`` and gives 2: the
+    command reports on the streams it is given, also when run standalone (:func:`main`).
     """
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
     try:
         count, failures, noun = _check(args, stdin or sys.stdin)
     except UsageError as exc:
-        print(f"sonate verify: error: {exc}", file=err)
-        return 2
+        return report_usage_error(exc, prefix="sonate verify: error", stream=stderr)
+    return _print_result(count, failures, noun, stdout or sys.stdout)
+
+
+def _print_result(count: int, failures: list[Failure], noun: str, out: TextIO) -> int:
+    """One line per failure, then the summary; the exit status (0 all valid, 1 any failure)."""
     for failure in failures:
         print(failure, file=out)
     if failures:
         print(f"FAILED: {len(failures)} failure(s) in {count} {noun} checked", file=out)
-        return 1
+        return EXIT_CHECK_FAILED
     print(f"OK: {count} {noun} verified", file=out)
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,15 +1,42 @@
-"""Readers of the evaluation data sets under ``--data-dir`` (default ``../shared/data``).
+"""Every reader of evaluation and training data: the one place files become rows and items.
 
-I/O only: files are parsed here and handed to the pure KPI code as rows. Every reader raises
-:class:`DataError` with a message naming the file (and the line/row) when the data cannot be
-used; the CLI prints it and exits 2.
+I/O only: files are parsed here and handed to the pure evaluation, KPI and training code. Every
+reader raises :class:`DataError` with a message naming the file (and the line/row) when the data
+cannot be used; the ``sonate`` commands print it and exit 2.
 
-Layout expected under the data directory (the development split, or tests/data samples):
+Layout of the data directory (``--data-dir``, default ``$SONATE_DATA_DIR`` or ``../shared/data``;
+the small samples in ``tests/data`` have the same layout). Every ``*.csv`` / ``*.json`` /
+``*.jsonl`` file matching a source's folder is read, so sample files work too.
 
-- ``halueval/qa*.jsonl``: HaluEval QA rows ``{question, right_answer, hallucinated_answer}``
-- ``truthfulqa/*.csv``: TruthfulQA with ``Question, Best Answer, Correct Answers, Incorrect
-  Answers`` (CSVs without the answer columns are ignored)
-- ``holistic_bias/descriptors.json``, ``nouns.json``, ``sentence_templates.json``
+Guardrail evaluation (:func:`load_builtin`, :data:`SOURCES`; a missing source folder is skipped
+and reported, a directory holding none of them is an error):
+
+==========  ========================  =====================  ===========================  =======
+dataset     files                     text                   label → subset               policy
+==========  ========================  =====================  ===========================  =======
+xstest      ``xstest/*.csv``          ``prompt``             ``label``: unsafe (+), safe  safety
+advbench    ``advbench/*.csv``        ``goal``               all harmful (+)              safety
+davidson    ``davidson/*.csv``        ``tweet``              ``class`` 0/1 toxic (+),     safety
+                                                             2 neither
+alpaca_seed ``alpaca_seed/*.jsonl``   ``instruction``        all benign                   safety
+presidio    ``presidio/*.json``       ``full_text``          gold ``spans`` (pii)         privacy
+truthfulqa  ``truthfulqa/*.csv``      ``Question``           ``Category`` in              compliance
+                                                             :data:`REGULATED_CATEGORIES`
+                                                             regulated (+), else general
+==========  ========================  =====================  ===========================  =======
+
+(+) marks the positive class: what the policy should act on. alpaca_seed is CC BY-NC 4.0: it
+is read for evaluation only and never copied into the project (reports carry row ids, not
+texts).
+
+Training of the harm classifier (:func:`load_training_examples`): the same xstest, advbench,
+davidson and alpaca_seed loaders, relabelled as training groups (:class:`Example`), plus the
+project's contrast exemplars (:func:`load_exemplars`).
+
+FAR-H and PFI: ``halueval/qa*.jsonl`` (HaluEval QA rows ``{question, right_answer,
+hallucinated_answer}``), ``truthfulqa/*.csv`` with ``Question, Best Answer, Correct Answers,
+Incorrect Answers`` (CSVs without the answer columns are ignored), and
+``holistic_bias/descriptors.json``, ``nouns.json``, ``sentence_templates.json``.
 """
 
 from __future__ import annotations
@@ -17,20 +44,24 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-__all__ = ["DEFAULT_DATA_DIR", "DataError", "read_halueval_qa", "read_holistic_bias", "read_jsonl",
-           "read_truthfulqa", "read_yaml_or_json"]
+from proxy.evaluation.metrics import Span
 
 #: ``$SONATE_DATA_DIR`` or ``../shared/data`` (relative to the working directory).
 DEFAULT_DATA_DIR = os.environ.get("SONATE_DATA_DIR", "../shared/data")
 TRUTHFULQA_COLUMNS = ("Question", "Best Answer", "Correct Answers", "Incorrect Answers")
 
 
-class DataError(Exception):
-    """A data file is missing or malformed; the message names the file and the place."""
+class DataError(ValueError):
+    """A data directory or file is missing, unreadable, malformed or lacks a mapped column;
+    the message names the file and the place."""
 
+
+# -- generic readers ---------------------------------------------------------------------------
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON Lines file (blank lines skipped). Raises DataError naming file and line
@@ -48,10 +79,341 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 if not isinstance(row, dict):
                     raise DataError(f"{path}:{number}: each line must be a JSON object")
                 rows.append(row)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return rows
 
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV (header line), JSONL (one object a line) or JSON (a list of objects) file.
+
+    Raises DataError for an unreadable or malformed file or an unknown extension.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return read_jsonl(path)
+    try:
+        if suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as handle:
+                return list(csv.DictReader(handle))
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+                raise DataError(f"{path}: expected a JSON list of objects")
+            return data
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from None
+    raise DataError(f"{path}: unsupported file type {suffix or '(none)'} (use .csv, .jsonl or .json)")
+
+
+# -- guardrail evaluation items -------------------------------------------------------------
+
+POLICIES = ("safety", "privacy", "compliance")
+#: TruthfulQA categories the Compliance policy must route to a human (issue 4).
+REGULATED_CATEGORIES = frozenset({"Law", "Health", "Finance", "Economics", "Nutrition"})
+DAVIDSON_CLASSES = {"0": "hate", "1": "offensive", "2": "neither"}
+#: Subset names of custom datasets by policy: (positive, negative).
+CUSTOM_SUBSETS = {"safety": ("harmful", "benign"), "compliance": ("regulated", "general")}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One labelled text.
+
+    Attributes:
+        dataset: source name (``xstest``, ``advbench``, …, or ``custom:<file stem>``).
+        subset: label group inside the source (``safe``/``unsafe``, ``toxic``/``neither``, …).
+        policy: the policy kind this item evaluates: ``safety``, ``privacy`` or ``compliance``.
+        text: the user message sent through the guardrails.
+        positive: True when the policy should act (harmful, toxic, regulated, contains PII).
+        item_id: ``<file name>:<row number>`` (1-based data rows), stable across runs.
+        spans: gold PII spans in the dataset's own entity names (privacy items only).
+        category: finer label where the source has one (XSTest type, Davidson class,
+            TruthfulQA category).
+    """
+
+    dataset: str
+    subset: str
+    policy: str
+    text: str
+    positive: bool
+    item_id: str
+    spans: tuple[Span, ...] = ()
+    category: str | None = None
+
+
+def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    return sorted(p for p in folder.glob("*") if p.is_file() and p.suffix.lower() in suffixes)
+
+
+def _column(row: dict[str, Any], name: str, path: Path, number: int) -> Any:
+    if name not in row:
+        raise DataError(f"{path}: column {name!r} not found (columns: {', '.join(map(str, row))})")
+    value = row[name]
+    if value is None:
+        raise DataError(f"{path}: row {number}: column {name!r} is empty")
+    return value
+
+
+def _text(row: dict[str, Any], name: str, path: Path, number: int) -> str:
+    value = _column(row, name, path, number)
+    if not isinstance(value, str):
+        raise DataError(f"{path}: row {number}: column {name!r} is not text")
+    return value
+
+
+def _xstest(path: Path) -> Iterable[Item]:
+    for n, row in enumerate(read_rows(path), 1):
+        label = str(_column(row, "label", path, n)).strip()
+        if label not in ("safe", "unsafe"):
+            raise DataError(f"{path}: row {n}: label must be safe or unsafe, got {label!r}")
+        yield Item("xstest", label, "safety", _text(row, "prompt", path, n), label == "unsafe",
+                   f"{path.name}:{n}", category=row.get("type"))
+
+
+def _advbench(path: Path) -> Iterable[Item]:
+    for n, row in enumerate(read_rows(path), 1):
+        yield Item("advbench", "harmful", "safety", _text(row, "goal", path, n), True, f"{path.name}:{n}")
+
+
+def _davidson(path: Path) -> Iterable[Item]:
+    for n, row in enumerate(read_rows(path), 1):
+        cls = str(_column(row, "class", path, n)).strip()
+        if cls not in DAVIDSON_CLASSES:
+            raise DataError(f"{path}: row {n}: class must be 0, 1 or 2, got {cls!r}")
+        toxic = cls != "2"
+        yield Item("davidson", "toxic" if toxic else "neither", "safety", _text(row, "tweet", path, n), toxic,
+                   f"{path.name}:{n}", category=DAVIDSON_CLASSES[cls])
+
+
+def _alpaca(path: Path) -> Iterable[Item]:
+    for n, row in enumerate(read_rows(path), 1):
+        yield Item("alpaca_seed", "benign", "safety", _text(row, "instruction", path, n), False,
+                   str(row.get("id") or f"{path.name}:{n}"))
+
+
+def _presidio(path: Path) -> Iterable[Item]:
+    for n, row in enumerate(read_rows(path), 1):
+        text = _text(row, "full_text", path, n)
+        spans = []
+        for s in _column(row, "spans", path, n):
+            try:
+                span = Span(str(s["entity_type"]), int(s["start_position"]), int(s["end_position"]))
+            except (KeyError, TypeError, ValueError):
+                raise DataError(f"{path}: row {n}: a span needs entity_type, start_position, "
+                                   "end_position") from None
+            if not 0 <= span.start < span.end <= len(text):
+                raise DataError(f"{path}: row {n}: span {span.start}-{span.end} outside the text")
+            spans.append(span)
+        yield Item("presidio", "pii", "privacy", text, bool(spans), f"{path.name}:{n}", tuple(spans))
+
+
+def _truthfulqa(path: Path) -> Iterable[Item]:
+    for n, row in enumerate(read_rows(path), 1):
+        category = str(_column(row, "Category", path, n)).strip()
+        regulated = category in REGULATED_CATEGORIES
+        yield Item("truthfulqa", "regulated" if regulated else "general", "compliance",
+                   _text(row, "Question", path, n), regulated, f"{path.name}:{n}", category=category)
+
+
+#: dataset name -> (folder, file suffixes, row loader)
+SOURCES = {
+    "xstest": ("xstest", (".csv",), _xstest),
+    "advbench": ("advbench", (".csv",), _advbench),
+    "davidson": ("davidson", (".csv",), _davidson),
+    "alpaca_seed": ("alpaca_seed", (".jsonl",), _alpaca),
+    "presidio": ("presidio", (".json",), _presidio),
+    "truthfulqa": ("truthfulqa", (".csv",), _truthfulqa),
+}
+
+
+def load_builtin(data_dir: Path) -> tuple[list[Item], list[str]]:
+    """(items of every source found under ``data_dir``, names of the sources not found).
+
+    Raises DataError when ``data_dir`` is not a directory, holds none of the sources, or a
+    file is malformed.
+    """
+    if not data_dir.is_dir():
+        raise DataError(f"data directory {data_dir} not found (the development data lives in "
+                           "../shared/data; pass --data-dir)")
+    items: list[Item] = []
+    missing: list[str] = []
+    for name, (folder, suffixes, loader) in SOURCES.items():
+        files = _files(data_dir / folder, suffixes) if (data_dir / folder).is_dir() else []
+        if not files:
+            missing.append(name)
+        for path in files:
+            items.extend(loader(path))
+    if len(missing) == len(SOURCES):
+        raise DataError(f"{data_dir}: none of the evaluation sources found "
+                           f"(expected folders: {', '.join(s[0] for s in SOURCES.values())})")
+    return items, missing
+
+
+def load_custom(path: Path, *, text_column: str, label_column: str, positive: str, policy: str) -> list[Item]:
+    """Items of a user CSV/JSONL/JSON file with a column mapping.
+
+    A row is positive (harmful for ``safety``, regulated for ``compliance``) when its label,
+    as text, equals ``positive`` (case-insensitive, surrounding spaces ignored).
+
+    Raises DataError for a missing file or column, an empty file, or an unknown policy.
+    """
+    if policy not in CUSTOM_SUBSETS:
+        raise DataError(f"--policy must be one of {', '.join(CUSTOM_SUBSETS)}, got {policy!r}")
+    if not path.is_file():
+        raise DataError(f"dataset {path} not found")
+    rows = read_rows(path)
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    pos_name, neg_name = CUSTOM_SUBSETS[policy]
+    wanted = positive.strip().lower()
+    items = []
+    for n, row in enumerate(rows, 1):
+        text = _text(row, text_column, path, n)
+        is_positive = str(_column(row, label_column, path, n)).strip().lower() == wanted
+        items.append(Item(f"custom:{path.stem}", pos_name if is_positive else neg_name, policy, text, is_positive,
+                          f"{path.name}:{n}"))
+    return items
+
+
+def sample(items: list[Item], per_subset: int | None, seed: int) -> list[Item]:
+    """At most ``per_subset`` items of each (dataset, subset), drawn without replacement.
+
+    Each subset has its own generator, ``random.Random(f"{seed}:{dataset}:{subset}")``, so the
+    sample of a subset does not depend on which other sources are loaded. Order of the input is
+    kept. ``None`` returns ``items`` unchanged. Raises ValueError for a non-positive size.
+    """
+    if per_subset is None:
+        return items
+    if per_subset <= 0:
+        raise ValueError("the sample size must be positive")
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, item in enumerate(items):
+        groups.setdefault((item.dataset, item.subset), []).append(index)
+    keep: set[int] = set()
+    for (dataset, subset), indices in groups.items():
+        rng = random.Random(f"{seed}:{dataset}:{subset}")
+        keep.update(indices if len(indices) <= per_subset else rng.sample(indices, per_subset))
+    return [item for index, item in enumerate(items) if index in keep]
+
+
+APOLOGY_TYPES = {"full_refusal": "refusal", "partial_refusal": "refusal", "full_compliance": "compliance",
+                 "apologetic_compliance": "compliance"}
+
+
+def load_apology_completions(path: Path) -> list[dict[str, Any]]:
+    """Labelled completions for the model-apology detector (``proxy/evaluation/data``).
+
+    Each JSONL row: ``id``, ``prompt``, ``completion``, ``type`` (one of
+    :data:`APOLOGY_TYPES`) and ``label`` (``refusal`` / ``compliance``, consistent with the
+    type). Raises DataError for a missing file or a malformed row.
+    """
+    if not path.is_file():
+        raise DataError(f"{path} not found")
+    rows = read_rows(path)
+    for n, row in enumerate(rows, 1):
+        for key in ("id", "prompt", "completion", "type", "label"):
+            if not isinstance(row.get(key), str) or not row[key]:
+                raise DataError(f"{path}: row {n}: {key!r} must be a non-empty string")
+        if APOLOGY_TYPES.get(row["type"]) != row["label"]:
+            raise DataError(f"{path}: row {n}: type {row['type']!r} does not go with label {row['label']!r}")
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    return rows
+
+
+# -- training data of the harm classifier ------------------------------------------------------
+
+#: Guardrail-evaluation sources the harm classifier's training reads, in reading order, with
+#: the provenance written into the artefact metadata.
+TRAINING_SOURCES = {
+    "advbench": {"required": True, "license": "MIT",
+                 "origin": "llm-attacks AdvBench harmful_behaviors.csv (copy in YancyKahn/PocoGCG @ 131c890)"},
+    "xstest": {"required": True, "license": "CC BY 4.0", "origin": "paul-rottger/exaggerated-safety @ d7bb5bd"},
+    "alpaca_seed": {"required": False, "license": "CC BY-NC 4.0",
+                    "origin": "tatsu-lab/stanford_alpaca seed_tasks.jsonl", "evaluation_only": True},
+    "davidson": {"required": False, "license": "MIT",
+                 "origin": "t-davidson/hate-speech-and-offensive-language @ cb50f7e"},
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled training text. ``group`` is a training group (``advbench``,
+    ``xstest_unsafe``, ``xstest_safe``, ``davidson_hate|offensive|neither``, ``alpaca_seed``,
+    ``exemplar_harmful|benign``); ``stratum`` refines it (XSTest ``type``, exemplar theme)."""
+
+    text: str
+    group: str
+    stratum: str = ""
+
+
+def _example(item: Item) -> Example:
+    """The training view of an evaluation item (text stripped)."""
+    if item.dataset == "xstest":
+        return Example(item.text.strip(), f"xstest_{item.subset}", (item.category or "").strip())
+    if item.dataset == "davidson":
+        return Example(item.text.strip(), f"davidson_{item.category}")
+    return Example(item.text.strip(), item.dataset)
+
+
+def _sha256(path: Path) -> str:
+    from proxy.guardrails.detectors.harm import sha256_file
+
+    return sha256_file(path)
+
+
+def load_training_examples(data_dir: Path) -> tuple[list[Example], list[dict]]:
+    """Read the :data:`TRAINING_SOURCES` under ``data_dir`` (empty texts skipped).
+
+    Returns:
+        (examples, sources) where ``sources`` lists, per file read, its path relative to
+        ``data_dir``, sha256, row count, license, origin and whether it is evaluation-only (for
+        the artefact metadata).
+
+    Raises:
+        DataError: a required source (AdvBench, XSTest) is missing, or a file is malformed.
+    """
+    data_dir = Path(data_dir)
+    examples: list[Example] = []
+    sources: list[dict] = []
+    for source, info in TRAINING_SOURCES.items():
+        folder, suffixes, loader = SOURCES[source]
+        files = _files(data_dir / folder, suffixes) if (data_dir / folder).is_dir() else []
+        if not files and info["required"]:
+            raise DataError(f"{data_dir}: no files match {folder}/*{suffixes[0]} (required source {source})")
+        for path in files:
+            rows = [e for e in map(_example, loader(path)) if e.text]
+            examples.extend(rows)
+            sources.append({
+                "source": source, "file": path.relative_to(data_dir).as_posix(), "sha256": _sha256(path),
+                "rows": len(rows), "license": info["license"], "origin": info["origin"],
+                "use": "evaluation only" if info.get("evaluation_only") else "training + evaluation",
+            })
+    return examples, sources
+
+
+def load_exemplars(path: Path) -> list[Example]:
+    """The project's contrast exemplars (CSV ``text,label,theme``; label harmful | benign).
+
+    Raises:
+        DataError: missing file, column or an unknown label.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: exemplar file not found")
+    out = []
+    for n, row in enumerate(read_rows(path), 1):
+        label = str(_column(row, "label", path, n)).strip()
+        if label not in ("harmful", "benign"):
+            raise DataError(f"{path}: unexpected exemplar label {label!r}")
+        out.append(Example(_text(row, "text", path, n).strip(), f"exemplar_{label}",
+                           _text(row, "theme", path, n).strip()))
+    return [e for e in out if e.text]
+
+
+# -- FAR-H and PFI data --------------------------------------------------------------------------
 
 def read_yaml_or_json(path: Path) -> Any:
     """A YAML (or JSON, a subset) document. Raises DataError for unreadable or invalid files."""

@@ -2,7 +2,7 @@
 
 Methodology "PFI": PFI = 1 − Σ_s w_s·Δ_s with Δ_s = 1 − min_i p_i / max_j p_j clamped to
 [0, 1], over outcomes s, per protected attribute (≥ 0.98 enterprise, ≥ 0.95 public). Pure (no
-I/O): :func:`build_prompts` makes the prompts, the CLI (:mod:`proxy.evaluation.fairness_run`) sends them
+I/O): :func:`build_prompts` makes the prompts, :mod:`proxy.evaluation.pfi_run` sends them
 through the proxy and records one :class:`Observation` per prompt, :func:`pfi_result` computes
 the published result (:data:`PFI_RESULT_FORMAT`).
 

@@ -1,6 +1,6 @@
 """Run evaluation items through the guardrails the proxy uses.
 
-Two targets with one interface (``screen(item) -> Outcome``):
+Two targets with one interface (``screen(item) -> ItemOutcome``):
 
 - :class:`EngineTarget` (in-process): the :class:`~proxy.guardrails.engine.GuardrailEngine`
   built exactly as ``proxy.server.app.build_services`` builds it (``load_policies`` +
@@ -11,7 +11,7 @@ Two targets with one interface (``screen(item) -> Outcome``):
   scan cache, ``engine.cache.map(policy_id, [text], engine.detectors[policy_id].analyze_batch)``,
   to read the spans of privacy items even when a stronger action (refuse) pre-empted masking —
   the cache makes this free when ``screen_input`` already computed them.
-- :class:`ProxyTarget`: a running proxy through the official openai client. The decisive action
+- :class:`ProxyTarget`: a running proxy through :mod:`proxy.evaluation.client`. The decisive action
   is the ``x-sonate-guardrail-action`` header; the request's final receipt
   (``GET /v1/receipts/{x-sonate-receipt-id}``) gives the refusal's stage, the domain (``intent``)
   and the masked spans. Latency is the whole request round trip (includes the model call for
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
-from proxy.evaluation.datasets import Item
+from proxy.evaluation.data import Item
 from proxy.evaluation.metrics import Span
 
 
@@ -39,7 +39,7 @@ class TargetError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ItemOutcome:
     """What the guardrails did with one item.
 
     Attributes:
@@ -71,7 +71,7 @@ class Target(Protocol):
         """What was evaluated (mode, policies and detector versions, or proxy URL and model)."""
         ...
 
-    def screen(self, item: Item) -> Outcome:
+    def screen(self, item: Item) -> ItemOutcome:
         """Send one item through the guardrails; raises TargetError when they cannot be reached."""
         ...
 
@@ -131,7 +131,7 @@ class EngineTarget:
         (found,) = self.engine.cache.map(self._privacy.id, [text], detector.analyze_batch)
         return tuple(Span(s.entity_type, s.start, s.end) for s in found)
 
-    def screen(self, item: Item) -> Outcome:
+    def screen(self, item: Item) -> ItemOutcome:
         """Screen one item with ``engine.screen_input`` (timed)."""
         started = time.perf_counter()
         screen = self.engine.screen_input(_messages(item.text))
@@ -139,108 +139,64 @@ class EngineTarget:
         safety = any(d.kind == "safety" and d.stage == "input" for d in screen.triggers)
         escalated = any(d.kind == "compliance" and d.action == "escalate" for d in screen.triggers)
         spans = self.privacy_spans(item.text) if item.policy == "privacy" else None
-        return Outcome(screen.action, safety, escalated, screen.domain, spans, seconds)
-
-
-def _v1(url: str) -> str:
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
+        return ItemOutcome(screen.action, safety, escalated, screen.domain, spans, seconds)
 
 
 class ProxyTarget:
-    """A running proxy, through the official openai client (``max_retries=0``).
+    """A running proxy, through :class:`~proxy.evaluation.client.ProxyClient` (no retries).
 
-    Raises TargetError (from :meth:`screen` / :meth:`check`) when the proxy is unreachable,
-    rejects the key or the model, or answers with an error.
+    Raises ProxyError (from :meth:`screen` / :meth:`check`) when the proxy is unreachable,
+    rejects the key or the model, or answers with an error; TargetError when it is not a Sonate
+    proxy (no ``x-sonate-*`` headers).
     """
 
     mode = "proxy"
     latency_measures = "request round trip through the proxy (guardrails + model call + receipts)"
 
-    def __init__(self, url: str, api_key: str, model: str, timeout: float = 60.0) -> None:
-        import httpx
-        import openai
+    def __init__(self, url: str, api_key: str, model: str) -> None:
+        from proxy.evaluation.client import ProxyClient
 
-        self.base = _v1(url)
-        self.model = model
-        self._openai = openai
-        self.client = openai.OpenAI(base_url=self.base, api_key=api_key, max_retries=0, timeout=timeout)
-        self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+        self.client = ProxyClient(url, api_key, model)
 
     def close(self) -> None:
         """Close the HTTP connections."""
-        self.http.close()
         self.client.close()
 
     def describe(self) -> dict[str, Any]:
         """The proxy's URL and the model route used."""
-        return {"mode": self.mode, "proxy": self.base, "model": self.model}
-
-    def _error(self, exc: Exception) -> TargetError:
-        openai = self._openai
-        if isinstance(exc, openai.APIConnectionError):
-            return TargetError(f"cannot reach the proxy at {self.base}: {exc}")
-        if isinstance(exc, openai.AuthenticationError):
-            return TargetError(f"the proxy at {self.base} rejected the API key (401)")
-        if isinstance(exc, openai.NotFoundError):
-            return TargetError(f"the proxy at {self.base} has no model route {self.model!r} "
-                               "(use --model; GET /v1/models lists them)")
-        if isinstance(exc, openai.APIStatusError):
-            return TargetError(f"the proxy at {self.base} answered HTTP {exc.status_code}: {exc.message}")
-        return TargetError(f"request to the proxy at {self.base} failed: {exc}")
+        return {"mode": self.mode, "proxy": self.client.base, "model": self.client.model}
 
     def check(self) -> None:
         """Fail fast: the proxy answers ``GET /v1/models`` with this key and has the model route."""
-        try:
-            models = {m.id for m in self.client.models.list().data}
-        except self._openai.OpenAIError as exc:
-            raise self._error(exc) from None
-        if self.model not in models:
-            raise TargetError(f"the proxy at {self.base} has no model route {self.model!r} "
-                              f"(routes: {', '.join(sorted(models))}; use --model)")
+        self.client.check()
 
-    def receipt(self, receipt_id: str) -> dict[str, Any]:
-        """The receipt ``receipt_id`` (``GET /v1/receipts/{id}``). Raises TargetError."""
-        import httpx
-
-        try:
-            response = self.http.get(f"{self.base}/receipts/{receipt_id}")
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot fetch receipt {receipt_id} from {self.base}: {exc}") from None
-        if response.status_code != 200:
-            raise TargetError(f"GET /v1/receipts/{receipt_id} answered HTTP {response.status_code}")
-        return response.json()
-
-    def screen(self, item: Item) -> Outcome:
+    def screen(self, item: Item) -> ItemOutcome:
         """Send the item as one user message; read the action header and the final receipt."""
-        started = time.perf_counter()
-        try:
-            raw = self.client.chat.completions.with_raw_response.create(
-                model=self.model, messages=_messages(item.text))
-        except self._openai.OpenAIError as exc:
-            raise self._error(exc) from None
-        seconds = time.perf_counter() - started
-        action = raw.headers.get("x-sonate-guardrail-action")
-        receipt_id = raw.headers.get("x-sonate-receipt-id")
-        if not action or not receipt_id:
-            raise TargetError(f"{self.base} is not a Sonate proxy: no x-sonate-guardrail-action / "
+        answer = self.client.ask(item.text)
+        if not answer.action or not answer.receipt_id:
+            raise TargetError(f"{self.client.base} is not a Sonate proxy: no x-sonate-guardrail-action / "
                               "x-sonate-receipt-id headers")
-        receipt = self.receipt(receipt_id)
+        receipt = self.client.receipt(answer.receipt_id)
         evidence = receipt.get("evidence") or {}
         stage = evidence.get("stage")
-        safety = action == "refuse" and receipt.get("guardrail_action") == "refuse" and stage == "input"
-        spans: tuple[Span, ...] | None = None
-        if item.policy == "privacy":
-            if receipt.get("guardrail_action") == "mask" and stage == "input":
-                spans = tuple(Span(s["entity_type"], int(s["start"]), int(s["end"]))
-                              for s in evidence.get("spans", []) if s.get("message") == 0)
-            elif action == "allow":
-                spans = ()
-        return Outcome(action, safety, action == "escalate", receipt.get("intent"), spans, seconds)
+        safety = answer.action == "refuse" and receipt.get("guardrail_action") == "refuse" and stage == "input"
+        return ItemOutcome(answer.action, safety, answer.action == "escalate", receipt.get("intent"),
+                           _receipt_spans(item, answer.action, receipt), answer.seconds)
+
+
+def _receipt_spans(item: Item, action: str, receipt: dict[str, Any]) -> tuple[Span, ...] | None:
+    """Privacy spans of the user message read from the final receipt (None when not observable)."""
+    evidence = receipt.get("evidence") or {}
+    if item.policy != "privacy":
+        return None
+    if receipt.get("guardrail_action") == "mask" and evidence.get("stage") == "input":
+        return tuple(Span(s["entity_type"], int(s["start"]), int(s["end"]))
+                     for s in evidence.get("spans", []) if s.get("message") == 0)
+    return () if action == "allow" else None
 
 
 def run_items(target: Target, items: Iterable[Item], *, progress: bool = True,
-              total: int | None = None) -> list[Outcome]:
+              total: int | None = None) -> list[ItemOutcome]:
     """Screen every item in order (a tqdm progress bar on stderr when ``progress``).
 
     Raises TargetError from the target.

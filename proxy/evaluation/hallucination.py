@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from proxy.evaluation.claims import Claim, METHODS, assign_method, dedupe, mine_claims
 from proxy.kpi.methodology import CONFIDENCE, METHODOLOGY_VERSION, MIN_CLAIMS, TARGETS
-from proxy.evaluation.oracle import (REGULATED_DOMAINS, Oracle, RegexRule, Verdict, validate_claim,
+from proxy.evaluation.oracle import (REGULATED_DOMAINS, Oracle, RegexRule, OracleVerdict, validate_claim,
                               verify_with_oracle, verify_with_regex)
 from proxy.kpi.stats import publishable, round_percent, wilson_interval
 
@@ -94,7 +94,7 @@ class CheckedClaim:
     record_id: str
     domain: str
     claim: Claim
-    verdict: Verdict
+    verdict: OracleVerdict
 
     @property
     def checked(self) -> bool:
@@ -117,9 +117,9 @@ def tier_of(domain: str) -> str:
     return "regulated" if domain in REGULATED_DOMAINS else "general"
 
 
-def _verify(claim: Claim, entry: Any, rules: Sequence[RegexRule]) -> Verdict:
+def _verify(claim: Claim, entry: Any, rules: Sequence[RegexRule]) -> OracleVerdict:
     # Methods in order from the assigned one; the first verdict wins, else human.
-    tried: list[Verdict] = []
+    tried: list[OracleVerdict] = []
     for method in METHODS[METHODS.index(claim.method):]:
         if method == "oracle" and entry is not None:
             verdict = verify_with_oracle(claim, entry)
@@ -135,7 +135,7 @@ def _verify(claim: Claim, entry: Any, rules: Sequence[RegexRule]) -> Verdict:
             return verdict
         tried.append(verdict)
     last = tried[0] if tried else None
-    return Verdict(None, "human", last.reference if last else None, last.score_correct if last else 0.0,
+    return OracleVerdict(None, "human", last.reference if last else None, last.score_correct if last else 0.0,
                    last.score_incorrect if last else 0.0, last.detail if last else "no automatic method applies")
 
 

@@ -1,8 +1,8 @@
 """Evaluation statistics (pure functions, no I/O).
 
 - Proportions with a 95 % Wilson score interval (Wilson, "Probable inference, the law of
-  succession, and statistical inference", JASA 22 (1927) 209-212), computed by statsmodels'
-  ``proportion_confint(method="wilson")``.
+  succession, and statistical inference", JASA 22 (1927) 209-212): the one implementation,
+  :func:`proxy.kpi.stats.wilson_interval`, at the one :data:`~proxy.kpi.stats.CONFIDENCE`.
 - Span-level PII matching: a predicted span is a true positive when it overlaps (shares at least
   one character with) a gold span of exactly the same entity type; a gold span is recalled when
   a predicted span of the same type overlaps it. Precision = matched predictions / predictions,
@@ -23,10 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
-
-#: Confidence level of every interval in the report.
-CONFIDENCE = 0.95
+from proxy.kpi.methodology import CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -52,17 +49,17 @@ def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
 
     Raises ValueError unless ``0 <= k <= n`` (integers).
     """
-    from statsmodels.stats.proportion import proportion_confint
-
     if int(k) != k or int(n) != n or not 0 <= k <= n:
         raise ValueError(f"a proportion needs integers 0 <= k <= n, got k={k}, n={n}")
     k, n = int(k), int(n)
     if n == 0:
         return Proportion(0, 0, None, None, None)
-    low, high = proportion_confint(k, n, alpha=1.0 - confidence, method="wilson")
+    from proxy.kpi.stats import wilson_interval
+
+    low, high = wilson_interval(k, n, confidence)
     rate = k / n
     # The Wilson bounds are exactly 0 at k = 0 and 1 at k = n; remove floating-point residue
-    # (statsmodels returns 5.6e-17 for 0/n) so that low <= rate <= high always holds.
+    # so that low <= rate <= high always holds.
     return Proportion(k, n, rate, min(max(float(low), 0.0), rate), max(min(float(high), 1.0), rate))
 
 
@@ -172,6 +169,8 @@ def latency_summary(seconds: Sequence[float]) -> dict:
     """``{"n", "p50_ms", "p95_ms", "mean_ms"}`` of per-item durations in seconds (None if empty)."""
     if not seconds:
         return {"n": 0, "p50_ms": None, "p95_ms": None, "mean_ms": None}
+    import numpy as np
+
     ms = np.asarray(seconds, dtype=float) * 1000.0
     return {"n": int(ms.size), "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
             "mean_ms": float(ms.mean())}

@@ -43,7 +43,7 @@ __all__ = [
     "Oracle",
     "OracleEntry",
     "RegexRule",
-    "Verdict",
+    "OracleVerdict",
     "content_tokens",
     "halueval_entries",
     "regex_rules_from_rows",
@@ -117,7 +117,7 @@ class OracleEntry:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class OracleVerdict:
     """Outcome of one check: ``verdict`` ``pass``/``fail`` or None (undecided), the ``method``
     that decided, the reference that matched best (``reference``) and the side scores."""
 
@@ -224,10 +224,10 @@ def _best(claim: frozenset[str], refs: list[tuple[str, frozenset[str]]]) -> tupl
     return best, best_ref, best_tokens
 
 
-def verify_with_oracle(claim: Claim, entry: OracleEntry) -> Verdict:
+def verify_with_oracle(claim: Claim, entry: OracleEntry) -> OracleVerdict:
     """Check ``claim`` against ``entry``'s answers by distinctive-token coverage (module doc).
 
-    Returns a Verdict with method ``oracle``: ``pass``, ``fail`` or None (undecided).
+    Returns an OracleVerdict with method ``oracle``: ``pass``, ``fail`` or None (undecided).
     """
     tokens = content_tokens(claim.text)
     question = content_tokens(entry.question)
@@ -237,14 +237,14 @@ def verify_with_oracle(claim: Claim, entry: OracleEntry) -> Verdict:
     si, ref_i, _ = _best(tokens, _distinct(entry.incorrect, correct_all, question))
     if sc >= MATCH_THRESHOLD and si < MATCH_THRESHOLD:
         if _negated(tokens) and not _negated(content_tokens(ref_c or "")):
-            return Verdict(None, "oracle", ref_c, sc, si, "negated claim matches a correct answer")
-        return Verdict("pass", "oracle", ref_c, sc, si)
+            return OracleVerdict(None, "oracle", ref_c, sc, si, "negated claim matches a correct answer")
+        return OracleVerdict("pass", "oracle", ref_c, sc, si)
     if si >= MATCH_THRESHOLD and sc < MATCH_THRESHOLD:
         if _negated(tokens) and not _negated(content_tokens(ref_i or "")):
-            return Verdict(None, "oracle", ref_i, sc, si, "negated claim matches an incorrect answer")
-        return Verdict("fail", "oracle", ref_i, sc, si)
+            return OracleVerdict(None, "oracle", ref_i, sc, si, "negated claim matches an incorrect answer")
+        return OracleVerdict("fail", "oracle", ref_i, sc, si)
     detail = "matches both correct and incorrect answers" if sc >= MATCH_THRESHOLD else "matches no reference answer"
-    return Verdict(None, "oracle", ref_c if sc >= si else ref_i, sc, si, detail)
+    return OracleVerdict(None, "oracle", ref_c if sc >= si else ref_i, sc, si, detail)
 
 
 @dataclass(frozen=True)
@@ -283,13 +283,13 @@ def regex_rules_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[RegexRule]:
     return rules
 
 
-def verify_with_regex(claim: Claim, rules: Sequence[RegexRule]) -> Verdict | None:
+def verify_with_regex(claim: Claim, rules: Sequence[RegexRule]) -> OracleVerdict | None:
     """The first rule whose ``applies`` matches decides (``pass`` when ``expect`` matches,
     else ``fail``); None when no rule applies."""
     for rule in rules:
         if rule.applies.search(claim.text):
             ok = rule.expect.search(claim.text) is not None
-            return Verdict("pass" if ok else "fail", "regex", rule.name, detail=f"rule {rule.name}")
+            return OracleVerdict("pass" if ok else "fail", "regex", rule.name, detail=f"rule {rule.name}")
     return None
 
 
@@ -306,7 +306,7 @@ def _date_ok(year: int, month: int, day: int) -> bool:
     return 1 <= month <= 12 and 1 <= day <= calendar.monthrange(max(year, 1), month)[1]
 
 
-def validate_claim(claim: Claim) -> Verdict | None:
+def validate_claim(claim: Claim) -> OracleVerdict | None:
     """Format validators: an impossible calendar date (``February 30, 2001``, ``2001-13-01``)
     or a share of a whole above 100 % (``120% of voters``) fails the claim. Returns None when
     no validator finds a problem (a valid date is not thereby true: no verdict)."""
@@ -321,8 +321,8 @@ def validate_claim(claim: Claim) -> Verdict | None:
             if month_number is None:
                 continue
             if not _date_ok(int(parts["y"]), month_number, int(parts["d"])):
-                return Verdict("fail", "validator", value, detail=f"no such date: {value}")
+                return OracleVerdict("fail", "validator", value, detail=f"no such date: {value}")
     for m in _PERCENT_OF.finditer(claim.text):
         if float(m.group(1)) > 100:
-            return Verdict("fail", "validator", m.group(0), detail=f"a share above 100%: {m.group(0)}")
+            return OracleVerdict("fail", "validator", m.group(0), detail=f"a share above 100%: {m.group(0)}")
     return None

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from proxy.evaluation.datasets import APOLOGY_TYPES, Item
+from proxy.evaluation.data import APOLOGY_TYPES, Item
 from proxy.evaluation.metrics import binary_scores, latency_summary, map_gold, match_spans, proportion, sum_counts
-from proxy.evaluation.guardrails import Outcome
+from proxy.evaluation.guardrails import ItemOutcome
 
 REPORT_VERSION = 1
 
@@ -41,9 +41,9 @@ def _target(op: str, value: float, actual: float | None) -> dict[str, Any]:
     return {"op": op, "value": value, "met": met}
 
 
-def _policy_rows(items: Sequence[Item], outcomes: Sequence[Outcome], policy: str) -> list[dict[str, Any]]:
+def _policy_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], policy: str) -> list[dict[str, Any]]:
     """One row per (dataset, subset) of ``policy`` (safety or compliance), in first-seen order."""
-    groups: dict[tuple[str, str], list[tuple[Item, Outcome]]] = {}
+    groups: dict[tuple[str, str], list[tuple[Item, ItemOutcome]]] = {}
     for item, outcome in zip(items, outcomes):
         if item.policy == policy:
             groups.setdefault((item.dataset, item.subset), []).append((item, outcome))
@@ -63,11 +63,11 @@ def _policy_rows(items: Sequence[Item], outcomes: Sequence[Outcome], policy: str
     return rows
 
 
-def _acted(policy: str, outcome: Outcome) -> bool:
+def _acted(policy: str, outcome: ItemOutcome) -> bool:
     return outcome.safety_flag if policy == "safety" else outcome.escalated
 
 
-def _privacy(items: Sequence[Item], outcomes: Sequence[Outcome], mapping: dict[str, str | None]) -> dict[str, Any]:
+def _privacy(items: Sequence[Item], outcomes: Sequence[ItemOutcome], mapping: dict[str, str | None]) -> dict[str, Any]:
     per_text = []
     per_dataset: dict[str, list] = {}
     unobserved = 0
@@ -96,7 +96,7 @@ def _privacy(items: Sequence[Item], outcomes: Sequence[Outcome], mapping: dict[s
     }
 
 
-def _latency(outcomes: Sequence[Outcome], items: Sequence[Item], policy: str | None) -> dict[str, Any]:
+def _latency(outcomes: Sequence[ItemOutcome], items: Sequence[Item], policy: str | None) -> dict[str, Any]:
     return latency_summary([o.seconds for i, o in zip(items, outcomes) if policy is None or i.policy == policy])
 
 
@@ -127,7 +127,7 @@ def apology_section(rows: Sequence[dict[str, Any]], scores: Sequence[float], fla
     }
 
 
-def build_report(items: Sequence[Item], outcomes: Sequence[Outcome], *, meta: dict[str, Any],
+def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta: dict[str, Any],
                  latency_measures: str, mapping: dict[str, str | None],
                  apology: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON report of one evaluation run.

@@ -1,7 +1,7 @@
 """Train the harmful-intent classifier shipped in ``proxy/guardrails/artefacts``.
 
-``sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts``
-(or ``python -m proxy.evaluation.training --data-dir ... --out ...``).
+``sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts`` (options in
+:mod:`proxy.cli.train`). The data are read by :func:`proxy.evaluation.data.load_training_examples`.
 
 Data (development split, layout of the public data folder, e.g. ``../shared/data``; any ``*.csv``/``*.jsonl`` file in each
 folder is read, so the small samples in ``tests/data`` work too):
@@ -46,19 +46,20 @@ Davidson recall is optimistic.
 
 from __future__ import annotations
 
-import argparse
-import csv
 import io
 import json
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from proxy.evaluation.data import DataError, Example, load_exemplars, load_training_examples
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
+
+__all__ = ["ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose_thresholds", "cross_validate", "fit_platt",
+           "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
 ARTEFACT_VERSION = "harm-minilm-svm-v2"
@@ -67,120 +68,8 @@ HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
 BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
 EXEMPLAR_GROUPS = ("exemplar_harmful", "exemplar_benign")
 EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive")
-DAVIDSON_CLASSES = {"0": "davidson_hate", "1": "davidson_offensive", "2": "davidson_neither"}
 EMBED_BATCH = 64
 GRID = np.round(np.arange(0.01, 1.0, 0.01), 2)
-
-SOURCE_INFO = {
-    "advbench": {"pattern": "advbench/*.csv", "required": True, "license": "MIT",
-                 "origin": "llm-attacks AdvBench harmful_behaviors.csv (copy in YancyKahn/PocoGCG @ 131c890)"},
-    "xstest": {"pattern": "xstest/*.csv", "required": True, "license": "CC BY 4.0",
-               "origin": "paul-rottger/exaggerated-safety @ d7bb5bd"},
-    "alpaca_seed": {"pattern": "alpaca_seed/*.jsonl", "required": False, "license": "CC BY-NC 4.0",
-                    "origin": "tatsu-lab/stanford_alpaca seed_tasks.jsonl", "evaluation_only": True},
-    "davidson": {"pattern": "davidson/*.csv", "required": False, "license": "MIT",
-                 "origin": "t-davidson/hate-speech-and-offensive-language @ cb50f7e"},
-}
-
-
-class DataError(ValueError):
-    """The training data directory lacks a required source or a file is malformed."""
-
-
-@dataclass(frozen=True)
-class Example:
-    """One labelled text. ``group`` is one of the group names in the module docstring;
-    ``stratum`` refines it for XSTest (its ``type``, e.g. ``contrast_homonyms``)."""
-
-    text: str
-    group: str
-    stratum: str = ""
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _column(row: dict[str, str], name: str, path: Path) -> str:
-    if name not in row:
-        raise DataError(f"{path}: missing column {name!r}")
-    return (row[name] or "").strip()
-
-
-def _examples_from(source: str, path: Path) -> list[Example]:
-    """Parse one data file into examples (empty texts skipped). Raises DataError on bad format."""
-    out: list[Example] = []
-    if source == "advbench":
-        out = [Example(_column(r, "goal", path), "advbench") for r in _read_csv(path)]
-    elif source == "xstest":
-        for row in _read_csv(path):
-            label = _column(row, "label", path)
-            if label not in ("safe", "unsafe"):
-                raise DataError(f"{path}: unexpected XSTest label {label!r}")
-            out.append(Example(_column(row, "prompt", path), f"xstest_{label}", (row.get("type") or "").strip()))
-    elif source == "davidson":
-        for row in _read_csv(path):
-            cls = _column(row, "class", path)
-            if cls not in DAVIDSON_CLASSES:
-                raise DataError(f"{path}: unexpected Davidson class {cls!r}")
-            out.append(Example(_column(row, "tweet", path), DAVIDSON_CLASSES[cls]))
-    elif source == "alpaca_seed":
-        with open(path, encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        out.append(Example(str(json.loads(line)["instruction"]).strip(), "alpaca_seed"))
-                    except (ValueError, KeyError) as exc:
-                        raise DataError(f"{path}:{line_no}: {exc}") from exc
-    return [e for e in out if e.text]
-
-
-def load_exemplars(path: Path = EXEMPLARS) -> list[Example]:
-    """The project's contrast exemplars (CSV ``text,label,theme``; label harmful | benign).
-
-    Raises:
-        DataError: missing file, column or an unknown label.
-    """
-    if not Path(path).is_file():
-        raise DataError(f"{path}: exemplar file not found")
-    out = []
-    for row in _read_csv(Path(path)):
-        label = _column(row, "label", path)
-        if label not in ("harmful", "benign"):
-            raise DataError(f"{path}: unexpected exemplar label {label!r}")
-        out.append(Example(_column(row, "text", path), f"exemplar_{label}", _column(row, "theme", path)))
-    return [e for e in out if e.text]
-
-
-def load_examples(data_dir: Path) -> tuple[list[Example], list[dict]]:
-    """Read every source under ``data_dir``.
-
-    Returns:
-        (examples, sources) where ``sources`` lists, per file read, its path relative to
-        ``data_dir``, sha256, row count, license, origin and whether it is evaluation-only (for
-        the artefact metadata).
-
-    Raises:
-        DataError: a required source (AdvBench, XSTest) is missing, or a file is malformed.
-    """
-    data_dir = Path(data_dir)
-    examples: list[Example] = []
-    sources: list[dict] = []
-    for source, info in SOURCE_INFO.items():
-        files = sorted(data_dir.glob(info["pattern"]))
-        if not files and info["required"]:
-            raise DataError(f"{data_dir}: no files match {info['pattern']} (required source {source})")
-        for path in files:
-            rows = _examples_from(source, path)
-            examples.extend(rows)
-            sources.append({
-                "source": source, "file": path.relative_to(data_dir).as_posix(), "sha256": sha256_file(path),
-                "rows": len(rows), "license": info["license"], "origin": info["origin"],
-                "use": "evaluation only" if info.get("evaluation_only") else "training + evaluation",
-            })
-    return examples, sources
-
 
 def _embed(texts: list[str], progress: bool) -> np.ndarray:
     """Embed in batches with a tqdm bar; float64 (n, 384)."""
@@ -308,10 +197,131 @@ def _strata(groups: np.ndarray, types: np.ndarray, folds: int) -> np.ndarray:
     return fine if min(counts.values()) >= folds else groups
 
 
+@dataclass(frozen=True)
+class _Design:
+    """The rows of one training run, as arrays over ``examples`` (the data directory's rows).
+
+    ``train_mask`` marks the rows trained and cross-validated on (not evaluation-only);
+    ``groups``/``y``/``strata`` are over those rows; ``extra`` are the exemplars, trained on in
+    every fold and never tested; ``folds`` is the fold count actually used.
+    """
+
+    examples: list[Example]
+    extra: list[Example]
+    groups_all: np.ndarray
+    types_all: np.ndarray
+    train_mask: np.ndarray
+    groups: np.ndarray
+    y: np.ndarray
+    strata: np.ndarray
+    folds: int
+
+
+def _load(data_dir: Path, exemplars: Path | None) -> tuple[list[Example], list[Example], list[dict]]:
+    """(data-directory examples, exemplars, provenance of every file read)."""
+    examples, sources = load_training_examples(Path(data_dir))
+    extra = load_exemplars(exemplars) if exemplars is not None else []
+    if exemplars is not None:
+        sources.append({"source": "exemplars", "file": f"proxy/guardrails/artefacts/{Path(exemplars).name}",
+                        "sha256": sha256_file(Path(exemplars)), "rows": len(extra),
+                        "license": "this project's license", "origin": "written for this project",
+                        "use": "training only"})
+    return examples, extra, sources
+
+
+def _design(data_dir: Path, examples: list[Example], extra: list[Example], folds: int) -> _Design:
+    """Labels, strata and the fold count. Raises DataError for one class or a group under 2 rows."""
+    groups_all = np.array([e.group for e in examples])
+    types_all = np.array([e.stratum for e in examples])
+    train_mask = ~np.isin(groups_all, EVAL_ONLY_GROUPS)
+    groups = groups_all[train_mask]
+    y = np.isin(groups, HARMFUL_GROUPS).astype(int)
+    if len(set(y.tolist())) < 2:
+        raise DataError(f"{data_dir}: need both harmful and benign examples")
+    smallest = min(int((groups == g).sum()) for g in set(groups.tolist()))
+    folds = min(folds, smallest)
+    if folds < 2:
+        raise DataError(f"{data_dir}: a group has {smallest} row(s); cross-validation needs at least 2")
+    return _Design(examples, extra, groups_all, types_all, train_mask, groups, y,
+                   _strata(groups, types_all[train_mask], folds), folds)
+
+
+def _cv_section(d: _Design, oof: np.ndarray, harm_all: np.ndarray, toxic: np.ndarray,
+                thresholds: dict[str, float | None], *, repeats: int, seed: int) -> dict:
+    """The ``cv`` metadata: scheme, ROC AUCs and per-group rates at each operating point."""
+    cv = {"scheme": f"repeated stratified {d.folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
+                    "exemplars in every training fold, never tested; evaluation-only groups scored by every "
+                    "fold model",
+          "roc_auc_harm_vs_benign": round(float(_auc(oof, d.y)), 4),
+          "roc_auc_xstest_unsafe_vs_safe": _group_auc(oof, d.groups, "xstest_unsafe", "xstest_safe"),
+          "toxicity_only": _rates(toxic, d.groups_all),
+          "operating_points": {}}
+    for point, t in thresholds.items():
+        if t is not None:
+            cv["operating_points"][point] = {"harmful_intent_threshold": f"{t:.2f}",
+                                             "harm_only": _rates(harm_all >= t, d.groups_all),
+                                             "combined": _rates((harm_all >= t) | toxic, d.groups_all)}
+    return cv
+
+
+def _fit_rows(d: _Design, x: np.ndarray, x_always: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(x, y, groups, strata) of the final fit: the trained rows followed by the exemplars."""
+    y_always = np.array([e.group == "exemplar_harmful" for e in d.extra], dtype=int)
+    groups = np.concatenate([d.groups, np.array([e.group for e in d.extra], dtype=d.groups.dtype)])
+    strata = np.concatenate([d.types_all[d.train_mask], np.array(["" for _ in d.extra], dtype=d.types_all.dtype)])
+    return np.vstack([x, x_always]), np.concatenate([d.y, y_always]), groups, strata
+
+
+def _write_weights(out_dir: Path, final, platt: tuple[float, float]) -> Path:
+    """Write ``<out_dir>/harm-minilm-svm-v2.npz`` (created if missing); returns its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
+    _write_npz(npz_path, {
+        "support_vectors": final.support_vectors_.astype(np.float32),
+        "dual_coef": final.dual_coef_[0].astype(np.float64),
+        "gamma": np.float64(final._gamma),
+        "intercept": np.float64(final.intercept_[0]),
+        "platt_a": np.float64(platt[0]),
+        "platt_b": np.float64(platt[1]),
+    })
+    return npz_path
+
+
+def _metadata(npz_path: Path, final, sources: list[dict], groups_fit: np.ndarray, hyper: dict,
+              toxicity_threshold: float, recommended: float, cv: dict) -> dict:
+    """The artefact's ``.json``: format, score formula, provenance, training rows and CV metrics."""
+    import sklearn
+
+    return {
+        "name": ARTEFACT_NAME, "version": ARTEFACT_VERSION,
+        "format": "npz: support_vectors float32 (k, 384), dual_coef float64 (k,), gamma, intercept, platt_a, "
+                  "platt_b float64 ()",
+        "score": "sigmoid(platt_a * (sum_i dual_coef_i * exp(-gamma * ||x - sv_i||^2) + intercept) + platt_b)",
+        "weights_sha256": sha256_file(npz_path),
+        "embedding_model": embeddings.model_version(), "trained_with": f"scikit-learn=={sklearn.__version__}",
+        "training_data": sources,
+        "label_rule": {"harmful": list(HARMFUL_GROUPS), "benign": list(BENIGN_GROUPS),
+                       "evaluation_only": list(EVAL_ONLY_GROUPS)},
+        "training_rows": {g: int((groups_fit == g).sum()) for g in sorted(set(groups_fit.tolist()))},
+        "support_vectors": int(final.support_vectors_.shape[0]),
+        "hyper_parameters": hyper,
+        "toxicity_in_combined_decision": {"detector": "profanity-check",
+                                          "threshold": f"{toxicity_threshold:.2f}"},
+        "recommended_thresholds": {"harmful_intent": f"{recommended:.2f}",
+                                   "toxicity_profanity_check": f"{toxicity_threshold:.2f}"},
+        "cv": cv,
+    }
+
+
 def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progress: bool = True, c: float = 3.0,
                           folds: int = 5, repeats: int = 3, target_recall: float = 0.97,
                           toxicity_threshold: float = 0.80, exemplars: Path | None = EXEMPLARS) -> dict:
     """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v2.{npz,json}``.
+
+    Steps: read the data and exemplars → labels and strata → embed, toxicity scores →
+    cross-validated decision values → Platt scaling → thresholds and CV rates → XSTest type-pair
+    hold-out → final fit on every training row → weights and metadata.
 
     Args:
         data_dir: folder laid out like ``../shared/data`` (see module docstring).
@@ -332,99 +342,35 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     """
     from profanity_check import predict_prob
 
-    examples, sources = load_examples(Path(data_dir))
-    extra_examples = load_exemplars(exemplars) if exemplars is not None else []
-    if exemplars is not None:
-        sources.append({"source": "exemplars", "file": f"proxy/guardrails/artefacts/{Path(exemplars).name}",
-                        "sha256": sha256_file(Path(exemplars)), "rows": len(extra_examples),
-                        "license": "this project's license", "origin": "written for this project",
-                        "use": "training only"})
-    groups_all = np.array([e.group for e in examples])
-    types_all = np.array([e.stratum for e in examples])
-    train_mask = ~np.isin(groups_all, EVAL_ONLY_GROUPS)
-    groups = groups_all[train_mask]
-    y = np.isin(groups, HARMFUL_GROUPS).astype(int)
-    if len(set(y.tolist())) < 2:
-        raise DataError(f"{data_dir}: need both harmful and benign examples")
-    smallest = min(int((groups == g).sum()) for g in set(groups.tolist()))
-    folds = min(folds, smallest)
-    if folds < 2:
-        raise DataError(f"{data_dir}: a group has {smallest} row(s); cross-validation needs at least 2")
-    strata = _strata(groups, types_all[train_mask], folds)
-
+    examples, extra, sources = _load(data_dir, exemplars)
+    d = _design(data_dir, examples, extra, folds)
     texts = [e.text for e in examples]
-    vectors = _embed(texts + [e.text for e in extra_examples], progress)
+    vectors = _embed(texts + [e.text for e in extra], progress)
     vectors, x_always = vectors[:len(texts)], vectors[len(texts):]
-    y_always = np.array([e.group == "exemplar_harmful" for e in extra_examples], dtype=int)
-    toxic_p = np.asarray(predict_prob(texts), dtype=np.float64)
-    x, x_extra = vectors[train_mask], vectors[~train_mask]
-    oof, extra = cross_validate(x, y, strata, x_always, y_always, x_extra, c=c, folds=folds, repeats=repeats,
-                                seed=seed, progress=progress)
-    platt = fit_platt(oof, y)
+    toxic = np.asarray(predict_prob(texts), dtype=np.float64) >= toxicity_threshold
+    x, x_extra = vectors[d.train_mask], vectors[~d.train_mask]
+    x_fit, y_fit, groups_fit, strata_fit = _fit_rows(d, x, x_always)
+    oof, extra_scores = cross_validate(x, d.y, d.strata, x_always, y_fit[len(d.y):], x_extra, c=c, folds=d.folds,
+                                       repeats=repeats, seed=seed, progress=progress)
+    platt = fit_platt(oof, d.y)
 
     decision_all = np.empty(len(examples))
-    decision_all[train_mask], decision_all[~train_mask] = oof, extra
+    decision_all[d.train_mask], decision_all[~d.train_mask] = oof, extra_scores
     harm_all = 1.0 / (1.0 + np.exp(-(platt[0] * decision_all + platt[1])))
-    toxic = toxic_p >= toxicity_threshold
-    thresholds = choose_thresholds(harm_all, toxic, groups_all, target_recall=target_recall)
-    cv = {"scheme": f"repeated stratified {folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
-                    "exemplars in every training fold, never tested; evaluation-only groups scored by every "
-                    "fold model",
-          "roc_auc_harm_vs_benign": round(float(_auc(oof, y)), 4),
-          "roc_auc_xstest_unsafe_vs_safe": _group_auc(oof, groups, "xstest_unsafe", "xstest_safe"),
-          "toxicity_only": _rates(toxic, groups_all),
-          "operating_points": {}}
-    for point, t in thresholds.items():
-        if t is not None:
-            cv["operating_points"][point] = {"harmful_intent_threshold": f"{t:.2f}",
-                                             "harm_only": _rates(harm_all >= t, groups_all),
-                                             "combined": _rates((harm_all >= t) | toxic, groups_all)}
+    thresholds = choose_thresholds(harm_all, toxic, d.groups_all, target_recall=target_recall)
+    cv = _cv_section(d, oof, harm_all, toxic, thresholds, repeats=repeats, seed=seed)
     recommended = thresholds["recall_first"]
-    x_fit = np.vstack([x, x_always])
-    y_fit = np.concatenate([y, y_always])
-    groups_fit = np.concatenate([groups, np.array([e.group for e in extra_examples], dtype=groups.dtype)])
-    strata_fit = np.concatenate([types_all[train_mask], np.array(["" for _ in extra_examples], dtype=types_all.dtype)])
     holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platt=platt, threshold=recommended)
     if holdout is not None:
         cv["xstest_type_pair_holdout"] = holdout
 
     final = _new_model(c).fit(x_fit, y_fit)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    npz_path, json_path = out_dir / f"{ARTEFACT_VERSION}.npz", out_dir / f"{ARTEFACT_VERSION}.json"
-    _write_npz(npz_path, {
-        "support_vectors": final.support_vectors_.astype(np.float32),
-        "dual_coef": final.dual_coef_[0].astype(np.float64),
-        "gamma": np.float64(final._gamma),
-        "intercept": np.float64(final.intercept_[0]),
-        "platt_a": np.float64(platt[0]),
-        "platt_b": np.float64(platt[1]),
-    })
-    import sklearn
-
-    metadata = {
-        "name": ARTEFACT_NAME, "version": ARTEFACT_VERSION,
-        "format": "npz: support_vectors float32 (k, 384), dual_coef float64 (k,), gamma, intercept, platt_a, "
-                  "platt_b float64 ()",
-        "score": "sigmoid(platt_a * (sum_i dual_coef_i * exp(-gamma * ||x - sv_i||^2) + intercept) + platt_b)",
-        "weights_sha256": sha256_file(npz_path),
-        "embedding_model": embeddings.model_version(), "trained_with": f"scikit-learn=={sklearn.__version__}",
-        "training_data": sources,
-        "label_rule": {"harmful": list(HARMFUL_GROUPS), "benign": list(BENIGN_GROUPS),
-                       "evaluation_only": list(EVAL_ONLY_GROUPS)},
-        "training_rows": {g: int((groups_fit == g).sum()) for g in sorted(set(groups_fit.tolist()))},
-        "support_vectors": int(final.support_vectors_.shape[0]),
-        "hyper_parameters": {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced",
-                             "tol": 1e-6, "seed": seed, "folds": folds, "repeats": repeats,
-                             "target_advbench_recall": target_recall,
-                             "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}},
-        "toxicity_in_combined_decision": {"detector": "profanity-check",
-                                          "threshold": f"{toxicity_threshold:.2f}"},
-        "recommended_thresholds": {"harmful_intent": f"{recommended:.2f}",
-                                   "toxicity_profanity_check": f"{toxicity_threshold:.2f}"},
-        "cv": cv,
-    }
-    json_path.write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    npz_path = _write_weights(out_dir, final, platt)
+    hyper = {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced", "tol": 1e-6,
+             "seed": seed, "folds": d.folds, "repeats": repeats, "target_advbench_recall": target_recall,
+             "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}}
+    metadata = _metadata(npz_path, final, sources, groups_fit, hyper, toxicity_threshold, recommended, cv)
+    npz_path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return metadata
 
 
@@ -459,45 +405,3 @@ def summary(metadata: dict) -> str:
                      f"{metadata['recommended_thresholds']['harmful_intent']} (harm only) " + ", ".join(
                          f"{g} {100 * r['flagged']:.1f}%" for g, r in holdout["harm_only"].items()))
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``train safety`` options to ``parser``."""
-    parser.add_argument("--data-dir", type=Path, required=True, help="development data (layout of shared/data)")
-    parser.add_argument("--out", type=Path, default=ARTEFACT_DIR, help=f"artefact directory (default {ARTEFACT_DIR})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--c", type=float, default=3.0, help="the RBF SVM's C (default 3.0)")
-    parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--target-recall", type=float, default=0.97, help="AdvBench recall for the threshold")
-    parser.add_argument("--toxicity-threshold", type=float, default=0.80)
-    parser.add_argument("--exemplars", type=Path, default=EXEMPLARS,
-                        help=f"contrast exemplars always trained on (default {EXEMPLARS})")
-    parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Train from parsed arguments; print the CV summary. Returns 0, or 2 on a data error."""
-    try:
-        metadata = train_harm_classifier(args.data_dir, args.out, seed=args.seed, progress=not args.no_progress,
-                                         c=args.c, folds=args.folds, repeats=args.repeats,
-                                         target_recall=args.target_recall, toxicity_threshold=args.toxicity_threshold,
-                                         exemplars=None if args.no_exemplars else args.exemplars)
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(summary(metadata))
-    print(f"wrote {Path(args.out) / ARTEFACT_VERSION}.npz and .json")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m proxy.evaluation.training`` entry point."""
-    parser = argparse.ArgumentParser(prog="python -m proxy.evaluation.training", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

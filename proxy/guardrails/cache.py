@@ -1,6 +1,6 @@
 """Scan-result cache keyed by content hash.
 
-Chat clients resend the whole history every turn (DESIGN.md "Performance principles"): a
+Chat clients resend the whole history every turn (docs/architecture.md "Performance principles"): a
 detector's result for a text is cached under ``(detector key, sha256(text))``, so a turn costs
 what its new text costs, not its history. Thread-safe LRU; values are treated as immutable.
 """

@@ -2,7 +2,7 @@
 
 One YAML file per policy. Common keys: ``id``, ``kind`` (safety | privacy | compliance |
 continuity), ``description``, ``enabled``, ``stages`` (input and/or output), ``action`` (fixed
-by the kind, DESIGN.md "Request flow"), ``evidence_required`` (fields every receipt of this
+by the kind, docs/architecture.md "Request flow"), ``evidence_required`` (fields every receipt of this
 policy must carry; Audit Depth = present / required), and ``detector`` (validated by the
 detector's own config model). Thresholds are written as decimal strings or numbers.
 """
@@ -20,7 +20,7 @@ from proxy.config import ConfigError, format_validation_error
 
 Stage = Literal["input", "output"]
 
-#: Precedence when several policies fire (DESIGN.md): refuse > escalate > mask > summarize > allow.
+#: Precedence when several policies fire (docs/architecture.md): refuse > escalate > mask > summarize > allow.
 PRECEDENCE = ("refuse", "escalate", "mask", "summarize", "allow")
 
 

@@ -187,73 +187,123 @@ def _lvp_sample(receipts: Sequence[dict[str, Any]], start: str, end: str, size: 
     return results
 
 
+@dataclass(frozen=True)
+class _Lookups:
+    """What the per-interaction columns look up besides the interaction's own receipts."""
+
+    items: dict[str, dict[str, Any]]       # request_id -> adjudication item
+    cases: dict[str, dict[str, Any]]       # request_id -> escalation case
+    adjudicated: set[tuple[str, str]]      # (adjudication_id, stage) with an ``adjudicate`` receipt
+    resolved: set[str]                     # escalation ids with a ``resolve`` receipt
+    lvp: dict[str, list[bool]]             # request_id -> LVP re-verification results
+    evidence_required: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, inputs: ReportInputs) -> "_Lookups":
+        """Index the inputs' review items, cases and human receipts; draw the LVP sample."""
+        adjudicated, resolved = _human_receipt_index(inputs.receipts)
+        return cls(items={i["request_id"]: i for i in inputs.review_items if "request_id" in i},
+                   cases={c["request_id"]: c for c in inputs.cases if "request_id" in c},
+                   adjudicated=adjudicated, resolved=resolved,
+                   lvp=_lvp_sample(inputs.receipts, inputs.start, inputs.end, inputs.lvp_sample, inputs.seed,
+                                   inputs.public_keys),
+                   evidence_required=inputs.evidence_required)
+
+
+def _final(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The item's final adjudication, or None while it is not final."""
+    return item.get("final") if item and item.get("status") in FINAL_STATUSES else None
+
+
+def _apology(inter: _Interaction) -> bool:
+    """FAR-A denominator event: a refusal, or a model apology the proxy detected."""
+    return any(r["guardrail_action"] == "refuse" or (r.get("evidence") or {}).get("model_apology") is True
+               for r in inter.receipts)
+
+
+def _misfire(apology: bool, trigger: bool, item: dict[str, Any] | None,
+             final: dict[str, Any] | None) -> tuple[float, str]:
+    """GA: (misfire 0/1, the interaction's role in the random sample of allowed interactions).
+
+    Roles: ``""`` (a trigger or apology, not sampled), ``eligible`` (allowed, not adjudicated in
+    the sample), ``sampled`` / ``sampled_fn`` (adjudicated in the sample; ``_fn`` = a false
+    negative, whose misfire is scaled later by the inverse sampling fraction).
+    """
+    if not apology and not trigger:
+        if final and "sample" in item.get("reasons", []):
+            return 0.0, "sampled_fn" if final.get("false_negative") else "sampled"
+        return 0.0, "eligible"
+    if final and ((trigger and final.get("false_positive")) or final.get("false_negative")):
+        return 1.0, ""  # a false negative here: e.g. a model apology the guardrails should have prevented (census)
+    return 0.0, ""
+
+
+def _receipted_actions(inter: _Interaction, item: dict[str, Any] | None, look: _Lookups) -> tuple[int, int]:
+    """RC: (actions, actions with a receipt): the interaction's receipts plus its human actions."""
+    n_actions = n_receipted = len(inter.receipts)
+    if item:
+        stages = list((item.get("passes") or {}).keys()) + (["lead"] if item.get("lead") else [])
+        n_actions += len(stages)
+        n_receipted += sum((item["id"], s) in look.adjudicated for s in stages)
+    case = look.cases.get(inter.request_id)
+    if case and case.get("status") == "resolved":
+        n_actions += 1
+        n_receipted += case["id"] in look.resolved
+    return n_actions, n_receipted
+
+
+def _evidence_counts(inter: _Interaction, evidence_required: Mapping[str, list[str]]) -> tuple[int, int]:
+    """AD: (required evidence fields, fields present) over the interaction's receipts."""
+    required_total = present = 0
+    for r in inter.receipts:
+        required = evidence_required.get(r.get("policy_id") or "")
+        if required:
+            required_total += len(required)
+            present += evidence_present(r, required)
+    return required_total, present
+
+
+def _row(inter: _Interaction, look: _Lookups) -> tuple[list[float], str, bool]:
+    """One interaction's matrix row (:data:`_COLS`), its sample role and whether it is adjudicated."""
+    item = look.items.get(inter.request_id)
+    final = _final(item)
+    apology = _apology(inter)
+    trigger = any(r["guardrail_action"] in TRIGGER_ACTIONS for r in inter.receipts)
+    unnecessary = bool(final and final.get("unnecessary_apology") and apology)      # FAR-A
+    misfire, role = _misfire(apology, trigger, item, final)                         # GA
+    n_actions, n_receipted = _receipted_actions(inter, item, look)                  # RC
+    checks = look.lvp.get(inter.request_id, [])                                     # LVP
+    ad_required, ad_present = _evidence_counts(inter, look.evidence_required)       # AD
+    row = [1, apology, unnecessary, trigger, misfire, n_actions, n_receipted, len(checks), sum(checks),
+           ad_required, ad_present]
+    return row, role, bool(final)
+
+
 def _matrix(inputs: ReportInputs) -> tuple[np.ndarray, list[dict[str, str]], dict[str, Any]]:
     """The per-interaction matrix (:data:`_COLS`), each row's stratum, and disclosure counts."""
     interactions = _interactions(inputs.receipts, inputs.start, inputs.end)
-    items = {i["request_id"]: i for i in inputs.review_items if "request_id" in i}
-    cases = {c["request_id"]: c for c in inputs.cases if "request_id" in c}
-    adjudicated_receipts, resolved_receipts = _human_receipt_index(inputs.receipts)
-    lvp = _lvp_sample(inputs.receipts, inputs.start, inputs.end, inputs.lvp_sample, inputs.seed, inputs.public_keys)
-
-    eligible = sampled_final = 0
-    rows: list[list[float]] = []
-    strata: list[dict[str, str]] = []
-    fn_sample_rows: list[int] = []
-    counts = Counter({"apologies": 0, "apologies_adjudicated": 0, "triggers": 0, "triggers_adjudicated": 0})
-    for request_id, inter in interactions.items():
-        actions = [r["guardrail_action"] for r in inter.receipts]
-        refused = "refuse" in actions
-        model_apology = any((r.get("evidence") or {}).get("model_apology") is True for r in inter.receipts)
-        apology = refused or model_apology
-        trigger = any(a in TRIGGER_ACTIONS for a in actions)
-        item = items.get(request_id)
-        final = item.get("final") if item and item.get("status") in FINAL_STATUSES else None
-        unnecessary = bool(final and final.get("unnecessary_apology") and apology)
-        misfire = 0.0
-        if final and trigger and final.get("false_positive"):
-            misfire = 1.0
-        if not apology and not trigger:
-            eligible += 1
-            if final and "sample" in item.get("reasons", []):
-                sampled_final += 1
-                if final.get("false_negative"):
-                    fn_sample_rows.append(len(rows))
-        elif final and final.get("false_negative"):
-            misfire = 1.0  # e.g. a model apology the guardrails should have prevented: a census
-        # RC: the interaction's receipts, plus the human actions recorded about it.
-        n_actions, n_receipted = len(inter.receipts), len(inter.receipts)
-        if item:
-            stages = list((item.get("passes") or {}).keys()) + (["lead"] if item.get("lead") else [])
-            n_actions += len(stages)
-            n_receipted += sum((item["id"], s) in adjudicated_receipts for s in stages)
-        case = cases.get(request_id)
-        if case and case.get("status") == "resolved":
-            n_actions += 1
-            n_receipted += case["id"] in resolved_receipts
-        ad_required = ad_present = 0
-        for r in inter.receipts:
-            required = inputs.evidence_required.get(r.get("policy_id") or "")
-            if required:
-                ad_required += len(required)
-                ad_present += evidence_present(r, required)
-        checks = lvp.get(request_id, [])
-        rows.append([1, apology, unnecessary, trigger, misfire, n_actions, n_receipted,
-                     len(checks), sum(checks), ad_required, ad_present])
-        strata.append(inter.stratum)
-        counts["apologies"] += apology
-        counts["apologies_adjudicated"] += bool(apology and final)
-        counts["triggers"] += trigger
-        counts["triggers_adjudicated"] += bool(trigger and final)
-    # Receipts sampled for LVP that belong to no interaction of the window (human actions):
-    orphan = [ok for rid, oks in lvp.items() if rid not in interactions for ok in oks]
+    look = _Lookups.of(inputs)
+    rows, roles, adjudicated = [], [], []
+    for inter in interactions.values():
+        row, role, final = _row(inter, look)
+        rows.append(row)
+        roles.append(role)
+        adjudicated.append(final)
     matrix = np.array(rows, dtype=float).reshape(len(rows), len(_COLS))
+    # GA false negatives found in the random sample stand for the unsampled allowed interactions.
+    fn_rows = [i for i, role in enumerate(roles) if role == "sampled_fn"]
+    eligible = sum(role in ("eligible", "sampled", "sampled_fn") for role in roles)
+    sampled_final = sum(role in ("sampled", "sampled_fn") for role in roles)
     scale = eligible / sampled_final if sampled_final else 0.0
-    for index in fn_sample_rows:
-        matrix[index, _C["misfire"]] = scale
-    info = {**counts, "eligible_for_sample": eligible, "sample_adjudicated": sampled_final,
-            "false_negatives_in_sample": len(fn_sample_rows), "fn_scale": scale,
-            "lvp_orphans": orphan}
-    return matrix, strata, info
+    matrix[fn_rows, _C["misfire"]] = scale
+    apology, trigger, final = matrix[:, _C["apology"]] > 0, matrix[:, _C["trigger"]] > 0, np.array(adjudicated, bool)
+    # Receipts sampled for LVP that belong to no interaction of the window (human actions):
+    orphan = [ok for rid, oks in look.lvp.items() if rid not in interactions for ok in oks]
+    info = {"apologies": int(apology.sum()), "apologies_adjudicated": int((apology & final).sum()),
+            "triggers": int(trigger.sum()), "triggers_adjudicated": int((trigger & final).sum()),
+            "eligible_for_sample": eligible, "sample_adjudicated": sampled_final,
+            "false_negatives_in_sample": len(fn_rows), "fn_scale": scale, "lvp_orphans": orphan}
+    return matrix, [inter.stratum for inter in interactions.values()], info
 
 
 def _components(m: np.ndarray, orphan: Sequence[bool] = ()) -> dict[str, float]:

@@ -82,12 +82,9 @@ def _ci(block: dict[str, Any]) -> str:
     return f"{block['ci_display'][0]} – {block['ci_display'][1]}" if block.get("ci_display") else "NA"
 
 
-def render_html(report: dict[str, Any]) -> str:
-    """The report as one HTML document (UTF-8 string) with inline CSS and SVG charts."""
-    k = report["kpis"]
+def _cards(k: dict[str, Any]) -> list[str]:
+    """The headline KPI cards: FAR-A and TIS (overall and normalized), FAR-H and PFI when present."""
     far_a, tis = k["far_a"], k["tis"]
-    d = report["disclosure"]
-    m = report["methodology"]
     cards = [
         _kpi_card("FAR-A", far_a["overall"]["display"], far_a["overall"]["ci_display"], far_a["meets_target"], "< 0.50%"),
         _kpi_card("FAR-A (complexity-normalized)", far_a["normalized"]["display"], far_a["normalized"]["ci_display"],
@@ -101,58 +98,95 @@ def render_html(report: dict[str, Any]) -> str:
     if "pfi" in k:
         o = k["pfi"]["overall"]
         cards.append(_kpi_card("PFI", o["display"], o["ci_display"], k["pfi"]["meets_enterprise"], "≥ 0.98 enterprise, ≥ 0.95 public"))
+    return cards
 
-    sections = []
+
+def _far_a_section(far_a: dict[str, Any]) -> str:
+    """FAR-A per complexity stratum (chart and table) and per domain (chart)."""
     far_rows = [(c, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
                 for c, b in far_a["per_complexity"].items()]
-    sections.append("<h2>FAR-A — false apology rate</h2>" + _bar_chart("FAR-A per complexity stratum (95% Wilson)", far_rows))
-    sections.append(_table(["stratum", "interactions", "unnecessary apologies", "FAR-A", "95% CI", "pooled (NA strata)"],
-                           [[c, b["n"], b["successes"], b["display"], _ci(b),
-                             "" if b["published"] else _pct(b["pooled"])] for c, b in far_a["per_complexity"].items()]))
     dom_rows = [(dname, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
                 for dname, b in far_a["per_domain"].items()]
-    sections.append(_bar_chart("FAR-A per domain (95% Wilson)", dom_rows))
+    return ("<h2>FAR-A — false apology rate</h2>" + _bar_chart("FAR-A per complexity stratum (95% Wilson)", far_rows)
+            + _table(["stratum", "interactions", "unnecessary apologies", "FAR-A", "95% CI", "pooled (NA strata)"],
+                     [[c, b["n"], b["successes"], b["display"], _ci(b),
+                       "" if b["published"] else _pct(b["pooled"])] for c, b in far_a["per_complexity"].items()])
+            + _bar_chart("FAR-A per domain (95% Wilson)", dom_rows))
+
+
+def _tis_section(tis: dict[str, Any]) -> str:
+    """TIS: formula, components chart, per complexity chart and the components table."""
     comp_rows = [(f"{name.upper()} (w {b['weight']:.2f})", b["value"], b["ci_low"], b["ci_high"], b["display"])
                  for name, b in tis["components"].items()]
-    sections.append("<h2>TIS — trust integrity score</h2><p>" + escape(tis["formula"]) + "</p>"
-                    + _bar_chart("TIS components (95% Wilson)", comp_rows, scale_max=1.0))
     tis_rows = [(c, b["value"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
                 for c, b in tis["per_complexity"].items()]
-    sections.append(_bar_chart("TIS per complexity stratum (bootstrap normal 95%)", tis_rows, scale_max=1.0))
-    sections.append(_table(["component", "successes", "n", "value", "95% CI"],
-                           [[name.upper(), b["successes"], b["n"], b["display"], _ci(b)] for name, b in tis["components"].items()]))
-    if "far_h" in k:
-        fh = k["far_h"]
-        rows = [(f"tier {t}", b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
-                for t, b in fh["per_tier"].items()]
-        rows += [(dn, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
-                 for dn, b in fh["per_domain"].items()]
-        sections.append("<h2>FAR-H — hallucination rate</h2>" + _bar_chart("FAR-H per tier and domain (95% Wilson)", rows)
-                        + _table(["group", "claims checked", "failed", "FAR-H", "95% CI"],
-                                 [[g, b["n"], b["successes"], b["display"], _ci(b)]
-                                  for g, b in [("overall", fh["overall"]), *fh["per_tier"].items(), *fh["per_domain"].items()]]))
-    if "pfi" in k:
-        pf = k["pfi"]
-        rows = [(a, b["value"], b["ci_low"], b["ci_high"], b["display"]) for a, b in pf["per_attribute"].items()]
-        sections.append("<h2>PFI — protected fairness index</h2>" + _bar_chart("PFI per protected attribute", rows, scale_max=1.0)
-                        + f"<p>Overall: {escape(pf['overall']['display'])} ({escape(str(pf['overall'].get('rule') or ''))})</p>")
-    adj = report["adjudication"]
-    sections.append("<h2>Adjudication</h2>" + _table(
+    return ("<h2>TIS — trust integrity score</h2><p>" + escape(tis["formula"]) + "</p>"
+            + _bar_chart("TIS components (95% Wilson)", comp_rows, scale_max=1.0)
+            + _bar_chart("TIS per complexity stratum (bootstrap normal 95%)", tis_rows, scale_max=1.0)
+            + _table(["component", "successes", "n", "value", "95% CI"],
+                     [[name.upper(), b["successes"], b["n"], b["display"], _ci(b)] for name, b in tis["components"].items()]))
+
+
+def _far_h_section(fh: dict[str, Any]) -> str:
+    """FAR-H per tier and domain (chart and table)."""
+    rows = [(f"tier {t}", b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+            for t, b in fh["per_tier"].items()]
+    rows += [(dn, b["rate"] if b["published"] else None, b["ci_low"], b["ci_high"], b["display"])
+             for dn, b in fh["per_domain"].items()]
+    return ("<h2>FAR-H — hallucination rate</h2>" + _bar_chart("FAR-H per tier and domain (95% Wilson)", rows)
+            + _table(["group", "claims checked", "failed", "FAR-H", "95% CI"],
+                     [[g, b["n"], b["successes"], b["display"], _ci(b)]
+                      for g, b in [("overall", fh["overall"]), *fh["per_tier"].items(), *fh["per_domain"].items()]]))
+
+
+def _pfi_section(pf: dict[str, Any]) -> str:
+    """PFI per protected attribute (chart) and the overall value with its rule."""
+    rows = [(a, b["value"], b["ci_low"], b["ci_high"], b["display"]) for a, b in pf["per_attribute"].items()]
+    return ("<h2>PFI — protected fairness index</h2>" + _bar_chart("PFI per protected attribute", rows, scale_max=1.0)
+            + f"<p>Overall: {escape(pf['overall']['display'])} ({escape(str(pf['overall'].get('rule') or ''))})</p>")
+
+
+def _adjudication_section(adj: dict[str, Any]) -> str:
+    """Adjudication coverage and the inter-rater agreement per domain."""
+    return "<h2>Adjudication</h2>" + _table(
         ["apologies", "adjudicated", "triggers", "adjudicated", "allowed (sample frame)", "sample adjudicated", "FN in sample"],
         [[adj["apologies"], adj["apologies_adjudicated"], adj["triggers"], adj["triggers_adjudicated"],
-          adj["allowed_eligible_for_sample"], adj["sample_adjudicated"], adj["false_negatives_in_sample"]]])
+          adj["allowed_eligible_for_sample"], adj["sample_adjudicated"], adj["false_negatives_in_sample"]]]) \
         + _table(["domain", "double-rated items", "Gwet AC1", "observed agreement"],
-                 [[dn, v["n"], v["display"], f"{v['observed_agreement']:.3f}"] for dn, v in adj["agreement"].items()]))
-    sections.append("<h2>Disclosure</h2>" + _table(["N total", "window start (UTC)", "window end (UTC, exclusive)"],
-                                                   [[d["n_interactions"], d["window"]["start"], d["window"]["end"]]]))
+                 [[dn, v["n"], v["display"], f"{v['observed_agreement']:.3f}"] for dn, v in adj["agreement"].items()])
+
+
+def _disclosure_section(d: dict[str, Any]) -> str:
+    """N and window, N per stratum dimension and the provider mix."""
+    parts = ["<h2>Disclosure</h2>" + _table(["N total", "window start (UTC)", "window end (UTC, exclusive)"],
+                                           [[d["n_interactions"], d["window"]["start"], d["window"]["end"]]])]
     for dim in ("complexity", "domain", "provider"):
-        sections.append(_table([dim, "N"], [[key, v] for key, v in d["per_stratum_n"][dim].items()]))
-    sections.append(_table(["provider", "N", "share", "≥ 15%"],
-                           [[p, v["n"], f"{v['share'] * 100:.1f}%", "no — flagged" if v["below_min_share"] else "yes"]
-                            for p, v in d["provider_mix"].items()]))
-    sections.append("<h2>Methodology</h2>" + _table(["version", "complexity weights α", "TIS weights", "confidence", "min N"],
-                    [[m["version"], json.dumps(m["complexity_weights"]), json.dumps(m["tis_weights"]), m["confidence"],
-                      f"{m['min_interactions']} interactions / {m['min_claims']} claims"]]))
+        parts.append(_table([dim, "N"], [[key, v] for key, v in d["per_stratum_n"][dim].items()]))
+    parts.append(_table(["provider", "N", "share", "≥ 15%"],
+                        [[p, v["n"], f"{v['share'] * 100:.1f}%", "no — flagged" if v["below_min_share"] else "yes"]
+                         for p, v in d["provider_mix"].items()]))
+    return "".join(parts)
+
+
+def _methodology_section(m: dict[str, Any]) -> str:
+    """Methodology version, weights, confidence and minimum N."""
+    return "<h2>Methodology</h2>" + _table(["version", "complexity weights α", "TIS weights", "confidence", "min N"],
+                                           [[m["version"], json.dumps(m["complexity_weights"]), json.dumps(m["tis_weights"]),
+                                             m["confidence"], f"{m['min_interactions']} interactions / {m['min_claims']} claims"]])
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The report as one HTML document (UTF-8 string) with inline CSS and SVG charts."""
+    k = report["kpis"]
+    d = report["disclosure"]
+    cards = _cards(k)
+    sections = [_far_a_section(k["far_a"]), _tis_section(k["tis"])]
+    if "far_h" in k:
+        sections.append(_far_h_section(k["far_h"]))
+    if "pfi" in k:
+        sections.append(_pfi_section(k["pfi"]))
+    sections += [_adjudication_section(report["adjudication"]), _disclosure_section(d),
+                 _methodology_section(report["methodology"])]
     notes = "".join(f'<div class="note">{escape(n)}</div>' for n in report["notes"])
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -28,6 +28,7 @@ from proxy.kpi.methodology import (
 
 __all__ = [
     "COMPLEXITY_WEIGHTS",
+    "CONFIDENCE",
     "MIN_CLAIMS",
     "MIN_INTERACTIONS",
     "TIS_WEIGHTS",

@@ -1,6 +1,6 @@
 """Trust receipts: canonical JSON, Ed25519 signing, the hash-chained ledger and its verification.
 
-The contract is DESIGN.md, "Trust receipts". Domain modules (``canonical``,
+The contract is docs/architecture.md, "Trust receipts". Domain modules (``canonical``,
 ``model``, ``verify``) do no I/O; stores (``sqlite_store``, ``redis_store``)
 do, behind :class:`~proxy.storage.base.LedgerStore`.
 """

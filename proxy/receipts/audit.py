@@ -1,11 +1,11 @@
 """The ledger audit: re-verify a random sample of stored receipts (the LVP component of TIS).
 
 Each round samples ``k`` distinct random heights plus the newest receipt and,
-for each, re-checks what DESIGN.md "Trust receipts" and RFC 9162 promise:
+for each, re-checks what docs/architecture.md "Trust receipts" and RFC 9162 promise:
 
 - ``fail_schema``: the stored receipt is not a well-formed receipt;
 - ``fail_key``: its key_id is not published, or its ``ts`` is outside the
-  key's validity window (README "Keys and rotation");
+  key's validity window (docs/receipts.md "Keys and rotation");
 - ``fail_signature``: the Ed25519 signature does not verify;
 - ``fail_chain``: the receipt is missing or stored under another height, its
   ``prev_hash`` is not the entry hash of the receipt below it (height 0: the
@@ -97,7 +97,7 @@ async def _latest_checkpoint(store: LedgerStore) -> str | None:
 
 async def _inclusion_failures(store: LedgerStore, receipt: dict[str, Any], height: int, note: str,
                               tree_size: int, public_keys: Mapping[str, bytes]) -> list[Failure]:
-    from proxy.tlog.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion
+    from proxy.tlog.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
     from proxy.storage.base import LedgerError
     from proxy.tlog.tree import inclusion_proof
 
@@ -108,7 +108,7 @@ async def _inclusion_failures(store: LedgerStore, receipt: dict[str, Any], heigh
         raise
     except (LedgerError, ValueError, TypeError) as exc:  # TreeError: nodes missing; bad receipt
         return [Failure(height, receipt.get("receipt_id"), "inclusion", f"no inclusion proof: {exc}")]
-    return verify_inclusion(doc, receipt, note, public_keys)
+    return verify_inclusion_proof(doc, receipt, note, public_keys)
 
 
 async def audit_heights(store: LedgerStore, public_keys: Mapping[str, bytes],

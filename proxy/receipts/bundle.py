@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from proxy.tlog.merkle import b64_encode_hash
-from proxy.tlog.proofs import verify_inclusion
+from proxy.tlog.proofs import verify_inclusion_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
 from proxy.receipts.verify import Failure, verify_receipt
 
@@ -106,4 +106,4 @@ def verify_bundle(bundle: Any, trusted_keys: Mapping[str, bytes] | None = None,
     if not isinstance(checkpoint, str):
         return fails + [Failure(None, None, "checkpoint", "checkpoint must be the signed note text",
                                 where="checkpoint")]
-    return fails + verify_inclusion(proof, receipt, checkpoint, keys, origin)
+    return fails + verify_inclusion_proof(proof, receipt, checkpoint, keys, origin)

@@ -1,7 +1,7 @@
 """Canonical JSON (RFC 8785, JCS) and the content hashes built on it.
 
 Every signature and every hash in a trust receipt is computed over these bytes
-(DESIGN.md, "Trust receipts"). Pure functions: no I/O.
+(docs/architecture.md, "Trust receipts"). Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def sha256_ref(data: bytes) -> str:
     """Return ``"sha256:" + lowercase hex(SHA-256(data))`` (71 characters).
 
     This is the hash reference format of ``inputs_hash``, ``outputs_hash`` and
-    ``prev_hash`` (DESIGN.md, "Trust receipts").
+    ``prev_hash`` (docs/architecture.md, "Trust receipts").
     """
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -96,7 +96,7 @@ def assert_no_floats(obj: Any, path: str = "$") -> None:
 
     Signed receipt content holds no floats: scores are decimal strings such as
     ``"0.9132"`` so that no two implementations can disagree on a number
-    (DESIGN.md). Integers outside ±(2**53 − 1) are rejected the same way,
+    (docs/architecture.md). Integers outside ±(2**53 − 1) are rejected the same way,
     since JSON consumers read them as doubles (RFC 7493 §2.2).
 
     Paths are JSONPath-like: ``$.evidence.scores[2]``, ``$.evidence["a b"]``.

@@ -1,6 +1,6 @@
 """The ledger: seals receipts into the hash chain and appends them to a store.
 
-DESIGN.md, "Trust receipts": heights are contiguous, each receipt's
+docs/architecture.md, "Trust receipts": heights are contiguous, each receipt's
 ``prev_hash`` is the previous receipt's entry hash, and there is exactly one
 receipt per height, ever. Writers in one process are serialised by an
 ``asyncio.Lock``; writers in different processes race through the store's

@@ -1,6 +1,6 @@
 """The signing keyring: the active Ed25519 key plus the published history of retired keys.
 
-Two files (README "Keys and rotation"):
+Two files (docs/receipts.md "Keys and rotation"):
 
 - the **key file** (``signing.key_file``, mode 0600, format of
   :mod:`proxy.receipts.signing`): the one private key that signs new receipts
@@ -44,13 +44,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from proxy.files import atomic_write
 from proxy.receipts.receipt import utc_timestamp
 from proxy.receipts.signing import (
     KeyFileError,
     PublicKeys,
     Signer,
     _read_key_file,
-    atomic_write,
     load_or_create_signer,
     load_public_keys,
     public_key_entry,
@@ -106,7 +106,7 @@ def read_keyring(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def _write_keyring(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Atomically replace the keyring file (:func:`signing.atomic_write`), mode 0644."""
+    """Atomically replace the keyring file (:func:`proxy.files.atomic_write`), mode 0644."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(path, json.dumps({"keys": entries}, indent=2).encode() + b"\n", 0o644)
 

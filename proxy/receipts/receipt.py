@@ -1,6 +1,6 @@
 """The trust receipt: fields, construction, sealing and the chain hash.
 
-The contract is DESIGN.md, "Trust receipts". A receipt is a plain ``dict``
+The contract is docs/architecture.md, "Trust receipts". A receipt is a plain ``dict``
 with exactly :data:`RECEIPT_FIELDS`; it holds no floats. Pure: no I/O.
 """
 
@@ -114,7 +114,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
 def schema_problems(receipt: Any, *, sealed: bool = True) -> list[tuple[str, str]]:
     """Return ``[(field, problem), ...]`` for a receipt; empty means well-formed.
 
-    Checks (DESIGN.md, "Trust receipts"): the receipt is an object with
+    Checks (docs/architecture.md, "Trust receipts"): the receipt is an object with
     exactly :data:`RECEIPT_FIELDS` (without :data:`CHAIN_FIELDS` when
     ``sealed`` is False), each field has its type and format, and no float
     appears anywhere (the field is ``"$..."`` path of the float then).
@@ -220,6 +220,6 @@ def seal(receipt: dict[str, Any], *, ledger_height: int, prev_hash: str, signer:
 def entry_hash(receipt: dict[str, Any]) -> str:
     """Return ``sha256_ref(canonical(receipt))`` over the full receipt, signature included.
 
-    The next receipt's ``prev_hash`` must equal this value (DESIGN.md, "Chain").
+    The next receipt's ``prev_hash`` must equal this value (docs/architecture.md, "Chain").
     """
     return sha256_ref(canonical(receipt))

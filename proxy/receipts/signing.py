@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +27,7 @@ from typing import Any, Iterable
 import nacl.exceptions
 import nacl.signing
 
+from proxy.files import atomic_write, create_exclusive
 from proxy.receipts.receipt import utc_timestamp
 
 __all__ = [
@@ -193,63 +193,19 @@ def _read_key_file(path: Path) -> Signer:
     return _signer_from_document(doc, str(path))
 
 
+def _key_file_bytes(signer: Signer) -> bytes:
+    """The key file's content: indented JSON of :func:`_key_file_document`, newline-terminated."""
+    return json.dumps(_key_file_document(signer), indent=2).encode() + b"\n"
+
+
 def _write_new_key_file(path: Path, signer: Signer) -> None:
     """Publish a complete key file at ``path`` (0600) unless one already exists.
 
-    The content goes to a private temp file first, then is hard-linked into
-    place, so concurrent starters never read a half-written file; whoever
-    links first wins and the others load the winner's key.
+    :func:`proxy.files.create_exclusive`: concurrent starters never read a
+    half-written file; whoever links first wins and the others load the
+    winner's key.
     """
-    data = json.dumps(_key_file_document(signer), indent=2).encode() + b"\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return
-        except OSError:  # file system without hard links: exclusive create instead
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
-    """Atomically replace (or create) the file at ``path`` with ``data`` and permission ``mode``.
-
-    Writes a private temp file in the same directory, fsyncs it, renames it over ``path``
-    (POSIX ``rename`` is atomic: readers see the old or the new content, never a mix) and
-    fsyncs the directory. Raises ``OSError`` on I/O failure (the temp file is removed).
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    create_exclusive(path, _key_file_bytes(signer), 0o600)
 
 
 def replace_key_file(path: str | os.PathLike[str], signer: Signer) -> None:
@@ -257,7 +213,7 @@ def replace_key_file(path: str | os.PathLike[str], signer: Signer) -> None:
 
     Used by key rotation (:mod:`proxy.receipts.keyring`). Raises ``OSError`` on I/O failure.
     """
-    atomic_write(path, json.dumps(_key_file_document(signer), indent=2).encode() + b"\n", 0o600)
+    atomic_write(path, _key_file_bytes(signer), 0o600)
 
 
 def load_or_create_signer(path: str | os.PathLike[str]) -> Signer:
@@ -308,7 +264,7 @@ class PublicKeys(dict):
     wherever a ``PublicKeys`` is accepted; it simply has no windows.
     The verifier (:mod:`proxy.receipts.verify`, check ``key_window``) rejects
     a receipt whose ``ts`` is at or after its key's ``not_after``; see
-    README "Keys and rotation".
+    docs/receipts.md "Keys and rotation".
     """
 
     def __init__(self, *args: Any, windows: dict[str, tuple[str | None, str | None]] | None = None,

@@ -1,4 +1,4 @@
-"""Receipt and chain verification (DESIGN.md, "Trust receipts").
+"""Receipt and chain verification (docs/architecture.md, "Trust receipts").
 
 Every verifier (this module, ``sonate verify`` and the browser page)
 implements the same rules: exact schema without floats, a known ``key_id``,
@@ -26,7 +26,7 @@ CHECKS = ("schema", "unknown_key", "signature", "genesis", "prev_hash", "height"
           "key_window")
 """Check names a :class:`Failure` can carry. ``head``: the store's head does
 not match its last receipt, or a receipt is stored above the head. ``key_window``: the receipt's
-``ts`` is at or after its key's ``not_after`` (a retired key; README "Keys and rotation")."""
+``ts`` is at or after its key's ``not_after`` (a retired key; docs/receipts.md "Keys and rotation")."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 
 from proxy.config import AuthConfig
-from proxy.server.pipeline import Caller, GatewayError
+from proxy.server.errors import Caller, GatewayError
 
 
 def _digest(key: str) -> bytes:

@@ -1,6 +1,6 @@
 """Prometheus instruments: the one place that defines every ``sonate_`` series.
 
-Naming follows Prometheus conventions (DESIGN.md "Metrics"): prefix ``sonate_``, base units in
+Naming follows Prometheus conventions (docs/architecture.md "Metrics"): prefix ``sonate_``, base units in
 the name, counters end in ``_total``, low-cardinality labels only (never a user, key or prompt).
 Counters are raw material; ratios (FAR-A, RC, AD, TIS...) are recording rules in
 ``deploy/prometheus/`` and KPI code in ``proxy.kpi``.
@@ -28,7 +28,14 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
+        """Create the registry and every instrument in it (grouped by concern below)."""
+        self.registry = CollectorRegistry()
+        self._traffic(self.registry)
+        self._adjudication(self.registry)
+        self._ledger(self.registry)
+
+    def _traffic(self, r: CollectorRegistry) -> None:
+        """Requests, guardrail actions, receipts, evidence, latency, tokens and cost."""
         self.requests = Counter(
             "sonate_requests", "HTTP API requests by route and result class (ok, client_error, "
             "auth_error, upstream_error, ledger_error).", ["route", "result"], registry=r)
@@ -82,7 +89,8 @@ class Metrics:
             "sonate_cost_usd", "Provider cost in US dollars from litellm's price map (0 when unknown).",
             ["model", "provider"], registry=r)
 
-        # Adjudication (methodology "Adjudication"; proxy.kpi.adjudication, proxy.server.routes.review).
+    def _adjudication(self, r: CollectorRegistry) -> None:
+        """Adjudication (methodology "Adjudication"; proxy.kpi.adjudication, proxy.review.adjudication)."""
         self.review_items_queued = Counter(
             "sonate_review_items_queued", "Interactions queued for blind two-pass adjudication, by "
             "reason: apology (refusal or model apology), trigger (guardrail acted), sample (random "
@@ -103,7 +111,9 @@ class Metrics:
             "type=false_positive (acted without a verified breach) or false_negative (a sampled "
             "allowed request with a breach); the GA numerator.", ["type", "policy_id", "domain"], registry=r)
 
-        # Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; README "Fault policy").
+    def _ledger(self, r: CollectorRegistry) -> None:
+        """Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; docs/operations.md "Fault policy")
+        and the transparency log (proxy.server.publisher, proxy.server.routes.ledger)."""
         self.spool_depth = Gauge(
             "sonate_spool_depth", "Receipts waiting in this process's local spool for the ledger "
             "(ledger.on_unavailable: spool); 0 when the ledger is keeping up.", registry=r)
@@ -120,8 +130,6 @@ class Metrics:
             "fail_chain (prev_hash/height link to the previous receipt or the head), fail_inclusion "
             "(Merkle inclusion in the latest checkpoint). LVP = pass / all (TIS component).",
             ["result"], registry=r)
-
-        # Transparency log (proxy.server.publisher, proxy.server.routes.ledger).
         self.ledger_checkpoints_published = Counter(
             "sonate_ledger_checkpoints_published", "Signed checkpoints (C2SP tlog-checkpoint) this "
             "process published or found already published by another process for a new tree size.",

@@ -1,10 +1,12 @@
-"""The request flow of one chat completion (DESIGN.md "Request flow").
+"""The request flow of one chat completion (docs/architecture.md "Request flow").
 
-auth → parse + validate → input guardrails → (upstream via litellm) → output guardrails →
-receipts appended (one per action) → metrics → response.
+auth → parse + validate → **screen input** → **forward** (continuity summary, upstream via
+litellm, output screen) → **build receipts** (one per action) → **commit** (append, metrics,
+post-receipt hooks) → response.
 
-This module coordinates I/O (provider, ledger) but knows nothing of aiohttp: the HTTP layer in
-:mod:`proxy.server.app` turns an :class:`Outcome` or a :class:`GatewayError` into a response.
+This module coordinates I/O (provider, ledger) but knows nothing of aiohttp: the HTTP layer
+(:mod:`proxy.server.routes.chat`, :mod:`proxy.server.middleware`) turns a :class:`ChatResult`
+or a :class:`proxy.server.errors.GatewayError` into a response.
 """
 
 from __future__ import annotations
@@ -17,18 +19,23 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from proxy.config import Config
+from proxy.config import Config, ModelRoute
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
+from proxy.guardrails.plan import InputScreen
 from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
-from proxy.server.metrics import Metrics
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.chain import Ledger
-from proxy.receipts.receipt import new_receipt, utc_timestamp
-from proxy.storage.base import LedgerConflict, LedgerError
-from proxy.server.sink import LedgerSink, ReceiptSink
-from proxy.server.wire import ChatCompletionRequest, completion_body
+from proxy.receipts.receipt import new_receipt
+from proxy.review.escalations import Escalations
+from proxy.server.errors import Caller, GatewayError, ledger_unavailable
+from proxy.server.metrics import Metrics
+from proxy.server.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
+from proxy.server.wire import ChatCompletionRequest, completion_body
+from proxy.storage.base import LedgerError
+
+__all__ = ["ALLOW_POLICY_ID", "ChatResult", "Gateway"]
 
 log = logging.getLogger("sonate.pipeline")
 
@@ -37,31 +44,13 @@ ALLOW_POLICY_ID = "matrix"
 
 
 @dataclass
-class GatewayError(Exception):
-    """A request failure as an OpenAI error (HTTP status, message, type, code, param)."""
-
-    status: int
-    message: str
-    type: str = "invalid_request_error"
-    code: str | None = None
-    param: str | None = None
-    result: str = "client_error"
-
-
-@dataclass(frozen=True)
-class Caller:
-    """The authenticated bearer of a key: actor name (written into receipts) and role."""
-
-    actor: str
-    role: str
-
-
-@dataclass
-class Outcome:
-    """What the HTTP layer sends: the chat.completion body, how to stream it, and headers."""
+class ChatResult:
+    """What the HTTP layer sends: the chat.completion ``body``; ``chunks``, the content deltas to
+    stream (empty: split the final content); the ``receipt_id`` of the decisive receipt, the
+    decisive ``action`` and extra response ``headers``."""
 
     body: dict[str, Any]
-    pieces: list[str]
+    chunks: list[str]
     stream: bool
     include_usage: bool
     receipt_id: str
@@ -69,25 +58,54 @@ class Outcome:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class _Exchange:
+    """One request's state as it moves through the steps of :meth:`Gateway.chat`."""
+
+    req: ChatCompletionRequest
+    caller: Caller
+    route: ModelRoute
+    declared: str | None
+    inputs_hash: str
+    messages: list[dict[str, Any]]
+    request_id: str = field(default_factory=lambda: "req_" + uuid.uuid4().hex)
+    started: float = field(default_factory=time.perf_counter)
+    screen: InputScreen | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    triggers: list[Decision] = field(default_factory=list)
+    body: dict[str, Any] = field(default_factory=dict)
+    chunks: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    result: UpstreamResult | None = None
+    model_apology: bool = False
+    upstream_seconds: float = 0.0
+    stratum: dict[str, str] = field(default_factory=dict)
+
+
 class Gateway:
     """Runs chat completions through guardrails, provider and ledger.
 
-    ``run_sync`` executes CPU-bound guardrail work off the event loop (a thread pool).
+    ``executor`` runs CPU-bound guardrail work off the event loop (a thread pool; None: the
+    loop's default). ``sink``: where receipts go (the ledger, or through a spool; default
+    :class:`LedgerSink`, fail_closed).
     """
 
     def __init__(self, config: Config, engine: GuardrailEngine, upstream: Upstream, ledger: Ledger,
                  metrics: Metrics, executor: Executor | None = None, sink: ReceiptSink | None = None) -> None:
+        """Bind the services; no I/O."""
         self.config = config
         self.engine = engine
         self.upstream = upstream
         self.ledger = ledger
-        #: Where receipts go (README "Fault policy"): the ledger (fail_closed) or through a spool.
+        #: Where receipts go (docs/operations.md "Fault policy"): the ledger (fail_closed) or a spool.
         self.sink: ReceiptSink = sink or LedgerSink(ledger, metrics)
         self.metrics = metrics
         self.executor = executor
         self.policies = {p.id: p for p in engine.policies}
+        #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
+        self.escalations = Escalations(ledger.store, self.sink, metrics)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
-        #: model_apology)`` (e.g. the adjudication queue, proxy.server.routes.review); a failing
+        #: model_apology)`` (e.g. the adjudication queue, proxy.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
         self.sealed_hooks: list[Callable[..., Awaitable[None]]] = []
 
@@ -95,13 +113,35 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def chat(self, raw: dict[str, Any], req: ChatCompletionRequest, caller: Caller,
-                   complexity_header: str | None = None) -> Outcome:
-        """Answer one chat completion request.
+                   complexity_header: str | None = None) -> ChatResult:
+        """Answer one chat completion request (``raw``: the JSON object as received, hashed into
+        the receipts; ``complexity_header``: ``x-sonate-complexity``, the declared stratum).
 
         Raises GatewayError for client errors (400/404), provider failures (mapped status) and
         an unavailable ledger (503, fail_closed: no response leaves without its receipts).
         """
         started = time.perf_counter()
+        x = self._accept(raw, req, caller, complexity_header)
+        x.started = started
+        screen = await self._screen_input(x)
+        if screen.action == "refuse":
+            x.body = completion_body(model=req.model, content=screen.apology, finish_reason="content_filter")
+        elif screen.action == "escalate":
+            x.body = completion_body(model=req.model, content=screen.notice, finish_reason="stop")
+            x.headers["x-sonate-escalation-id"] = screen.escalation_id or ""
+        else:
+            await self._forward(x)
+        receipts = await self._build_receipts(x)
+        appended = await self._commit(x, receipts)
+        await self._after_commit(x, appended)
+        return ChatResult(x.body, x.chunks, req.stream, bool(req.stream_options and req.stream_options.include_usage),
+                          appended.receipts[-1]["receipt_id"], decisive_action([d.action for d in x.decisions]),
+                          x.headers)
+
+    # -- steps ------------------------------------------------------------------------------------
+    def _accept(self, raw: dict[str, Any], req: ChatCompletionRequest, caller: Caller,
+                complexity_header: str | None) -> _Exchange:
+        """Check the route, the declared complexity and the request's canonical hash (400/404)."""
         route = self.config.route(req.model)
         if route is None:
             raise GatewayError(404, f"The model '{req.model}' does not exist or you do not have access to it.",
@@ -110,155 +150,144 @@ class Gateway:
             declared = declared_complexity(complexity_header, req.metadata)
         except ValueError as exc:
             raise GatewayError(400, str(exc), param="metadata.complexity") from None
-        request_id = "req_" + uuid.uuid4().hex
         try:
             inputs_hash = json_hash(raw)
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
-        messages = req.message_dicts()
+        return _Exchange(req, caller, route, declared, inputs_hash, req.message_dicts())
 
+    async def _screen_input(self, x: _Exchange) -> InputScreen:
+        """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``)."""
         t = time.perf_counter()
-        screen = await self._run(self.engine.screen_input, messages)
+        screen = x.screen = await self._run(self.engine.screen_input, x.messages)
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
-        decisions: list[Decision] = list(screen.decisions)
-        triggers: list[Decision] = list(screen.triggers)
-        upstream_seconds = 0.0
-        headers: dict[str, str] = {}
-        pieces: list[str] = []
-        result: UpstreamResult | None = None
-        model_apology = False
+        x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
+        return screen
 
-        if screen.action == "refuse":
-            body = completion_body(model=req.model, content=screen.apology, finish_reason="content_filter")
-        elif screen.action == "escalate":
-            body = completion_body(model=req.model, content=screen.notice, finish_reason="stop")
-            headers["x-sonate-escalation-id"] = screen.escalation_id
-        else:
-            model_messages = screen.messages
-            try:  # fail_closed: nothing is forwarded to the model while the ledger is known down
-                await self.sink.before_upstream()
-            except LedgerError as exc:
-                log.error("ledger unavailable before the model call for %s: %s", request_id, exc)
-                raise GatewayError(503, "The trust ledger is unavailable; the request was not forwarded "
-                                   "(fail_closed).", "api_error", "ledger_unavailable",
-                                   result="ledger_error") from None
-            plan = await self._run(self.engine.continuity_plan, model_messages, req.model)
-            try:
-                if plan is not None:
-                    summarizer = plan.policy.summary_model or req.model
-                    summary = await self.upstream.complete(summarizer, self.engine.summary_request(plan), {})
-                    upstream_seconds += summary.duration_seconds
-                    self._observe_upstream(summarizer, summary)
-                    model_messages, decision = await self._run(
-                        self.engine.apply_summary, plan, summary.content, req.model)
-                    decisions.append(decision)
-                    triggers.append(decision)
-                    headers["x-sonate-continuity"] = "summarized"
-                call = self.upstream.complete_streaming if req.stream else self.upstream.complete
-                result = await call(req.model, model_messages, req.upstream_params())
-            except UpstreamError as exc:
-                raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
-            upstream_seconds += result.duration_seconds
-            self._observe_upstream(req.model, result)
-            t = time.perf_counter()
-            out = await self._run(self.engine.screen_output, result.content, screen.masker)
-            self.metrics.guardrail_duration.labels("output").observe(time.perf_counter() - t)
-            decisions.extend(out.decisions)
-            triggers.extend(out.decisions)
-            model_apology = out.model_apology
-            choice = (result.response.get("choices") or [{}])[0]
-            message = choice.get("message") or {}
-            body = completion_body(
-                model=req.model,
-                content=out.text if (out.text or not message.get("tool_calls")) else None,
-                finish_reason="content_filter" if out.refused else (choice.get("finish_reason") or "stop"),
-                usage=result.usage, completion_id=result.response.get("id"),
-                created=result.response.get("created"),
-                tool_calls=None if out.refused else message.get("tool_calls"),
-            )
-            if not out.refused and out.text == result.content:
-                pieces = result.pieces
+    async def _forward(self, x: _Exchange) -> None:
+        """Continuity summary (if planned), the model call, then the output guardrails.
 
-        regulated = screen.action == "escalate" or any(
-            d.kind == "compliance" for d in triggers)
-        complexity = declared or complexity_rule(
-            prompt_tokens=(result.usage["prompt_tokens"] if result and result.usage["prompt_tokens"]
-                           else await self._run(self.engine.count_tokens, req.model, messages)),
-            user_turns=sum(1 for m in messages if m.get("role") == "user"),
-            uses_tools=bool(req.tools), regulated=regulated)
-        stratum = {"domain": screen.domain, "complexity": complexity, "provider": route.provider}
-        outputs_hash = json_hash(body)
-        receipts = self._receipts(decisions, request_id, caller, screen.domain, inputs_hash, outputs_hash,
-                                  req.model, route.provider, stratum)
-        if model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
-            receipts[-1]["evidence"]["model_apology"] = True
-        action = decisive_action([d.action for d in decisions])
-
-        if screen.action == "escalate":
-            await self._open_case(screen, request_id, caller, req.model, receipts[-1]["receipt_id"])
+        fail_closed: nothing is forwarded while the ledger is known to be down (503).
+        """
         try:
-            t = time.perf_counter()
-            appended = await self.sink.append(receipts)
-            sealed = appended.receipts  # unsealed when pending (in the spool)
-            self.metrics.ledger_append_duration.observe(time.perf_counter() - t)
+            await self.sink.before_upstream()
         except LedgerError as exc:
-            log.error("ledger append failed for %s: %s", request_id, exc)
-            if screen.action == "escalate":
-                await self._abort_case(screen.escalation_id)
-            raise GatewayError(503, "The trust ledger is unavailable; the request was not completed "
-                               "(fail_closed).", "api_error", "ledger_unavailable", result="ledger_error") from None
+            log.error("ledger unavailable before the model call for %s: %s", x.request_id, exc)
+            raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
+        try:
+            messages = await self._continuity(x)
+            call = self.upstream.complete_streaming if x.req.stream else self.upstream.complete
+            x.result = await call(x.req.model, messages, x.req.upstream_params())
+        except UpstreamError as exc:
+            raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
+        x.upstream_seconds += x.result.duration_seconds
+        self._observe_upstream(x.req.model, x.result)
+        await self._screen_output(x, x.result)
 
-        self._observe_request(req.model, route.provider, stratum, action, triggers, sealed, model_apology,
-                              started, upstream_seconds, written=not appended.pending)
-        headers["x-sonate-receipt-status"] = "pending" if appended.pending else "appended"
-        for hook in self.sealed_hooks:
-            try:
-                await hook(sealed, screen.messages, body, model_apology)
-            except Exception:
-                log.exception("post-receipt hook %r failed for %s", hook, request_id)
-        headers["x-sonate-request-id"] = request_id
-        return Outcome(body, pieces, req.stream, bool(req.stream_options and req.stream_options.include_usage),
-                       sealed[-1]["receipt_id"], action, headers)
+    async def _continuity(self, x: _Exchange) -> list[dict[str, Any]]:
+        """The messages for the model: the screened ones, or a continuity policy's summary of them."""
+        assert x.screen is not None
+        messages = x.screen.messages
+        plan = await self._run(self.engine.continuity_plan, messages, x.req.model)
+        if plan is None:
+            return messages
+        summarizer = plan.policy.summary_model or x.req.model
+        summary = await self.upstream.complete(summarizer, self.engine.summary_request(plan), {})
+        x.upstream_seconds += summary.duration_seconds
+        self._observe_upstream(summarizer, summary)
+        messages, decision = await self._run(self.engine.apply_summary, plan, summary.content, x.req.model)
+        x.decisions.append(decision)
+        x.triggers.append(decision)
+        x.headers["x-sonate-continuity"] = "summarized"
+        return messages
 
-    def _receipts(self, decisions: list[Decision], request_id: str, caller: Caller, domain: str,
-                  inputs_hash: str, outputs_hash: str, model: str, provider: str,
-                  stratum: dict[str, str]) -> list[dict[str, Any]]:
-        """One unsigned receipt per performed action (one ``allow`` receipt when none)."""
-        common = dict(request_id=request_id, actor=caller.actor, intent=domain, inputs_hash=inputs_hash,
-                      outputs_hash=outputs_hash, model=model, provider=provider, stratum=stratum)
-        if not decisions:
+    async def _screen_output(self, x: _Exchange, result: UpstreamResult) -> None:
+        """Run the output guardrails on the model's answer and build the response body."""
+        assert x.screen is not None
+        t = time.perf_counter()
+        out = await self._run(self.engine.screen_output, result.content, x.screen.masker)
+        self.metrics.guardrail_duration.labels("output").observe(time.perf_counter() - t)
+        x.decisions.extend(out.decisions)
+        x.triggers.extend(out.decisions)
+        x.model_apology = out.model_apology
+        choice = (result.response.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        x.body = completion_body(
+            model=x.req.model,
+            content=out.text if (out.text or not message.get("tool_calls")) else None,
+            finish_reason="content_filter" if out.refused else (choice.get("finish_reason") or "stop"),
+            usage=result.usage, completion_id=result.response.get("id"), created=result.response.get("created"),
+            tool_calls=None if out.refused else message.get("tool_calls"))
+        if not out.refused and out.text == result.content:
+            x.chunks = result.chunks  # the provider's own deltas still spell the answer
+
+    async def _build_receipts(self, x: _Exchange) -> list[dict[str, Any]]:
+        """One unsigned receipt per performed action (one ``allow`` receipt when none), with the
+        request's stratum (domain, complexity, provider)."""
+        assert x.screen is not None
+        x.stratum = {"domain": x.screen.domain, "complexity": await self._complexity(x),
+                     "provider": x.route.provider}
+        common = dict(request_id=x.request_id, actor=x.caller.actor, intent=x.screen.domain,
+                      inputs_hash=x.inputs_hash, outputs_hash=json_hash(x.body), model=x.req.model,
+                      provider=x.route.provider, stratum=x.stratum)
+        if not x.decisions:
             evidence = {"policies_evaluated": sorted(self.policies)}
             return [new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow", evidence=evidence, **common)]
-        return [
-            new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
-                        evidence={**d.evidence, **({"scores": d.scores} if d.scores else {})}, **common)
-            for d in decisions
-        ]
+        receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
+                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {})}, **common)
+                    for d in x.decisions]
+        if x.model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
+            receipts[-1]["evidence"]["model_apology"] = True
+        return receipts
 
-    async def _open_case(self, screen: Any, request_id: str, caller: Caller, model: str, receipt_id: str) -> None:
-        case = {
-            "id": screen.escalation_id, "status": "pending", "created": utc_timestamp(),
-            "request_id": request_id, "actor": caller.actor, "model": model, "domain": screen.domain,
-            "receipt_id": receipt_id, "messages": screen.messages,
-        }
+    async def _complexity(self, x: _Exchange) -> str:
+        """The declared complexity, else the rule's (proxy.kpi.strata.complexity_rule)."""
+        if x.declared:
+            return x.declared
+        assert x.screen is not None
+        prompt_tokens = x.result.usage["prompt_tokens"] if x.result else 0
+        regulated = x.screen.action == "escalate" or any(d.kind == "compliance" for d in x.triggers)
+        return complexity_rule(
+            prompt_tokens=prompt_tokens or await self._run(self.engine.count_tokens, x.req.model, x.messages),
+            user_turns=sum(1 for m in x.messages if m.get("role") == "user"),
+            uses_tools=bool(x.req.tools), regulated=regulated)
+
+    async def _commit(self, x: _Exchange, receipts: list[dict[str, Any]]) -> Appended:
+        """Open the escalation case (if any), then append the receipts; 503 when they cannot be
+        written (the case is aborted then)."""
+        assert x.screen is not None
+        escalation_id = x.screen.escalation_id if x.screen.action == "escalate" else None
+        if escalation_id:
+            await self.escalations.open(escalation_id, request_id=x.request_id, caller=x.caller,
+                                        model=x.req.model, domain=x.screen.domain,
+                                        receipt_id=receipts[-1]["receipt_id"], messages=x.screen.messages)
         try:
-            await self.ledger.store.put_case(case)
-        except LedgerError:
-            raise GatewayError(503, "The review queue is unavailable; the request was not completed.",
-                               "api_error", "ledger_unavailable", result="ledger_error") from None
-        self.metrics.escalations_pending.inc()
+            t = time.perf_counter()
+            appended = await self.sink.append(receipts)  # unsealed when pending (in the spool)
+            self.metrics.ledger_append_duration.observe(time.perf_counter() - t)
+        except LedgerError as exc:
+            log.error("ledger append failed for %s: %s", x.request_id, exc)
+            if escalation_id:
+                await self.escalations.abort(escalation_id)
+            raise ledger_unavailable("the request was not completed (fail_closed)") from None
+        return appended
 
-    async def _abort_case(self, case_id: str) -> None:
-        try:
-            case = await self.ledger.store.get_case(case_id)
-            if case:
-                await self.ledger.store.update_case({**case, "status": "aborted"})
-                self.metrics.escalations_pending.dec()
-        except LedgerError:
-            log.error("could not mark case %s aborted", case_id)
+    async def _after_commit(self, x: _Exchange, appended: Appended) -> None:
+        """Count the request, set the receipt headers and run the post-receipt hooks."""
+        assert x.screen is not None
+        self._observe_request(x, appended.receipts, written=not appended.pending)
+        x.headers["x-sonate-receipt-status"] = "pending" if appended.pending else "appended"
+        for hook in self.sealed_hooks:
+            try:
+                await hook(appended.receipts, x.screen.messages, x.body, x.model_apology)
+            except Exception:
+                log.exception("post-receipt hook %r failed for %s", hook, x.request_id)
+        x.headers["x-sonate-request-id"] = x.request_id
 
+    # -- metrics ----------------------------------------------------------------------------------
     def _observe_upstream(self, model: str, result: UpstreamResult) -> None:
+        """Count one provider call: duration, time to first token, tokens and cost."""
         route = self.config.route(model)
         provider = route.provider if route else "unknown"
         self.metrics.upstream_duration.labels(model, provider).observe(result.duration_seconds)
@@ -268,78 +297,26 @@ class Gateway:
         self.metrics.tokens.labels(model, provider, "completion").inc(result.usage["completion_tokens"])
         self.metrics.cost.labels(model, provider).inc(result.cost_usd)
 
-    def _observe_request(self, model: str, provider: str, stratum: dict[str, str], action: str,
-                         triggers: list[Decision], sealed: list[dict[str, Any]], model_apology: bool,
-                         started: float, upstream_seconds: float, written: bool = True) -> None:
-        m = self.metrics
-        m.interactions.labels(model, provider, stratum["domain"], stratum["complexity"]).inc()
-        for d in triggers:
+    def _observe_request(self, x: _Exchange, sealed: list[dict[str, Any]], written: bool = True) -> None:
+        """Count one answered request: interactions, triggers, actions, receipts, evidence, apologies
+        and durations (spooled receipts count as written when replayed, proxy.server.sink)."""
+        m, model = self.metrics, x.req.model
+        domain, complexity = x.stratum["domain"], x.stratum["complexity"]
+        m.interactions.labels(model, x.route.provider, domain, complexity).inc()
+        for d in x.triggers:
             m.guardrail_triggers.labels(d.policy_id, d.action, d.stage).inc()
         for receipt in sealed:
             m.actions.labels(receipt["guardrail_action"]).inc()
-            if written:  # spooled receipts count when replayed (proxy.server.sink)
+            if written:
                 m.receipts_written.labels(receipt["guardrail_action"]).inc()
             policy = self.policies.get(receipt["policy_id"])
             if policy is not None:
                 m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
                 m.evidence_present.labels(policy.id).inc(evidence_present(receipt, policy.evidence_required))
             if receipt["guardrail_action"] == "refuse":
-                m.apologies.labels("guardrail", receipt["policy_id"], stratum["domain"], stratum["complexity"]).inc()
-        if model_apology:
-            m.apologies.labels("model", "none", stratum["domain"], stratum["complexity"]).inc()
-        total = time.perf_counter() - started
-        m.request_duration.labels(model, action).observe(total)
-        m.overhead_duration.labels(model).observe(max(total - upstream_seconds, 0.0))
-
-    async def resolve_case(self, case_id: str, reviewer: Caller, decision: str, note: str,
-                           raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """Record a reviewer's resolution of an escalated case; returns (case, receipt id).
-
-        The resolution is receipted with the reviewer as actor (policy = the compliance policy
-        that escalated). Raises GatewayError 404 (unknown case) / 409 (already resolved) / 503.
-        """
-        store = self.ledger.store
-        try:
-            case = await store.get_case(case_id)
-        except LedgerError:
-            raise GatewayError(503, "The review queue is unavailable.", "api_error", "ledger_unavailable",
-                               result="ledger_error") from None
-        if case is None:
-            raise GatewayError(404, f"No escalation with id '{case_id}'.", code="not_found")
-        if case["status"] != "pending":
-            raise GatewayError(409, f"Escalation '{case_id}' is already {case['status']}.", code="conflict")
-        original = await store.get_by_id(case["receipt_id"])
-        policy_id = original["policy_id"] if original else "compliance"
-        resolved = {**case, "status": "resolved", "resolution": {
-            "decision": decision, "note": note, "reviewer": reviewer.actor, "ts": utc_timestamp()}}
-        receipt = new_receipt(
-            request_id="req_" + uuid.uuid4().hex, actor=reviewer.actor, intent=case.get("domain", "general"),
-            inputs_hash=json_hash(raw), outputs_hash=json_hash({k: v for k, v in resolved.items() if k != "messages"}),
-            policy_id=policy_id, guardrail_action="resolve",
-            evidence={"escalation_id": case_id, "decision": decision, "routing": "human",
-                      "escalation_receipt_id": case["receipt_id"]},
-            model=case.get("model", ""), provider="human", stratum={"domain": case.get("domain", "general"),
-                                                                     "complexity": "critical", "provider": "human"})
-        try:  # claim the case first: of two concurrent reviewers, one gets a 409
-            await store.update_case(resolved, expected_status="pending")
-        except LedgerConflict:
-            raise GatewayError(409, f"Escalation '{case_id}' was resolved concurrently.", code="conflict") from None
-        except LedgerError:
-            raise GatewayError(503, "The review queue is unavailable.", "api_error", "ledger_unavailable",
-                               result="ledger_error") from None
-        try:
-            sealed = (await self.sink.append([receipt], allow_pending=False)).receipts
-            resolved["resolution"]["receipt_id"] = sealed[0]["receipt_id"]
-            await store.update_case(resolved)
-        except LedgerError:
-            try:  # release the claim so the resolution can be retried
-                await store.update_case(case, expected_status="resolved")
-            except LedgerError:
-                log.error("case %s is marked resolved but its receipt was not written", case_id)
-            raise GatewayError(503, "The trust ledger is unavailable; the resolution was not recorded.",
-                               "api_error", "ledger_unavailable", result="ledger_error") from None
-        self.metrics.actions.labels("resolve").inc()
-        self.metrics.receipts_written.labels("resolve").inc()
-        self.metrics.escalations_pending.dec()
-        return resolved, sealed[0]["receipt_id"]
-
+                m.apologies.labels("guardrail", receipt["policy_id"], domain, complexity).inc()
+        if x.model_apology:
+            m.apologies.labels("model", "none", domain, complexity).inc()
+        total = time.perf_counter() - x.started
+        m.request_duration.labels(model, decisive_action([d.action for d in x.decisions])).observe(total)
+        m.overhead_duration.labels(model).observe(max(total - x.upstream_seconds, 0.0))

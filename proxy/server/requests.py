@@ -1,22 +1,42 @@
-"""Request helpers shared by the route modules: authentication and validated JSON bodies."""
+"""Request helpers shared by the route modules: the app's services, the authenticated caller and
+validated JSON bodies.
+
+:data:`SERVICES` is the typed application key under which :func:`proxy.server.app.create_app`
+stores the :class:`proxy.server.app.Services`; route modules reach them through :func:`services`.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from proxy.server.pipeline import Caller, GatewayError
+from proxy.server.errors import Caller, GatewayError
+
+if TYPE_CHECKING:
+    from proxy.server.app import Services
+
+__all__ = ["ADMIN", "ANY_ROLE", "REVIEWERS", "SERVICES", "caller", "read_model", "services", "validation_error"]
 
 ANY_ROLE = ("client", "admin", "reviewer")
+ADMIN = ("admin",)
+REVIEWERS = ("admin", "reviewer")
 Model = TypeVar("Model", bound=BaseModel)
+
+SERVICES: web.AppKey[Services] = web.AppKey("services")
+"""The running proxy's services (set once by ``create_app``)."""
+
+
+def services(request: web.Request) -> Services:
+    """The :class:`proxy.server.app.Services` of the app serving ``request``."""
+    return request.app[SERVICES]
 
 
 def caller(request: web.Request, roles: tuple[str, ...] = ANY_ROLE) -> Caller:
     """The authenticated caller of ``request``; GatewayError 401/403 (see Authenticator)."""
-    return request.app["services"].auth.authenticate(request.headers.get("Authorization"), roles=roles)
+    return services(request).auth.authenticate(request.headers.get("Authorization"), roles=roles)
 
 
 def _reject_constant(name: str) -> None:

@@ -1,6 +1,6 @@
 """Where a request's receipts go: straight to the ledger, or through a local spool (fault policy).
 
-``ledger.on_unavailable`` (README "Fault policy"):
+``ledger.on_unavailable`` (docs/operations.md "Fault policy"):
 
 - ``fail_closed`` → :class:`LedgerSink`. Before the model is called,
   :meth:`ReceiptSink.before_upstream` pings the store (``probe_timeout_seconds``;
@@ -55,7 +55,7 @@ class Appended:
 
 
 class ReceiptSink(abc.ABC):
-    """The pipeline's one way to write receipts (DESIGN.md "Request flow": receipts appended)."""
+    """The pipeline's one way to write receipts (docs/architecture.md "Request flow": receipts appended)."""
 
     def __init__(self, ledger: Ledger, metrics: Metrics, *, probe_timeout_s: float = 0.5,
                  append_timeout_s: float = 5.0) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.files import fsync_dir
 from proxy.storage.base import LedgerUnavailable
 
 __all__ = ["Spool", "SpoolFull", "SpooledBatch", "read_spool_file"]
@@ -123,13 +124,14 @@ class Spool:
         host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40] or "host"
         name = f"spool-{host}-{os.getpid()}-{secrets.token_hex(4)}.jsonl"
         # Created and locked under a name adopters ignore, then renamed: nobody can see it unlocked.
+        # (Not proxy.files.atomic_write: the spool keeps this descriptor open, locked, for appends.)
         tmp = self.directory / f".{name}.new"
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.path = self.directory / name
         os.replace(tmp, self.path)
         self._fd = fd
-        self._fsync_dir()
+        fsync_dir(self.directory)
         return self
 
     def close(self) -> None:
@@ -144,13 +146,6 @@ class Spool:
                     pass
             os.close(self._fd)
             self._fd = None
-
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     # -- writing ----------------------------------------------------------------------------------
     def _write(self, record: dict[str, Any], *, sync: bool) -> None:

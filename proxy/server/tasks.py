@@ -17,11 +17,12 @@ from typing import Any, Callable, Mapping
 
 from aiohttp import web
 
-from proxy.server.metrics import Metrics
 from proxy.receipts.audit import AuditResult, audit_heights, sample_heights
+from proxy.server.metrics import Metrics
+from proxy.server.requests import SERVICES
 from proxy.storage.base import LedgerError, LedgerStore
 
-__all__ = ["LedgerAuditor", "register"]
+__all__ = ["AUDITOR", "LedgerAuditor", "register"]
 
 log = logging.getLogger("sonate.audit")
 
@@ -86,17 +87,21 @@ class LedgerAuditor:
                 await task
 
 
+AUDITOR: web.AppKey[LedgerAuditor] = web.AppKey("ledger_auditor", LedgerAuditor)
+"""The app's ledger auditor (set by :func:`register`)."""
+
+
 def register(app: web.Application) -> None:
     """Start the receipt sink and the ledger audit with the app; stop them on clean-up.
 
-    Expects ``app["services"]`` with ``config``, ``store``, ``metrics``,
+    Expects ``app[SERVICES]`` with ``config``, ``store``, ``metrics``,
     ``keyring`` and ``gateway.sink`` (see :func:`proxy.server.app.build_services`).
     """
-    services: Any = app["services"]
+    services: Any = app[SERVICES]
     settings = services.config.ledger
     auditor = LedgerAuditor(services.store, services.keyring.public_keys, services.metrics,
                             interval_s=settings.audit_interval_seconds, sample_size=settings.audit_sample_size)
-    app["ledger_auditor"] = auditor
+    app[AUDITOR] = auditor
 
     async def on_startup(_: web.Application) -> None:
         await services.gateway.sink.start()

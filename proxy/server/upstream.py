@@ -42,7 +42,7 @@ class UpstreamError(Exception):
 class UpstreamResult:
     """A completed provider call.
 
-    ``response`` is the chat.completion as a plain dict; ``pieces`` the streamed content deltas
+    ``response`` is the chat.completion as a plain dict; ``chunks`` the streamed content deltas
     (empty for non-streaming calls); durations in seconds; ``cost_usd`` from litellm's offline
     price map (0.0 for unknown models).
     """
@@ -50,7 +50,7 @@ class UpstreamResult:
     response: dict[str, Any]
     duration_seconds: float
     ttft_seconds: float | None = None
-    pieces: list[str] = field(default_factory=list)
+    chunks: list[str] = field(default_factory=list)
     cost_usd: float = 0.0
 
     @property
@@ -140,24 +140,24 @@ class Upstream:
         """
         start = time.perf_counter()
         ttft = None
-        chunks: list[Any] = []
-        pieces: list[str] = []
+        stream_chunks: list[Any] = []  # litellm chunk objects, for stream_chunk_builder
+        deltas: list[str] = []
         try:
             stream = await self.router.acompletion(
                 model=model, messages=messages, stream=True, stream_options={"include_usage": True}, **params)
             async for chunk in stream:
-                chunks.append(chunk)
+                stream_chunks.append(chunk)
                 for choice in getattr(chunk, "choices", None) or []:
                     delta = getattr(choice, "delta", None)
                     text = getattr(delta, "content", None) if delta is not None else None
                     if text:
                         if ttft is None:
                             ttft = time.perf_counter() - start
-                        pieces.append(text)
+                        deltas.append(text)
         except Exception as exc:
             raise map_exception(exc) from exc
         duration = time.perf_counter() - start
-        built = litellm.stream_chunk_builder(chunks, messages=messages)
+        built = litellm.stream_chunk_builder(stream_chunks, messages=messages)
         if built is None:
             raise UpstreamError(502, "The model provider sent an empty stream.", "api_error", "upstream_empty_stream")
-        return UpstreamResult(_as_dict(built), duration, ttft, pieces, self._cost(built))
+        return UpstreamResult(_as_dict(built), duration, ttft, deltas, self._cost(built))

@@ -47,6 +47,8 @@ class ChatMessage(_Wire):
 
 
 class StreamOptions(_Wire):
+    """``stream_options``: ``include_usage`` adds a final usage chunk to the stream."""
+
     include_usage: bool = False
 
 
@@ -120,29 +122,30 @@ def sse_event(data: dict[str, Any] | str) -> bytes:
     return f"data: {payload}\n\n".encode("utf-8")
 
 
-def stream_events(body: dict[str, Any], pieces: list[str], include_usage: bool) -> list[bytes]:
+def stream_events(body: dict[str, Any], chunks: list[str], include_usage: bool) -> list[bytes]:
     """The SSE events that carry ``body`` (a chat.completion) as ``chat.completion.chunk``s.
 
-    ``pieces`` split the content: the provider's own deltas when they still join to the content,
-    else (a guardrail changed the text) word-sized pieces of the final content; the role comes in the first chunk, ``finish_reason`` in the last choice
-    chunk, then an optional usage chunk with empty choices, then ``[DONE]``.
+    ``chunks`` split the content into deltas: the provider's own when they still join to the
+    content, else (a guardrail changed the text) word-sized chunks of the final content; the
+    role comes in the first chunk, ``finish_reason`` in the last choice chunk, then an optional
+    usage chunk with empty choices, then ``[DONE]``.
     """
     choice = body["choices"][0]
     message = choice["message"]
     content = message.get("content") or ""
-    if "".join(pieces) != content:
-        pieces = re.findall(r"\s*\S+\s*", content) or ([content] if content else [])
+    if "".join(chunks) != content:
+        chunks = re.findall(r"\s*\S+\s*", content) or ([content] if content else [])
     base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return sse_event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
-    events = [chunk({"role": "assistant", "content": ""})]
-    events += [chunk({"content": p}) for p in pieces]
+    events = [event({"role": "assistant", "content": ""})]
+    events += [event({"content": text}) for text in chunks]
     if message.get("tool_calls"):
         calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        events.append(chunk({"tool_calls": calls}))
-    events.append(chunk({}, choice.get("finish_reason") or "stop"))
+        events.append(event({"tool_calls": calls}))
+    events.append(event({}, choice.get("finish_reason") or "stop"))
     if include_usage:
         events.append(sse_event({**base, "choices": [], "usage": body.get("usage")}))
     events.append(sse_event("[DONE]"))

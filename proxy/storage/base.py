@@ -1,9 +1,20 @@
-"""The ledger store interface shared by the SQLite and Redis back ends.
+"""The ledger store roles shared by the SQLite and Redis back ends.
 
-DESIGN.md, "Trust receipts": stores append a batch atomically, get by height
-or id, report the head and read ranges; concurrent appends must never fork
-or gap the chain. The store itself is a compare-and-set log: the
-:class:`proxy.receipts.chain.Ledger` seals receipts, the store keeps them.
+docs/architecture.md, "Trust receipts": stores append a batch atomically, get
+by height or id, report the head and read ranges; concurrent appends must
+never fork or gap the chain. A store plays three narrow roles (tessera's
+storage interfaces are the model), each an abstract class here:
+
+- :class:`ReceiptLog`: the compare-and-set receipt log (head, try_append,
+  get_by_height, get_by_id, range). :class:`proxy.receipts.chain.Ledger`
+  seals receipts, the log keeps them.
+- :class:`TreeStore`: RFC 9162 Merkle tree nodes and C2SP checkpoint notes.
+- :class:`ReviewQueue`: JSON items with a status, per named queue
+  (:data:`QUEUES`), updated with a compare-and-set on the status.
+
+:class:`LedgerStore` is the combination a back end implements
+(:mod:`proxy.storage.sqlite`, :mod:`proxy.storage.redis`); :func:`open_store`
+picks one from a ledger URL.
 """
 
 from __future__ import annotations
@@ -14,15 +25,20 @@ from typing import Any, Sequence
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 __all__ = [
+    "QUEUES",
     "Head",
     "LedgerConflict",
     "LedgerError",
     "LedgerStore",
     "LedgerUnavailable",
+    "ReceiptLog",
+    "ReviewQueue",
+    "TreeStore",
     "TreeUpdate",
     "check_batch",
-    "check_case",
     "check_checkpoint",
+    "check_item",
+    "check_queue",
     "check_tree_update",
     "open_store",
 ]
@@ -119,22 +135,36 @@ def check_checkpoint(tree_size: Any, note: Any) -> None:
         raise ValueError("checkpoint note must be a non-empty string")
 
 
-def check_case(case: Any) -> None:
-    """Raise ``ValueError`` unless ``case`` is a dict with non-empty string ``id`` and ``status``."""
-    if not isinstance(case, dict):
-        raise ValueError("a review case must be a JSON object")
-    for field in ("id", "status"):
-        if not isinstance(case.get(field), str) or not case[field]:
-            raise ValueError(f"a review case needs a non-empty string {field!r}")
+QUEUES = ("escalations", "adjudications")
+"""The review queues a store keeps: escalation cases (``/v1/escalations``) and
+adjudication items (the blind two-pass review, :mod:`proxy.kpi.adjudication`)."""
 
 
-class LedgerStore(abc.ABC):
-    """Durable, append-only storage of sealed receipts plus the review queue.
+def check_queue(queue: Any) -> None:
+    """Raise ``ValueError`` unless ``queue`` is one of :data:`QUEUES`."""
+    if queue not in QUEUES:
+        raise ValueError(f"unknown review queue {queue!r}: use one of {', '.join(QUEUES)}")
+
+
+def check_item(queue: Any, item: Any) -> None:
+    """Raise ``ValueError`` unless ``queue`` is in :data:`QUEUES` and ``item`` is a review item.
+
+    A review item is a dict with non-empty string ``id`` and ``status``.
+    """
+    check_queue(queue)
+    if not isinstance(item, dict):
+        raise ValueError("a review item must be a JSON object")
+    for name in ("id", "status"):
+        if not isinstance(item.get(name), str) or not item[name]:
+            raise ValueError(f"a review item needs a non-empty string {name!r}")
+
+
+class ReceiptLog(abc.ABC):
+    """Durable, append-only log of sealed receipts with a compare-and-set head.
 
     Receipts are JSON dicts (see :mod:`proxy.receipts.receipt`), stored and
-    returned unchanged. Review cases are JSON dicts with at least string
-    ``"id"`` and ``"status"``. Every method may raise
-    :class:`LedgerUnavailable` when the store cannot be reached.
+    returned unchanged. Every method may raise :class:`LedgerUnavailable`
+    when the store cannot be reached.
     """
 
     @abc.abstractmethod
@@ -169,39 +199,24 @@ class LedgerStore(abc.ABC):
     async def range(self, start: int, end: int) -> list[dict[str, Any]]:
         """Return the stored receipts with ``start <= height < end``, in height order."""
 
-    @abc.abstractmethod
-    async def put_case(self, case: dict[str, Any]) -> None:
-        """Add a review case. Raises :class:`LedgerConflict` if its id exists, ``ValueError`` if malformed."""
+
+class TreeStore(abc.ABC):
+    """Merkle tree nodes (RFC 9162, see :mod:`proxy.tlog.merkle`) and signed checkpoint notes (C2SP).
+
+    Nodes are 32-byte hashes keyed ``(level, index)``; the *tree size* is the
+    number of leaves whose complete nodes are all stored. Every method may
+    raise :class:`LedgerUnavailable`.
+    """
 
     @abc.abstractmethod
-    async def get_case(self, case_id: str) -> dict[str, Any] | None:
-        """Return the review case ``case_id`` or None."""
-
-    @abc.abstractmethod
-    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Return review cases (only those with ``status`` if given), oldest first."""
-
-    @abc.abstractmethod
-    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Replace an existing review case (matched by id). Raises ``KeyError`` if it does not exist.
-
-        With ``expected_status``, the replace is a compare-and-set: it raises
-        :class:`LedgerConflict` (writing nothing) unless the stored case still
-        has that status, so two reviewers cannot both resolve one case.
-        """
-
-    # -- Merkle tree and checkpoints (RFC 9162 / C2SP tlog-checkpoint) -----------------
-    # Concrete stores implement these; the defaults only keep third-party
-    # subclasses importable.
-
     async def tree_size(self) -> int:
         """Return the number of leaves whose complete Merkle nodes are all stored (0 when none)."""
-        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
 
+    @abc.abstractmethod
     async def get_nodes(self, ids: Sequence[tuple[int, int]]) -> list[bytes | None]:
         """Return the 32-byte hash of each node ``(level, index)`` in ``ids`` (None where not stored)."""
-        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
 
+    @abc.abstractmethod
     async def put_nodes(self, update: TreeUpdate) -> bool:
         """Store nodes outside an append (backfill, ``sonate ledger reindex``); compare-and-set on the tree size.
 
@@ -210,50 +225,62 @@ class LedgerStore(abc.ABC):
         exceed the receipts stored (head height + 1); returns False (writing
         nothing) otherwise. Raises ``ValueError`` for a malformed update.
         """
-        raise NotImplementedError(f"{type(self).__name__} does not store a Merkle tree")
 
+    @abc.abstractmethod
     async def put_checkpoint(self, tree_size: int, note: str) -> bool:
         """Store the signed checkpoint note for ``tree_size`` unless one is stored; return True if written.
 
         Idempotent: the first checkpoint stored for a size is kept. Raises
         ``ValueError`` (see :func:`check_checkpoint`).
         """
-        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
 
+    @abc.abstractmethod
     async def get_checkpoint(self, tree_size: int) -> str | None:
         """Return the checkpoint note stored for ``tree_size``, or None."""
-        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
 
+    @abc.abstractmethod
     async def latest_checkpoint(self) -> str | None:
         """Return the stored checkpoint note with the largest tree size, or None."""
-        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
 
+    @abc.abstractmethod
     async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
         """Return the tree sizes with a stored checkpoint in ``start <= size < end``, ascending."""
-        raise NotImplementedError(f"{type(self).__name__} does not store checkpoints")
 
-    # Adjudication items (the blind two-pass review queue, proxy.kpi.adjudication): JSON dicts
-    # with at least string "id" and "status", kept apart from escalation cases.
-    @abc.abstractmethod
-    async def put_review_item(self, item: dict[str, Any]) -> None:
-        """Add an adjudication item. Raises :class:`LedgerConflict` if its id exists, ``ValueError`` if malformed."""
 
-    @abc.abstractmethod
-    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
-        """Return the adjudication item ``item_id`` or None."""
+class ReviewQueue(abc.ABC):
+    """Status compare-and-set queues of review items, one per name in :data:`QUEUES`.
 
-    @abc.abstractmethod
-    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Return adjudication items (only those with ``status`` if given), oldest first."""
+    Items are JSON dicts with at least non-empty string ``"id"`` and
+    ``"status"`` (see :func:`check_item`); ids are unique per queue, and queues
+    never see each other's items. Every method raises ``ValueError`` for an
+    unknown queue and may raise :class:`LedgerUnavailable`.
+    """
 
     @abc.abstractmethod
-    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Replace an existing adjudication item (matched by id). Raises ``KeyError`` if it does not exist.
+    async def put_item(self, queue: str, item: dict[str, Any]) -> None:
+        """Add ``item`` to ``queue``. Raises :class:`LedgerConflict` if its id exists, ``ValueError`` if malformed."""
 
-        With ``expected_status`` the replace is a compare-and-set on the stored status: it raises
-        :class:`LedgerConflict` (writing nothing) unless the stored item still has that status,
-        so two concurrent verdicts on one item cannot overwrite each other.
+    @abc.abstractmethod
+    async def get_item(self, queue: str, item_id: str) -> dict[str, Any] | None:
+        """Return the item ``item_id`` of ``queue``, or None."""
+
+    @abc.abstractmethod
+    async def list_items(self, queue: str, status: str | None = None) -> list[dict[str, Any]]:
+        """Return the items of ``queue`` (only those with ``status`` if given), oldest first."""
+
+    @abc.abstractmethod
+    async def update_item(self, queue: str, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an existing item of ``queue`` (matched by id). Raises ``KeyError`` if it does not exist.
+
+        With ``expected_status`` the replace is a compare-and-set on the
+        stored status: it raises :class:`LedgerConflict` (writing nothing)
+        unless the stored item still has that status, so two reviewers
+        cannot both resolve one item.
         """
+
+
+class LedgerStore(ReceiptLog, TreeStore, ReviewQueue):
+    """The store a back end implements: :class:`ReceiptLog` + :class:`TreeStore` + :class:`ReviewQueue`."""
 
     @abc.abstractmethod
     async def ping(self) -> None:
@@ -262,6 +289,39 @@ class LedgerStore(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release connections and threads. Idempotent."""
+
+    # transitional: removed when proxy/server and proxy/review use the queue API
+    async def put_case(self, case: dict[str, Any]) -> None:
+        """Transitional: ``put_item("escalations", case)``."""
+        await self.put_item("escalations", case)
+
+    async def get_case(self, case_id: str) -> dict[str, Any] | None:
+        """Transitional: ``get_item("escalations", case_id)``."""
+        return await self.get_item("escalations", case_id)
+
+    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Transitional: ``list_items("escalations", status)``."""
+        return await self.list_items("escalations", status)
+
+    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Transitional: ``update_item("escalations", case, expected_status=...)``."""
+        await self.update_item("escalations", case, expected_status=expected_status)
+
+    async def put_review_item(self, item: dict[str, Any]) -> None:
+        """Transitional: ``put_item("adjudications", item)``."""
+        await self.put_item("adjudications", item)
+
+    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
+        """Transitional: ``get_item("adjudications", item_id)``."""
+        return await self.get_item("adjudications", item_id)
+
+    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Transitional: ``list_items("adjudications", status)``."""
+        return await self.list_items("adjudications", status)
+
+    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Transitional: ``update_item("adjudications", item, expected_status=...)``."""
+        await self.update_item("adjudications", item, expected_status=expected_status)
 
 
 def open_store(url: str) -> LedgerStore:

@@ -1,17 +1,21 @@
 """Redis ledger store (``redis.asyncio``), safe for many processes and Redis Cluster.
 
 Every key carries the hash tag ``{namespace}`` so all of a ledger lives in one
-Cluster slot (DESIGN.md). Keys::
+Cluster slot (docs/architecture.md, "Trust receipts"). Keys::
 
     {ns}:head                 hash   height, entry_hash
     {ns}:r:<height>           string canonical JSON (RFC 8785) of the receipt
     {ns}:id:<receipt_id>      string height
-    {ns}:cases                hash   case id -> JSON
-    {ns}:cases:status         hash   case id -> status
+    {ns}:tree:size            string Merkle tree size
+    {ns}:t:<level>:<chunk>    string 65,536 node hashes of 32 bytes (zero = not stored)
+    {ns}:cp                   hash   tree size -> checkpoint note
+    {ns}:cp:sizes             zset   checkpoint tree sizes
+    {ns}:cases                hash   escalation id -> JSON (queue "escalations")
+    {ns}:cases:status         hash   id -> status
     {ns}:cases:seq            string creation counter
-    {ns}:cases:all            zset   case id scored by creation order
+    {ns}:cases:all            zset   id scored by creation order
     {ns}:cases:s:<status>     zset   same, per status
-    {ns}:adj...               the same five keys for adjudication items (adj, adj:status, ...)
+    {ns}:adj...               the same five keys for queue "adjudications" (adj, adj:status, ...)
 
 ``try_append`` is one Lua script (head compare-and-set, duplicate checks and
 all writes), so appends from any number of processes can neither fork nor
@@ -21,6 +25,7 @@ gap the chain. Scripts only touch keys passed in ``KEYS``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from typing import Any, AsyncIterator, Sequence
@@ -39,8 +44,9 @@ from proxy.storage.base import (
     LedgerUnavailable,
     TreeUpdate,
     check_batch,
-    check_case,
     check_checkpoint,
+    check_item,
+    check_queue,
     check_tree_update,
 )
 
@@ -110,7 +116,11 @@ redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
 return 1
 """
 
-_PUT_CASE_LUA = """
+#: The key prefix of each review queue (names kept from before the queues were one API).
+_QUEUE_PREFIXES = {"escalations": "cases", "adjudications": "adj"}
+
+# KEYS: items, items:status, items:seq, items:all, items:s:<status>. ARGV: id, status, body.
+_PUT_ITEM_LUA = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
@@ -120,7 +130,9 @@ redis.call('ZADD', KEYS[5], seq, ARGV[1])
 return 1
 """
 
-_UPDATE_CASE_LUA = """
+# KEYS: items, items:status, items:all, items:s:<old>, items:s:<new>. ARGV: id, old status, new status, body.
+# Returns 0 (no such item), -1 (the status moved on since it was read) or 1.
+_UPDATE_ITEM_LUA = """
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return 0 end
 if cur ~= ARGV[2] then return -1 end
@@ -192,8 +204,8 @@ class RedisStore(LedgerStore):
         self._append = self._redis.register_script(_APPEND_LUA)
         self._put_nodes = self._redis.register_script(_PUT_NODES_LUA)
         self._put_checkpoint = self._redis.register_script(_PUT_CHECKPOINT_LUA)
-        self._put_case = self._redis.register_script(_PUT_CASE_LUA)
-        self._update_case = self._redis.register_script(_UPDATE_CASE_LUA)
+        self._put_item = self._redis.register_script(_PUT_ITEM_LUA)
+        self._update_item = self._redis.register_script(_UPDATE_ITEM_LUA)
 
     def key(self, *parts: str | int) -> str:
         """Return the full key for ``parts``, e.g. ``key("r", 5)`` -> ``{ns}:r:5``."""
@@ -329,102 +341,64 @@ class RedisStore(LedgerStore):
             out += [json.loads(body) for body in bodies if body is not None]
         return out
 
-    # -- review cases ----------------------------------------------------------
-    async def put_case(self, case: dict[str, Any]) -> None:
-        """Insert a review case; :class:`LedgerConflict` if the id exists."""
-        check_case(case)
-        keys = [self.key("cases"), self.key("cases", "status"), self.key("cases", "seq"),
-                self.key("cases", "all"), self.key("cases", "s", case["status"])]
-        async with _translate_errors():
-            created = await self._put_case(keys=keys, args=[case["id"], case["status"], json.dumps(case)])
-        if created != 1:
-            raise LedgerConflict(f"review case {case['id']} already exists")
+    # -- review queues ----------------------------------------------------------
+    def _queue_keys(self, queue: str, *parts: str) -> str:
+        """The key ``{ns}:<queue prefix>[:parts]`` of a review queue (see :data:`_QUEUE_PREFIXES`)."""
+        return self.key(_QUEUE_PREFIXES[queue], *parts)
 
-    async def get_case(self, case_id: str) -> dict[str, Any] | None:
-        """Return the review case or None."""
+    async def put_item(self, queue: str, item: dict[str, Any]) -> None:
+        """Insert an item (one Lua script); :class:`LedgerConflict` if the id exists."""
+        check_item(queue, item)
+        q = functools.partial(self._queue_keys, queue)
+        keys = [q(), q("status"), q("seq"), q("all"), q("s", item["status"])]
         async with _translate_errors():
-            body = await self._redis.hget(self.key("cases"), case_id)
+            created = await self._put_item(keys=keys, args=[item["id"], item["status"], json.dumps(item)])
+        if created != 1:
+            raise LedgerConflict(f"{queue} item {item['id']} already exists")
+
+    async def get_item(self, queue: str, item_id: str) -> dict[str, Any] | None:
+        """Return the item of ``queue`` or None."""
+        check_queue(queue)
+        async with _translate_errors():
+            body = await self._redis.hget(self._queue_keys(queue), item_id)
         return None if body is None else json.loads(body)
 
-    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Return review cases, oldest first, optionally only those with ``status``."""
-        index = self.key("cases", "all") if status is None else self.key("cases", "s", status)
+    async def list_items(self, queue: str, status: str | None = None) -> list[dict[str, Any]]:
+        """Return the items of ``queue``, oldest first, optionally only those with ``status``."""
+        check_queue(queue)
+        index = self._queue_keys(queue, "all") if status is None else self._queue_keys(queue, "s", status)
         out: list[dict[str, Any]] = []
         async with _translate_errors():
             ids = await self._redis.zrange(index, 0, -1)
             for lo in range(0, len(ids), _CHUNK):
-                bodies = await self._redis.hmget(self.key("cases"), ids[lo:lo + _CHUNK])
+                bodies = await self._redis.hmget(self._queue_keys(queue), ids[lo:lo + _CHUNK])
                 out += [json.loads(b) for b in bodies if b is not None]
-        # A case may change status between the two reads: filter on the body.
-        return out if status is None else [c for c in out if c.get("status") == status]
-
-    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Replace an existing review case; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
-        check_case(case)
-        body = json.dumps(case)
-        for _ in range(100):  # compare-and-set on the status read just before
-            async with _translate_errors():
-                old = await self._redis.hget(self.key("cases", "status"), case["id"])
-                if old is None:
-                    raise KeyError(case["id"])
-                if expected_status is not None and old != expected_status:
-                    raise LedgerConflict(f"review case {case['id']} is {old}, not {expected_status}")
-                keys = [self.key("cases"), self.key("cases", "status"), self.key("cases", "all"),
-                        self.key("cases", "s", old), self.key("cases", "s", case["status"])]
-                result = await self._update_case(keys=keys, args=[case["id"], old, case["status"], body])
-            if result == 0:
-                raise KeyError(case["id"])
-            if result == 1:
-                return
-        raise LedgerConflict(f"review case {case['id']} keeps changing; update abandoned")
-
-    # -- adjudication items (the case scripts over the "adj" keys) --------------
-    async def put_review_item(self, item: dict[str, Any]) -> None:
-        """Insert an adjudication item; :class:`LedgerConflict` if the id exists."""
-        check_case(item)
-        keys = [self.key("adj"), self.key("adj", "status"), self.key("adj", "seq"),
-                self.key("adj", "all"), self.key("adj", "s", item["status"])]
-        async with _translate_errors():
-            created = await self._put_case(keys=keys, args=[item["id"], item["status"], json.dumps(item)])
-        if created != 1:
-            raise LedgerConflict(f"review item {item['id']} already exists")
-
-    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
-        """Return the adjudication item or None."""
-        async with _translate_errors():
-            body = await self._redis.hget(self.key("adj"), item_id)
-        return None if body is None else json.loads(body)
-
-    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Return adjudication items, oldest first, optionally only those with ``status``."""
-        index = self.key("adj", "all") if status is None else self.key("adj", "s", status)
-        out: list[dict[str, Any]] = []
-        async with _translate_errors():
-            ids = await self._redis.zrange(index, 0, -1)
-            for lo in range(0, len(ids), _CHUNK):
-                bodies = await self._redis.hmget(self.key("adj"), ids[lo:lo + _CHUNK])
-                out += [json.loads(b) for b in bodies if b is not None]
+        # An item may change status between the two reads: filter on the body.
         return out if status is None else [i for i in out if i.get("status") == status]
 
-    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Replace an adjudication item; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
-        check_case(item)
+    async def update_item(self, queue: str, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an item; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch.
+
+        A compare-and-set on the status read just before (Lua), retried while
+        other writers move the item between statuses.
+        """
+        check_item(queue, item)
+        q = functools.partial(self._queue_keys, queue)
         body = json.dumps(item)
         for _ in range(100):
             async with _translate_errors():
-                old = await self._redis.hget(self.key("adj", "status"), item["id"])
+                old = await self._redis.hget(q("status"), item["id"])
                 if old is None:
                     raise KeyError(item["id"])
                 if expected_status is not None and old != expected_status:
-                    raise LedgerConflict(f"review item {item['id']} is {old}, not {expected_status}")
-                keys = [self.key("adj"), self.key("adj", "status"), self.key("adj", "all"),
-                        self.key("adj", "s", old), self.key("adj", "s", item["status"])]
-                result = await self._update_case(keys=keys, args=[item["id"], old, item["status"], body])
+                    raise LedgerConflict(f"{queue} item {item['id']} is {old}, not {expected_status}")
+                keys = [q(), q("status"), q("all"), q("s", old), q("s", item["status"])]
+                result = await self._update_item(keys=keys, args=[item["id"], old, item["status"], body])
             if result == 0:
                 raise KeyError(item["id"])
             if result == 1:
                 return
-        raise LedgerConflict(f"review item {item['id']} keeps changing; update abandoned")
+        raise LedgerConflict(f"{queue} item {item['id']} keeps changing; update abandoned")
 
     # -- lifecycle --------------------------------------------------------------
     async def ping(self) -> None:

@@ -1,4 +1,4 @@
-"""SQLite ledger store: the embedded single-node default (DESIGN.md).
+"""SQLite ledger store: the embedded single-node default (docs/architecture.md, "Trust receipts").
 
 stdlib ``sqlite3`` on one dedicated worker thread per store (the event loop
 never blocks on disk). WAL journal, ``synchronous=FULL`` so a committed
@@ -28,8 +28,9 @@ from proxy.storage.base import (
     LedgerUnavailable,
     TreeUpdate,
     check_batch,
-    check_case,
     check_checkpoint,
+    check_item,
+    check_queue,
     check_tree_update,
 )
 
@@ -73,6 +74,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     note      TEXT NOT NULL
 );
 """
+
+
+#: The table of each review queue (names kept from before the queues were one API).
+_QUEUE_TABLES = {"escalations": "cases", "adjudications": "review_items"}
 
 
 class SQLiteStore(LedgerStore):
@@ -302,99 +307,56 @@ class SQLiteStore(LedgerStore):
         )
         return [json.loads(row[0]) for row in rows]
 
-    # -- review cases ----------------------------------------------------------
-    async def put_case(self, case: dict[str, Any]) -> None:
-        """Insert a review case; :class:`LedgerConflict` if the id exists."""
-        check_case(case)
-        body = json.dumps(case, ensure_ascii=False)
-
-        def put(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute("INSERT INTO cases (id, status, body) VALUES (?,?,?)", (case["id"], case["status"], body))
-            except sqlite3.IntegrityError:
-                raise LedgerConflict(f"review case {case['id']} already exists") from None
-
-        await self._run(put)
-
-    async def get_case(self, case_id: str) -> dict[str, Any] | None:
-        """Return the review case or None."""
-        row = await self._run(lambda c: c.execute("SELECT body FROM cases WHERE id = ?", (case_id,)).fetchone())
-        return json.loads(row[0]) if row else None
-
-    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Return review cases, oldest first, optionally only those with ``status``."""
-        if status is None:
-            query, params = "SELECT body FROM cases ORDER BY seq", ()
-        else:
-            query, params = "SELECT body FROM cases WHERE status = ? ORDER BY seq", (status,)
-        rows = await self._run(lambda c: c.execute(query, params).fetchall())
-        return [json.loads(row[0]) for row in rows]
-
-    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Replace an existing review case; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
-        check_case(case)
-        body = json.dumps(case, ensure_ascii=False)
-
-        def update(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            row = conn.execute("SELECT status FROM cases WHERE id = ?", (case["id"],)).fetchone()
-            if row is None:
-                conn.rollback()
-                raise KeyError(case["id"])
-            if expected_status is not None and row[0] != expected_status:
-                conn.rollback()
-                raise LedgerConflict(f"review case {case['id']} is {row[0]}, not {expected_status}")
-            conn.execute("UPDATE cases SET status = ?, body = ? WHERE id = ?", (case["status"], body, case["id"]))
-            conn.commit()
-
-        await self._run(update)
-
-    # -- adjudication items (same semantics as cases, own table) ----------------
-    async def put_review_item(self, item: dict[str, Any]) -> None:
-        """Insert an adjudication item; :class:`LedgerConflict` if the id exists."""
-        check_case(item)
+    # -- review queues ----------------------------------------------------------
+    async def put_item(self, queue: str, item: dict[str, Any]) -> None:
+        """Insert an item into the queue's table; :class:`LedgerConflict` if the id exists."""
+        check_item(queue, item)
+        table = _QUEUE_TABLES[queue]
         body = json.dumps(item, ensure_ascii=False)
 
         def put(conn: sqlite3.Connection) -> None:
             try:
-                conn.execute("INSERT INTO review_items (id, status, body) VALUES (?,?,?)",
+                conn.execute(f"INSERT INTO {table} (id, status, body) VALUES (?,?,?)",
                              (item["id"], item["status"], body))
             except sqlite3.IntegrityError:
-                raise LedgerConflict(f"review item {item['id']} already exists") from None
+                raise LedgerConflict(f"{queue} item {item['id']} already exists") from None
 
         await self._run(put)
 
-    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
-        """Return the adjudication item or None."""
-        row = await self._run(
-            lambda c: c.execute("SELECT body FROM review_items WHERE id = ?", (item_id,)).fetchone())
+    async def get_item(self, queue: str, item_id: str) -> dict[str, Any] | None:
+        """Return the item of ``queue`` or None."""
+        check_queue(queue)
+        table = _QUEUE_TABLES[queue]
+        row = await self._run(lambda c: c.execute(f"SELECT body FROM {table} WHERE id = ?", (item_id,)).fetchone())
         return json.loads(row[0]) if row else None
 
-    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Return adjudication items, oldest first, optionally only those with ``status``."""
+    async def list_items(self, queue: str, status: str | None = None) -> list[dict[str, Any]]:
+        """Return the items of ``queue``, oldest first, optionally only those with ``status``."""
+        check_queue(queue)
+        table = _QUEUE_TABLES[queue]
         if status is None:
-            query, params = "SELECT body FROM review_items ORDER BY seq", ()
+            query, params = f"SELECT body FROM {table} ORDER BY seq", ()
         else:
-            query, params = "SELECT body FROM review_items WHERE status = ? ORDER BY seq", (status,)
+            query, params = f"SELECT body FROM {table} WHERE status = ? ORDER BY seq", (status,)
         rows = await self._run(lambda c: c.execute(query, params).fetchall())
         return [json.loads(row[0]) for row in rows]
 
-    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Replace an adjudication item; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
-        check_case(item)
+    async def update_item(self, queue: str, item: dict[str, Any], *, expected_status: str | None = None) -> None:
+        """Replace an item in one transaction; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""
+        check_item(queue, item)
+        table = _QUEUE_TABLES[queue]
         body = json.dumps(item, ensure_ascii=False)
 
         def update(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
-            row = conn.execute("SELECT status FROM review_items WHERE id = ?", (item["id"],)).fetchone()
+            row = conn.execute(f"SELECT status FROM {table} WHERE id = ?", (item["id"],)).fetchone()
             if row is None:
                 conn.rollback()
                 raise KeyError(item["id"])
             if expected_status is not None and row[0] != expected_status:
                 conn.rollback()
-                raise LedgerConflict(f"review item {item['id']} is {row[0]}, not {expected_status}")
-            conn.execute("UPDATE review_items SET status = ?, body = ? WHERE id = ?",
-                         (item["status"], body, item["id"]))
+                raise LedgerConflict(f"{queue} item {item['id']} is {row[0]}, not {expected_status}")
+            conn.execute(f"UPDATE {table} SET status = ?, body = ? WHERE id = ?", (item["status"], body, item["id"]))
             conn.commit()
 
         await self._run(update)

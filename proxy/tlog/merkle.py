@@ -7,8 +7,9 @@ for n > 1, ``MTH(D[n]) = node_hash(MTH(D[0:k]), MTH(D[k:n]))`` with k the
 largest power of two smaller than n.
 
 The leaf entry of a trust receipt is the 32 raw bytes of its chain entry hash
-(:func:`receipt_leaf`): the tree is built over the same hash chain DESIGN.md
-fixes, so a receipt proves its place in the tree without any other receipt.
+(:func:`receipt_leaf`): the tree is built over the same hash chain that
+docs/architecture.md ("Trust receipts") fixes, so a receipt proves its
+place in the tree without any other receipt.
 
 **Stored nodes.** A node id ``(level, index)`` names the perfect subtree
 covering leaves ``[index·2^level, (index+1)·2^level)``; level 0 holds leaf
@@ -48,8 +49,8 @@ __all__ = [
     "root_from_frontier",
     "root_of_leaves",
     "root_from_inclusion",
-    "verify_consistency",
-    "verify_inclusion",
+    "verify_consistency_path",
+    "verify_inclusion_path",
 ]
 
 HASH_SIZE = 32
@@ -306,7 +307,7 @@ def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[byte
     """The root an inclusion proof leads to, or None if the proof is malformed for (index, size).
 
     RFC 9162 §2.1.3.2 steps 1-5 (``leaf`` is the leaf *hash*); the caller
-    compares the result with a trusted root (:func:`verify_inclusion`).
+    compares the result with a trusted root (:func:`verify_inclusion_path`).
     """
     hashes = _as_hashes(proof)
     if hashes is None or not isinstance(leaf, (bytes, bytearray)) or len(leaf) != HASH_SIZE:
@@ -330,20 +331,26 @@ def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[byte
     return r if sn == 0 else None
 
 
-def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> bool:
+def verify_inclusion_path(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> bool:
     """True iff ``proof`` shows leaf hash ``leaf`` at ``index`` in the tree of ``size`` with ``root``.
 
-    RFC 9162 §2.1.3.2. Never raises: malformed input returns False.
+    RFC 9162 §2.1.3.2: the raw audit path (compare
+    :func:`proxy.tlog.proofs.verify_inclusion_proof` for a JSON proof
+    document against a signed checkpoint). An ``index`` outside
+    ``0 <= index < size`` is never included. Never raises: malformed input
+    returns False.
     """
     computed = root_from_inclusion(index, size, leaf, proof)
     return computed is not None and isinstance(root, (bytes, bytearray)) and computed == bytes(root)
 
 
-def verify_consistency(first: int, second: int, first_root: bytes, second_root: bytes,
+def verify_consistency_path(first: int, second: int, first_root: bytes, second_root: bytes,
                        proof: Sequence[bytes]) -> bool:
     """True iff ``proof`` shows the tree (``first``, ``first_root``) is a prefix of (``second``, ``second_root``).
 
-    RFC 9162 §2.1.4.2. ``first == second`` needs an empty proof and equal
+    RFC 9162 §2.1.4.2: the raw proof path (compare
+    :func:`proxy.tlog.proofs.verify_consistency_proof` for a JSON proof
+    document between signed checkpoints). ``first == second`` needs an empty proof and equal
     roots; ``first == 0`` needs an empty proof (and the empty root). Never
     raises: malformed input returns False.
     """

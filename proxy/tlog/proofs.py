@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from proxy.tlog import merkle
 from proxy.receipts.canonical import CanonicalizationError
-from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint, verify_checkpoint
+from proxy.tlog.checkpoint import Checkpoint, CheckpointError, parse_checkpoint, verify_checkpoint
 from proxy.receipts.receipt import entry_hash
 from proxy.receipts.verify import Failure
 
@@ -28,8 +28,8 @@ __all__ = [
     "inclusion_proof_doc",
     "parse_hashes",
     "receipt_leaf_hash",
-    "verify_consistency",
-    "verify_inclusion",
+    "verify_consistency_proof",
+    "verify_inclusion_proof",
 ]
 
 
@@ -69,8 +69,51 @@ def _size(value: Any, minimum: int) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum else None
 
 
-def verify_inclusion(proof: Any, receipt: Any, checkpoint: str, public_keys: Mapping[str, bytes] | None,
-                     origin: str | None = None) -> list[Failure]:
+def _read_checkpoint(text: Any, public_keys: Mapping[str, bytes] | None,
+                     origin: str | None) -> tuple[list[Failure], Checkpoint | None]:
+    """Verify (when ``public_keys`` is given) and parse one signed checkpoint: ``(failures, parsed or None)``."""
+    fails = list(verify_checkpoint(text, public_keys, origin)) if public_keys is not None else []
+    try:
+        return fails, parse_checkpoint(text)
+    except CheckpointError as exc:
+        if public_keys is None:  # otherwise verify_checkpoint reported it already
+            fails.append(Failure(None, None, "checkpoint", str(exc), where="checkpoint"))
+        return fails, None
+
+
+def _proof_leaf(proof: dict[str, Any], receipt: Any, index: int, receipt_id: str | None,
+                where: str) -> tuple[list[Failure], bytes | None]:
+    """The leaf hash an inclusion proof is checked for: ``(failures, leaf or None when checking stops)``.
+
+    The receipt's own leaf hash when there is a receipt (its height must be
+    ``index``), checked against the proof's ``leaf_hash`` when present;
+    without a receipt, the proof's ``leaf_hash``.
+    """
+    fails: list[Failure] = []
+    leaf: bytes | None = None
+    if receipt is not None:
+        try:
+            leaf = receipt_leaf_hash(receipt)
+        except (CanonicalizationError, TypeError, ValueError, AttributeError) as exc:
+            return [Failure(index, receipt_id, "inclusion", f"cannot hash the receipt: {exc}", where=where)], None
+        height = receipt.get("ledger_height") if isinstance(receipt, dict) else None
+        if height != index:
+            fails.append(Failure(index, receipt_id, "inclusion",
+                                 f"leaf_index {index} is not the receipt's ledger_height {height!r}", where=where))
+    if "leaf_hash" in proof or receipt is None:
+        try:
+            stated = merkle.b64_decode_hash(proof.get("leaf_hash"))
+        except merkle.MerkleError as exc:
+            return fails + [Failure(index, receipt_id, "inclusion", f"leaf_hash: {exc}", where=where)], None
+        if leaf is not None and stated != leaf:
+            fails.append(Failure(index, receipt_id, "inclusion",
+                                 "leaf_hash is not SHA-256(0x00 ‖ entry hash) of the receipt", where=where))
+        leaf = leaf or stated
+    return fails, leaf
+
+
+def verify_inclusion_proof(proof: Any, receipt: Any, checkpoint: str, public_keys: Mapping[str, bytes] | None,
+                           origin: str | None = None) -> list[Failure]:
     """Verify an inclusion proof document for ``receipt`` against a signed checkpoint; return failures.
 
     ``receipt``: the receipt the proof is for (None: trust the proof's
@@ -81,18 +124,11 @@ def verify_inclusion(proof: Any, receipt: Any, checkpoint: str, public_keys: Map
     :func:`proxy.tlog.checkpoint.verify_checkpoint`) and ``inclusion``
     (malformed proof, leaf index ≠ the receipt's height, leaf hash ≠ the
     receipt's, tree size ≠ the checkpoint's, or the path does not lead to the
-    checkpoint's root — RFC 9162 §2.1.3.2). Never raises.
+    checkpoint's root — RFC 9162 §2.1.3.2 via
+    :func:`proxy.tlog.merkle.verify_inclusion_path`). Never raises.
     """
     where = "inclusion proof"
-    fails: list[Failure] = []
-    if public_keys is not None:
-        fails += verify_checkpoint(checkpoint, public_keys, origin)
-    try:
-        parsed = parse_checkpoint(checkpoint)
-    except CheckpointError as exc:
-        if public_keys is None:
-            fails.append(Failure(None, None, "checkpoint", str(exc), where="checkpoint"))
-        parsed = None
+    fails, parsed = _read_checkpoint(checkpoint, public_keys, origin)
     if not isinstance(proof, dict):
         return fails + [Failure(None, None, "inclusion", "the proof must be a JSON object", where=where)]
     index, size = _size(proof.get("leaf_index"), 0), _size(proof.get("tree_size"), 1)
@@ -107,60 +143,40 @@ def verify_inclusion(proof: Any, receipt: Any, checkpoint: str, public_keys: Map
         return fails + [Failure(index, None, "inclusion", str(exc), where=where)]
     receipt_id = receipt.get("receipt_id") if isinstance(receipt, dict) else None
     receipt_id = receipt_id if isinstance(receipt_id, str) else None
-    leaf: bytes | None = None
-    if receipt is not None:
-        try:
-            leaf = receipt_leaf_hash(receipt)
-        except (CanonicalizationError, TypeError, ValueError, AttributeError) as exc:
-            fails.append(Failure(index, receipt_id, "inclusion", f"cannot hash the receipt: {exc}", where=where))
-            return fails
-        height = receipt.get("ledger_height") if isinstance(receipt, dict) else None
-        if height != index:
-            fails.append(Failure(index, receipt_id, "inclusion",
-                                 f"leaf_index {index} is not the receipt's ledger_height {height!r}", where=where))
-    if "leaf_hash" in proof or receipt is None:
-        try:
-            stated = merkle.b64_decode_hash(proof.get("leaf_hash"))
-        except merkle.MerkleError as exc:
-            return fails + [Failure(index, receipt_id, "inclusion", f"leaf_hash: {exc}", where=where)]
-        if leaf is not None and stated != leaf:
-            fails.append(Failure(index, receipt_id, "inclusion",
-                                 "leaf_hash is not SHA-256(0x00 ‖ entry hash) of the receipt", where=where))
-        leaf = leaf or stated
-    if parsed is None:
+    leaf_fails, leaf = _proof_leaf(proof, receipt, index, receipt_id, where)
+    fails += leaf_fails
+    if leaf is None or parsed is None:
         return fails
     if parsed.tree_size != size:
-        fails.append(Failure(index, receipt_id, "inclusion",
-                             f"proof is for tree size {size}, the checkpoint is for {parsed.tree_size}", where=where))
-        return fails
-    if not merkle.verify_inclusion(index, size, leaf, hashes, parsed.root_hash):
+        return fails + [Failure(index, receipt_id, "inclusion",
+                                f"proof is for tree size {size}, the checkpoint is for {parsed.tree_size}",
+                                where=where)]
+    if not merkle.verify_inclusion_path(index, size, leaf, hashes, parsed.root_hash):
         fails.append(Failure(index, receipt_id, "inclusion",
                              "the audit path does not lead to the checkpoint's root hash (RFC 9162 §2.1.3.2)",
                              where=where))
     return fails
 
 
-def verify_consistency(proof: Any, first_checkpoint: str, second_checkpoint: str,
-                       public_keys: Mapping[str, bytes] | None, origin: str | None = None) -> list[Failure]:
+def verify_consistency_proof(proof: Any, first_checkpoint: str, second_checkpoint: str,
+                             public_keys: Mapping[str, bytes] | None, origin: str | None = None) -> list[Failure]:
     """Verify a consistency proof document between two signed checkpoints; return failures.
 
     Both checkpoints are verified (``public_keys`` None: signatures not
     checked) and must name the same origin; the proof's ``first``/``second``
     must be their tree sizes, and the proof must show the first tree is a
-    prefix of the second (RFC 9162 §2.1.4.2). Check names: those of
+    prefix of the second (RFC 9162 §2.1.4.2, via
+    :func:`proxy.tlog.merkle.verify_consistency_path`). Check names: those of
     :func:`proxy.tlog.checkpoint.verify_checkpoint`, ``consistency``.
     Never raises.
     """
     fails: list[Failure] = []
-    parsed = []
+    parsed: list[Checkpoint] = []
     for text in (first_checkpoint, second_checkpoint):
-        if public_keys is not None:
-            fails += verify_checkpoint(text, public_keys, origin)
-        try:
-            parsed.append(parse_checkpoint(text))
-        except CheckpointError as exc:
-            if public_keys is None:
-                fails.append(Failure(None, None, "checkpoint", str(exc), where="checkpoint"))
+        text_fails, checkpoint = _read_checkpoint(text, public_keys, origin)
+        fails += text_fails
+        if checkpoint is not None:
+            parsed.append(checkpoint)
     where = "consistency proof"
     if not isinstance(proof, dict):
         return fails + [Failure(None, None, "consistency", "the proof must be a JSON object", where=where)]
@@ -185,7 +201,7 @@ def verify_consistency(proof: Any, first_checkpoint: str, second_checkpoint: str
                              f"proof is for sizes {first} -> {second}, the checkpoints are "
                              f"{old.tree_size} -> {new.tree_size}", where=where))
         return fails
-    if not merkle.verify_consistency(first, second, old.root_hash, new.root_hash, hashes):
+    if not merkle.verify_consistency_path(first, second, old.root_hash, new.root_hash, hashes):
         fails.append(Failure(None, None, "consistency",
                              "the proof does not show the first tree is a prefix of the second (RFC 9162 §2.1.4.2)",
                              where=where))

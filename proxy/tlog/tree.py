@@ -1,6 +1,6 @@
 """The ledger's Merkle tree over a store: roots, proofs, checkpoints, backfill and audit.
 
-Reads go through :meth:`LedgerStore.get_nodes` (stored perfect-subtree
+Reads go through :meth:`TreeStore.get_nodes <proxy.storage.base.TreeStore.get_nodes>` (stored perfect-subtree
 nodes, see :mod:`proxy.tlog.merkle`), so a root or a proof costs one
 batched read of O(log² n) nodes and never reads the log. Only
 :func:`reindex` and :func:`verify_tree` stream receipts.
@@ -14,7 +14,7 @@ from proxy.tlog import merkle
 from proxy.receipts.bundle import make_bundle
 from proxy.tlog.checkpoint import CheckpointError, format_checkpoint, parse_checkpoint, sign_checkpoint, verify_checkpoint
 from proxy.tlog.proofs import receipt_leaf_hash
-from proxy.storage.base import LedgerError, LedgerStore, TreeUpdate
+from proxy.storage.base import LedgerError, LedgerStore, TreeStore, TreeUpdate
 from proxy.receipts.verify import Failure
 
 __all__ = [
@@ -38,7 +38,7 @@ class TreeError(LedgerError):
     """The stored tree cannot answer: a size beyond the stored tree, or a node that should be stored is not."""
 
 
-async def _nodes(store: LedgerStore, ids: Sequence[merkle.NodeId]) -> dict[merkle.NodeId, bytes]:
+async def _nodes(store: TreeStore, ids: Sequence[merkle.NodeId]) -> dict[merkle.NodeId, bytes]:
     found = await store.get_nodes(ids)
     missing = [node for node, digest in zip(ids, found) if digest is None]
     if missing:
@@ -46,18 +46,18 @@ async def _nodes(store: LedgerStore, ids: Sequence[merkle.NodeId]) -> dict[merkl
     return {node: digest for node, digest in zip(ids, found) if digest is not None}
 
 
-async def _hashes(store: LedgerStore, ranges: list[tuple[int, int]]) -> list[bytes]:
+async def _hashes(store: TreeStore, ranges: list[tuple[int, int]]) -> list[bytes]:
     ids = merkle.nodes_for_ranges(ranges)
     return merkle.hashes_for_ranges(ranges, await _nodes(store, ids))
 
 
-async def _check_size(store: LedgerStore, size: int) -> None:
+async def _check_size(store: TreeStore, size: int) -> None:
     stored = await store.tree_size()
     if size > stored:
         raise TreeError(f"tree size {size} exceeds the stored tree ({stored} leaves)")
 
 
-async def tree_root(store: LedgerStore, size: int) -> bytes:
+async def tree_root(store: TreeStore, size: int) -> bytes:
     """MTH of the first ``size`` leaves (RFC 9162 §2.1.1), from at most log2(size) stored nodes.
 
     Raises :class:`TreeError` (a ``LedgerError``) if those nodes are not stored.
@@ -67,12 +67,12 @@ async def tree_root(store: LedgerStore, size: int) -> bytes:
     return (await _hashes(store, [(0, size)]))[0]
 
 
-async def leaf_hash_at(store: LedgerStore, index: int) -> bytes:
+async def leaf_hash_at(store: TreeStore, index: int) -> bytes:
     """The stored leaf hash of leaf ``index`` (node (0, index)). Raises :class:`TreeError` if absent."""
     return (await _nodes(store, [(0, index)]))[(0, index)]
 
 
-async def inclusion_proof(store: LedgerStore, index: int, size: int) -> list[bytes]:
+async def inclusion_proof(store: TreeStore, index: int, size: int) -> list[bytes]:
     """RFC 9162 §2.1.3.1 inclusion path of leaf ``index`` in the tree of ``size`` leaves.
 
     Raises :class:`proxy.tlog.merkle.MerkleError` (``ValueError``) unless
@@ -83,7 +83,7 @@ async def inclusion_proof(store: LedgerStore, index: int, size: int) -> list[byt
     return await _hashes(store, ranges)
 
 
-async def consistency_proof(store: LedgerStore, first: int, second: int) -> list[bytes]:
+async def consistency_proof(store: TreeStore, first: int, second: int) -> list[bytes]:
     """RFC 9162 §2.1.4.1 consistency proof between tree sizes ``first`` <= ``second``.
 
     Raises :class:`proxy.tlog.merkle.MerkleError` (``ValueError``) for
@@ -94,7 +94,7 @@ async def consistency_proof(store: LedgerStore, first: int, second: int) -> list
     return await _hashes(store, ranges)
 
 
-async def publish_checkpoint(store: LedgerStore, signer: Any, origin: str = DEFAULT_ORIGIN,
+async def publish_checkpoint(store: TreeStore, signer: Any, origin: str = DEFAULT_ORIGIN,
                              size: int | None = None) -> str | None:
     """Sign and store a checkpoint for tree ``size`` (default: the stored tree size); return its note.
 

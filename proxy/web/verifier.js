@@ -1,6 +1,6 @@
 // Trust receipt, chain, inclusion-proof and checkpoint verification for the browser.
 //
-// The rules are the ones every Sonate verifier implements (DESIGN.md "Trust receipts",
+// The rules are the ones every Sonate verifier implements (docs/architecture.md "Trust receipts",
 // proxy/receipts/receipt.py and verify.py): RFC 8785 canonical JSON, SHA-256 references
 // "sha256:<hex>", Ed25519 (RFC 8032) over the canonical receipt without ed25519_sig, the
 // prev_hash chain from the genesis hash, RFC 9162 §2.1 Merkle inclusion proofs and C2SP
@@ -756,7 +756,7 @@ function proofSize(value, minimum) {
 /**
  * Verify an inclusion proof {leaf_index, tree_size, [leaf_hash], hashes} for `receipt`
  * against a parsed checkpoint body (or null when none parsed), with the checks and order of
- * proofs.py verify_inclusion: every problem is an 'inclusion' failure. Returns {failures, leaf}.
+ * proofs.py verify_inclusion_proof: every problem is an 'inclusion' failure. Returns {failures, leaf}.
  */
 export async function verifyInclusionProof(proof, receipt, checkpoint) {
   const fail = (detail) => failure('inclusion', detail, receipt);

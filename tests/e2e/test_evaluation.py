@@ -17,7 +17,7 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 
 from proxy.cli import main
-from proxy.evaluation.datasets import DatasetError, load_builtin, load_custom, sample
+from proxy.evaluation.data import DataError, load_builtin, load_custom, sample
 from proxy.evaluation.metrics import (
     Span,
     f_beta,
@@ -129,9 +129,9 @@ def test_custom_dataset_mapping_and_errors(tmp_path: Path):
     items = load_custom(path, text_column="q", label_column="domain", positive="finance", policy="compliance")
     assert [(i.subset, i.positive, i.dataset) for i in items] == [("regulated", True, "custom:q"),
                                                                   ("general", False, "custom:q")]
-    with pytest.raises(DatasetError, match="column 'text' not found"):
+    with pytest.raises(DataError, match="column 'text' not found"):
         load_custom(path, text_column="text", label_column="domain", positive="x", policy="safety")
-    with pytest.raises(DatasetError, match="not found"):
+    with pytest.raises(DataError, match="not found"):
         load_custom(tmp_path / "nope.csv", text_column="q", label_column="d", positive="x", policy="safety")
 
 

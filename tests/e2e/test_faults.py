@@ -1,7 +1,7 @@
 """Fault tests with real processes: kill -9 the proxy mid-load; kill -9 its Redis mid-load.
 
 Afterwards the chain and the Merkle tree verify, every response a client received with a receipt
-id has its receipt in the ledger, and nothing is duplicated (README "Fault policy"). Clients are
+id has its receipt in the ledger, and nothing is duplicated (docs/operations.md "Fault policy"). Clients are
 the official openai SDK in threads; the only stand-in is the LLM provider (the stub).
 The first scenario's proxy is then reused for key rotation without restart and for the ledger
 audit job seeing a tampered receipt.
@@ -27,8 +27,9 @@ from openai import OpenAI
 
 from proxy.receipts import load_public_keys, open_store, verify_store
 from proxy.receipts.canonical import canonical
-from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, delete_redis_namespace, redis_namespace_url, stop_proxy
-from tests.support.faults import RedisServer, kill9, metric_value, scrape, start_proxy_with
+from tests.support.faults import kill9, metric_value, scrape, start_proxy_with
+from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, stop_proxy
+from tests.support.redis_server import RedisServer, delete_redis_namespace, redis_namespace_url
 
 CLIENTS = 4
 

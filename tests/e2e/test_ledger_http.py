@@ -18,7 +18,7 @@ import pytest
 
 from proxy.receipts.bundle import verify_bundle
 from proxy.tlog.checkpoint import parse_checkpoint, verify_checkpoint
-from proxy.tlog.proofs import verify_consistency, verify_inclusion
+from proxy.tlog.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import load_public_keys
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT, start_proxy, stop_proxy
 
@@ -90,9 +90,9 @@ def test_background_checkpoint_and_inclusion_proofs(sqlite_proxy, receipts, keys
         proof = get_json(sqlite_proxy, f"/v1/ledger/proof/inclusion?height={receipt['ledger_height']}")
         assert set(proof) == {"leaf_index", "tree_size", "leaf_hash", "hashes"}
         assert proof["tree_size"] == checkpoint.tree_size  # default: the latest checkpoint
-        assert verify_inclusion(proof, receipt, note, keys, ORIGIN) == []
+        assert verify_inclusion_proof(proof, receipt, note, keys, ORIGIN) == []
         other = next(r for r in receipts if r["receipt_id"] != receipt["receipt_id"])
-        assert [f.check for f in verify_inclusion(proof, other, note, keys)] == ["inclusion"] * 3
+        assert [f.check for f in verify_inclusion_proof(proof, other, note, keys)] == ["inclusion"] * 3
 
 
 def test_consistency_between_two_checkpoints(sqlite_proxy, receipts, keys) -> None:
@@ -104,11 +104,11 @@ def test_consistency_between_two_checkpoints(sqlite_proxy, receipts, keys) -> No
     assert second > first
     proof = get_json(sqlite_proxy, f"/v1/ledger/proof/consistency?from={first}&to={second}")
     assert set(proof) == {"first", "second", "hashes"} and (proof["first"], proof["second"]) == (first, second)
-    assert verify_consistency(proof, old, new, keys, ORIGIN) == []
+    assert verify_consistency_proof(proof, old, new, keys, ORIGIN) == []
     assert get_json(sqlite_proxy, f"/v1/ledger/proof/consistency?from={first}")["second"] >= second
-    assert [f.check for f in verify_consistency(proof, new, old, keys)] == ["consistency"]
+    assert [f.check for f in verify_consistency_proof(proof, new, old, keys)] == ["consistency"]
     tampered = {**proof, "hashes": proof["hashes"][::-1] if len(proof["hashes"]) > 1 else ["A" * 43 + "="]}
-    assert [f.check for f in verify_consistency(tampered, old, new, keys)] == ["consistency"]
+    assert [f.check for f in verify_consistency_proof(tampered, old, new, keys)] == ["consistency"]
 
 
 def test_bundle_verifies_offline_and_with_sonate_verify(sqlite_proxy, receipts, keys, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 A test-owned Redis namespace holds a real ledger with a Merkle tree and a signed checkpoint; the
 tests then rewrite stored receipts the way an attacker with write access to Redis would and check
-which result the audit reports (README "Ledger audit", proxy.receipts.audit).
+which result the audit reports (docs/receipts.md "Ledger audit", proxy.receipts.audit).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from proxy.receipts.receipt import seal
 from proxy.tlog.tree import publish_checkpoint
 from proxy.receipts.verify import Failure
 from proxy.server.tasks import LedgerAuditor
-from tests.support.proxy import REDIS_URL
+from tests.support.redis_server import redis_url
 from tests.support.faults import metric_value
 from tests.support.ledger import make_receipt
 
@@ -32,13 +32,13 @@ SIZE = 12
 @pytest.fixture()
 async def ledger_env():
     namespace = "audit-" + uuid.uuid4().hex[:10]
-    store = open_store(f"{REDIS_URL}?namespace={namespace}")
+    store = open_store(f"{redis_url()}?namespace={namespace}")
     signer = Signer.generate()
     ledger = Ledger(store, signer)
     for _ in range(SIZE // 2):
         await ledger.append([make_receipt(), make_receipt()])
     await publish_checkpoint(store, signer)
-    raw = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    raw = redis.Redis.from_url(redis_url(), decode_responses=True)
     yield store, signer, raw, namespace
     await store.close()
     keys = list(raw.scan_iter(match=f"{{{namespace}}}*", count=1000))

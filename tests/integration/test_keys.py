@@ -1,6 +1,6 @@
 """Signing keys: `sonate keys generate | rotate | list`, 0600 enforcement, validity windows.
 
-README "Keys and rotation": after a rotation the old public key stays published with its window,
+docs/receipts.md "Keys and rotation": after a rotation the old public key stays published with its window,
 receipts it signed before ``not_after`` keep verifying, later ones do not; the proxy picks up the
 new key without a restart and refuses to start on a group/world-readable key file.
 """

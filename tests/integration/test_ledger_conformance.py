@@ -1,7 +1,7 @@
 """One conformance suite for every LedgerStore: SQLite (tmp file) and the real Redis.
 
-DESIGN.md, "Trust receipts": append a batch atomically (compare-and-set on
-the head), get by height or id, head, range, review cases; concurrent
+docs/architecture.md, "Trust receipts": append a batch atomically (compare-and-set on
+the head), get by height or id, head, range, review queues; concurrent
 appends never fork or gap the chain; an unreachable store says so.
 """
 
@@ -33,7 +33,7 @@ from proxy.receipts import (
     seal,
     verify_store,
 )
-from proxy.storage.base import LedgerStore
+from proxy.storage.base import QUEUES, LedgerStore
 from tests.support.ledger import (  # noqa: F401  (fixtures)
     REDIS_URL,
     STORE_KINDS,
@@ -68,7 +68,8 @@ async def test_empty_store(store: LedgerStore) -> None:
     assert await store.get_by_height(0) is None
     assert await store.get_by_id("rcpt_" + "0" * 32) is None
     assert await store.range(0, 10) == []
-    assert await store.list_cases() == []
+    assert await store.list_items("escalations") == []
+    assert await store.list_items("adjudications") == []
 
 
 @both
@@ -161,72 +162,78 @@ async def test_ledger_append_is_idempotent_per_receipt(store: LedgerStore, signe
 
 
 @both
-async def test_review_cases_crud(store: LedgerStore) -> None:
-    cases = [{"id": f"esc_{i}", "status": "open" if i != 1 else "closed", "domain": "legal", "n": i}
+@pytest.mark.parametrize("queue", QUEUES)
+async def test_review_queue_crud_order_and_status_cas(store: LedgerStore, queue: str) -> None:
+    """Every queue: put/get/list (creation order, by status), update, duplicate ids, status compare-and-set."""
+    items = [{"id": f"item_{i}", "status": "open" if i != 1 else "closed", "domain": "legal", "n": i}
              for i in range(4)]
-    for case in cases:
-        await store.put_case(case)
-    assert await store.get_case("esc_2") == cases[2]
-    assert await store.get_case("esc_missing") is None
-    assert await store.list_cases() == cases
-    assert await store.list_cases("open") == [cases[0], cases[2], cases[3]]
-    assert await store.list_cases("nobody") == []
+    for item in items:
+        await store.put_item(queue, item)
+    assert await store.get_item(queue, "item_2") == items[2]
+    assert await store.get_item(queue, "item_missing") is None
+    assert await store.list_items(queue) == items
+    assert await store.list_items(queue, "open") == [items[0], items[2], items[3]]
+    assert await store.list_items(queue, "nobody") == []
 
-    resolved = {**cases[2], "status": "approved", "reviewer": "rita", "note": "d\u00e9j\u00e0 vu"}
-    await store.update_case(resolved)
-    assert await store.get_case("esc_2") == resolved
-    assert await store.list_cases("open") == [cases[0], cases[3]]
-    assert await store.list_cases("approved") == [resolved]
-    assert await store.list_cases() == [cases[0], cases[1], resolved, cases[3]]  # creation order kept
+    resolved = {**items[2], "status": "approved", "reviewer": "rita", "note": "d\u00e9j\u00e0 vu"}
+    await store.update_item(queue, resolved)
+    assert await store.get_item(queue, "item_2") == resolved
+    assert await store.list_items(queue, "open") == [items[0], items[3]]
+    assert await store.list_items(queue, "approved") == [resolved]
+    assert await store.list_items(queue) == [items[0], items[1], resolved, items[3]]  # creation order kept
+    moved = {**items[0], "status": "awaiting_b", "verdicts": {"A": {"breach": False}}}
+    await store.update_item(queue, moved, expected_status="open")
+    assert await store.list_items(queue, "awaiting_b") == [moved]
 
     with pytest.raises(LedgerConflict):
-        await store.put_case({"id": "esc_0", "status": "open"})
-    assert await store.get_case("esc_0") == cases[0]
+        await store.put_item(queue, {"id": "item_1", "status": "open"})
+    assert await store.get_item(queue, "item_1") == items[1]
     with pytest.raises(KeyError):
-        await store.update_case({"id": "esc_missing", "status": "open"})
+        await store.update_item(queue, {"id": "item_missing", "status": "open"})
+    with pytest.raises(LedgerConflict):  # stale expectation: nothing written
+        await store.update_item(queue, {**items[1], "status": "open"}, expected_status="open")
+    assert await store.get_item(queue, "item_1") == items[1]
     # Compare-and-set on the status: only one of two racing reviewers wins.
-    racers = [store.update_case({**cases[3], "status": status}, expected_status="open")
+    racers = [store.update_item(queue, {**items[3], "status": status}, expected_status="open")
               for status in ("approved", "rejected")]
     outcomes = await asyncio.gather(*racers, return_exceptions=True)
     assert sum(o is None for o in outcomes) == 1
     assert sum(isinstance(o, LedgerConflict) for o in outcomes) == 1
-    assert (await store.get_case("esc_3"))["status"] in ("approved", "rejected")
-    assert await store.list_cases("open") == [cases[0]]
+    assert (await store.get_item(queue, "item_3"))["status"] in ("approved", "rejected")
+    assert await store.list_items(queue, "open") == []
     with pytest.raises(ValueError):
-        await store.put_case({"status": "open"})
+        await store.put_item(queue, {"status": "open"})
     with pytest.raises(ValueError):
-        await store.update_case({"id": "esc_0"})
+        await store.update_item(queue, {"id": "item_0"})
 
 
 @both
-async def test_review_items_crud_apart_from_cases(store: LedgerStore) -> None:
-    """Adjudication items: the case semantics (CRUD, order, status CAS) in their own collection."""
-    items = [{"id": f"adj_{i}", "status": "pending" if i != 1 else "agreed", "domain": "code", "n": i}
-             for i in range(3)]
-    for item in items:
-        await store.put_review_item(item)
-    await store.put_case({"id": "adj_0", "status": "pending"})  # same id, other collection: no clash
-    assert await store.get_review_item("adj_2") == items[2]
-    assert await store.get_review_item("adj_missing") is None
-    assert await store.list_review_items() == items
-    assert await store.list_review_items("pending") == [items[0], items[2]]
-    assert await store.list_cases() == [{"id": "adj_0", "status": "pending"}]
-    moved = {**items[0], "status": "awaiting_b", "verdicts": {"A": {"breach": False}}}
-    await store.update_review_item(moved, expected_status="pending")
-    assert await store.get_review_item("adj_0") == moved
-    assert await store.list_review_items("pending") == [items[2]]
-    assert await store.list_review_items() == [moved, items[1], items[2]]
-    with pytest.raises(LedgerConflict):
-        await store.put_review_item({"id": "adj_1", "status": "pending"})
-    with pytest.raises(KeyError):
-        await store.update_review_item({"id": "adj_missing", "status": "pending"})
-    racers = [store.update_review_item({**items[2], "status": status}, expected_status="pending")
-              for status in ("awaiting_a", "awaiting_b")]
-    outcomes = await asyncio.gather(*racers, return_exceptions=True)
-    assert sum(o is None for o in outcomes) == 1
-    assert sum(isinstance(o, LedgerConflict) for o in outcomes) == 1
-    with pytest.raises(ValueError):
-        await store.put_review_item({"status": "pending"})
+async def test_review_queues_are_apart(store: LedgerStore) -> None:
+    """The same id in two queues is two items; an unknown queue is refused."""
+    await store.put_item("adjudications", {"id": "x_0", "status": "pending", "kind": "adj"})
+    await store.put_item("escalations", {"id": "x_0", "status": "open", "kind": "esc"})
+    assert await store.list_items("escalations") == [{"id": "x_0", "status": "open", "kind": "esc"}]
+    assert await store.list_items("adjudications") == [{"id": "x_0", "status": "pending", "kind": "adj"}]
+    await store.update_item("escalations", {"id": "x_0", "status": "closed"}, expected_status="open")
+    assert (await store.get_item("adjudications", "x_0"))["status"] == "pending"
+    for call in (store.put_item("cases", {"id": "x_1", "status": "open"}), store.get_item("cases", "x_0"),
+                 store.list_items("cases"), store.update_item("cases", {"id": "x_0", "status": "open"})):
+        with pytest.raises(ValueError, match="unknown review queue"):
+            await call
+
+
+@both
+async def test_transitional_case_and_review_item_names_map_onto_the_queues(store: LedgerStore) -> None:
+    """The old method names (kept while callers move to the queue API) read and write the same items."""
+    await store.put_case({"id": "esc_0", "status": "open"})
+    await store.put_review_item({"id": "adj_0", "status": "pending"})
+    assert await store.get_item("escalations", "esc_0") == await store.get_case("esc_0")
+    assert await store.list_items("adjudications") == await store.list_review_items() == [
+        {"id": "adj_0", "status": "pending"}]
+    await store.update_case({"id": "esc_0", "status": "closed"}, expected_status="open")
+    await store.update_review_item({"id": "adj_0", "status": "agreed"}, expected_status="pending")
+    assert await store.list_cases("closed") == await store.list_items("escalations", "closed")
+    assert (await store.get_review_item("adj_0"))["status"] == "agreed"
 
 
 @both
@@ -341,13 +348,15 @@ def test_open_store_rejects_bad_urls(url: str, message: str) -> None:
 @redis_only
 async def test_redis_keys_share_one_cluster_slot(store: LedgerStore, signer: Signer) -> None:
     await Ledger(store, signer).append([make_receipt() for _ in range(3)])
-    await store.put_case({"id": "esc_1", "status": "open"})
-    await store.update_case({"id": "esc_1", "status": "closed"})
+    await store.put_item("escalations", {"id": "esc_1", "status": "open"})
+    await store.update_item("escalations", {"id": "esc_1", "status": "closed"})
+    await store.put_item("adjudications", {"id": "adj_1", "status": "pending"})
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
         prefix = "{" + store.namespace + "}:"
         found = [k.decode() async for k in client.scan_iter(match=prefix + "*", count=1000)]
         assert len(found) >= 3 * 2 + 1 + 4  # receipts, ids, head, case keys
+        assert {prefix + "cases", prefix + "cases:s:closed", prefix + "adj", prefix + "adj:s:pending"} <= set(found)
         assert {key_slot(k.encode()) for k in found} == {key_slot(prefix.encode())}
         body = await client.get(prefix + "r:1")
         assert body == canonical(await store.get_by_height(1))  # stored as RFC 8785 JSON
@@ -371,6 +380,20 @@ async def test_sqlite_relative_url_and_wal(monkeypatch: pytest.MonkeyPatch, tmp_
         assert (await again.head()).height == 0
     finally:
         await again.close()
+
+
+async def test_sqlite_review_queues_keep_their_tables(tmp_path: Path) -> None:
+    """Existing ledgers need no migration: escalations live in ``cases``, adjudications in ``review_items``."""
+    path = tmp_path / "ledger.db"
+    store = open_store(sqlite_url(path))
+    try:
+        await store.put_item("escalations", {"id": "esc_1", "status": "open"})
+        await store.put_item("adjudications", {"id": "adj_1", "status": "pending"})
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT id, status FROM cases").fetchall() == [("esc_1", "open")]
+        assert db.execute("SELECT id, status FROM review_items").fetchall() == [("adj_1", "pending")]
 
 
 async def test_redis_namespaces_are_isolated(signer: Signer) -> None:

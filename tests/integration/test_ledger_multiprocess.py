@@ -1,7 +1,7 @@
 """Many OS processes append to one ledger at once: the chain must stay whole.
 
-DESIGN.md, "Trust receipts": exactly one receipt per height, ever; no fork,
-no gap. Four worker processes (tests/support/ledger.py run as a script) each
+docs/architecture.md, "Trust receipts": exactly one receipt per height, ever; no fork,
+no gap. Four worker processes (``python -m tests.support.ledger``) each
 append 100 batches of 1-3 receipts to the same Redis namespace / SQLite file,
 sharing one signing key file they all try to create at the same moment.
 """
@@ -26,9 +26,9 @@ BATCHES = 100
 
 def _start_workers(url: str, key_file: Path, sync_dir: Path) -> list[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    script = str(REPO_ROOT / "tests" / "support" / "ledger.py")
     return [
-        subprocess.Popen([sys.executable, script, "worker", url, str(key_file), str(sync_dir), str(i), str(BATCHES)],
+        subprocess.Popen([sys.executable, "-m", "tests.support.ledger", "worker", url, str(key_file), str(sync_dir),
+                          str(i), str(BATCHES)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
         for i in range(WORKERS)
     ]

@@ -1,5 +1,5 @@
 """Receipts: RFC 8785 canonical JSON, Ed25519 keys, sealing, tamper detection,
-chain verification and the ``sonate verify`` command (DESIGN.md, "Trust receipts")."""
+chain verification and the ``sonate verify`` command (docs/architecture.md, "Trust receipts")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The receipt spool and the fault-policy sinks, in process, over a real redis-server that the tests kill.
 
-Fault policy (README "Fault policy"): ``spool`` keeps receipts in a durable local file while the
+Fault policy (docs/operations.md "Fault policy"): ``spool`` keeps receipts in a durable local file while the
 ledger is down, replays them in order when it returns (no fork, no gap, no duplicate), and new
 receipts queue behind a non-empty spool; ``fail_closed`` refuses before the model is called.
 """
@@ -19,7 +19,7 @@ from proxy.receipts import Ledger, Signer, load_public_keys, open_store, public_
 from proxy.server.spool import Spool, SpoolFull, read_spool_file
 from proxy.storage.base import LedgerUnavailable
 from proxy.server.sink import LedgerSink, SpoolingSink
-from tests.support.faults import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support.ledger import make_receipt
 
 

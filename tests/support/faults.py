@@ -1,8 +1,8 @@
-"""Helpers of the fault, spool, key and audit tests: a private redis-server, a proxy with ledger options.
+"""Helpers of the fault tests: a proxy with ledger options, kill -9, and reading its /metrics.
 
-Real processes only: ``redis-server`` (Debian's) on a free port with AOF in a temp directory, and
-the proxy as ``python -m proxy serve`` with a config written by :func:`tests.support.proxy.write_config`
-plus the ledger/signing options a test needs.
+Real processes only: the proxy as ``python -m proxy serve`` with a config written by
+:func:`tests.support.proxy.write_config` plus the ledger/signing options a test needs. The private
+``redis-server`` these tests kill is :class:`tests.support.redis_server.RedisServer`.
 """
 
 from __future__ import annotations
@@ -16,49 +16,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import redis
 import yaml
 
-from tests.support.proxy import ADMIN_KEY, ROOT, RunningProxy, free_port, write_config
-
-
-class RedisServer:
-    """A redis-server of the test's own on ``port`` with AOF (``appendfsync always``) in ``directory``."""
-
-    def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.directory = directory
-        self.port = port or free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> "RedisServer":
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
-            stdout=(self.directory / "redis.log").open("ab"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                client = redis.Redis(port=self.port, socket_timeout=1)
-                if client.ping():
-                    client.close()
-                    return self
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start:\n{(self.directory / 'redis.log').read_text()}")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown save, no goodbye to clients."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        self.kill()
+from tests.support.proxy import ADMIN_KEY, ROOT, RunningProxy, write_config
+from tests.support.redis_server import free_port
 
 
 def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger: dict[str, Any] | None = None,

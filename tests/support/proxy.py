@@ -4,29 +4,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from proxy import offline  # noqa: F401  (offline settings for in-process model loading)
+from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
-REDIS_URL = os.environ.get("SONATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 CLIENT_KEY, OTHER_KEY, ADMIN_KEY = "sk-test-client-0001", "sk-test-other-0002", "sk-test-admin-0003"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -119,18 +111,3 @@ def stop_proxy(proxy: RunningProxy) -> None:
         proxy.process.wait(15)
     except subprocess.TimeoutExpired:
         proxy.process.kill()
-
-
-def redis_namespace_url(prefix: str = "test") -> str:
-    return f"{REDIS_URL}?namespace={prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def delete_redis_namespace(url: str) -> None:
-    import redis
-
-    namespace = url.split("namespace=", 1)[1]
-    client = redis.Redis.from_url(url.split("?", 1)[0])
-    keys = list(client.scan_iter(match=f"{{{namespace}}}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()

@@ -121,11 +121,11 @@ def test_proofs_match_the_ct_vectors() -> None:
     for (index, size), expected in CT_INCLUSION.items():
         got = merkle.hashes_for_ranges(merkle.inclusion_ranges(index, size), nodes)
         assert [h.hex() for h in got] == expected
-        assert merkle.verify_inclusion(index, size, leaves[index], got, CT_ROOTS[size])
+        assert merkle.verify_inclusion_path(index, size, leaves[index], got, CT_ROOTS[size])
     for (first, second), expected in CT_CONSISTENCY.items():
         got = merkle.hashes_for_ranges(merkle.consistency_ranges(first, second), nodes)
         assert [h.hex() for h in got] == expected
-        assert merkle.verify_consistency(first, second, CT_ROOTS[first], CT_ROOTS[second], got)
+        assert merkle.verify_consistency_path(first, second, CT_ROOTS[first], CT_ROOTS[second], got)
 
 
 def test_receipt_leaf_is_the_raw_entry_hash() -> None:
@@ -159,7 +159,7 @@ def test_stored_nodes_give_the_reference_root_path_and_proof_for_every_size() ->
         for index in range(size):
             path = proof(merkle.inclusion_ranges, index, size)
             assert path == ref_path(index, LEAVES[:size]), (index, size)
-            assert merkle.verify_inclusion(index, size, LEAVES[index], path, root)
+            assert merkle.verify_inclusion_path(index, size, LEAVES[index], path, root)
 
 
 def test_consistency_between_all_size_pairs() -> None:
@@ -170,11 +170,11 @@ def test_consistency_between_all_size_pairs() -> None:
             assert got == ref_subproof(first, LEAVES[:second], True), (first, second)
         else:
             assert got == []
-        assert merkle.verify_consistency(first, second, roots[first], roots[second], got), (first, second)
+        assert merkle.verify_consistency_path(first, second, roots[first], roots[second], got), (first, second)
         if first and first < second:
             other = roots[first - 1] if first > 1 else roots[second]
-            assert not merkle.verify_consistency(first, second, other, roots[second], got)
-            assert not merkle.verify_consistency(first, second, roots[first], roots[second - 1], got)
+            assert not merkle.verify_consistency_path(first, second, other, roots[second], got)
+            assert not merkle.verify_consistency_path(first, second, roots[first], roots[second - 1], got)
 
 
 def test_extend_in_batches_equals_extend_at_once() -> None:
@@ -213,19 +213,19 @@ def test_every_flipped_inclusion_hash_fails() -> None:
         root = ref_mth(LEAVES[:size])
         for index in range(size):
             path = proof(merkle.inclusion_ranges, index, size)
-            assert not merkle.verify_inclusion(index, size, flip(LEAVES[index]), path, root)
-            assert not merkle.verify_inclusion(index, size, LEAVES[index], path, flip(root))
+            assert not merkle.verify_inclusion_path(index, size, flip(LEAVES[index]), path, root)
+            assert not merkle.verify_inclusion_path(index, size, LEAVES[index], path, flip(root))
             for position in range(len(path)):
                 bad = list(path)
                 bad[position] = flip(bad[position], position % 8)
-                assert not merkle.verify_inclusion(index, size, LEAVES[index], bad, root), (index, size, position)
+                assert not merkle.verify_inclusion_path(index, size, LEAVES[index], bad, root), (index, size, position)
             if path:
-                assert not merkle.verify_inclusion(index, size, LEAVES[index], path[:-1], root)
-            assert not merkle.verify_inclusion(index, size, LEAVES[index], path + [LEAVES[0]], root)
+                assert not merkle.verify_inclusion_path(index, size, LEAVES[index], path[:-1], root)
+            assert not merkle.verify_inclusion_path(index, size, LEAVES[index], path + [LEAVES[0]], root)
             if size > 1:  # the same path at another index
                 other = (index + 1) % size
                 if ref_path(other, LEAVES[:size]) != path or LEAVES[other] != LEAVES[index]:
-                    assert not merkle.verify_inclusion(other, size, LEAVES[index], path, root)
+                    assert not merkle.verify_inclusion_path(other, size, LEAVES[index], path, root)
 
 
 def test_every_flipped_consistency_hash_fails() -> None:
@@ -235,28 +235,43 @@ def test_every_flipped_consistency_hash_fails() -> None:
         for position in range(len(good)):
             bad = list(good)
             bad[position] = flip(bad[position])
-            assert not merkle.verify_consistency(first, second, roots[first], roots[second], bad), (first, second)
-        assert not merkle.verify_consistency(first, second, roots[first], roots[second], good[:-1])
-        assert not merkle.verify_consistency(first, second, roots[first], roots[second], good + [roots[1]])
+            assert not merkle.verify_consistency_path(first, second, roots[first], roots[second], bad), (first, second)
+        assert not merkle.verify_consistency_path(first, second, roots[first], roots[second], good[:-1])
+        assert not merkle.verify_consistency_path(first, second, roots[first], roots[second], good + [roots[1]])
         if len(good) >= 2 and good[0] != good[1]:
             swapped = [good[1], good[0], *good[2:]]
-            assert not merkle.verify_consistency(first, second, roots[first], roots[second], swapped)
+            assert not merkle.verify_consistency_path(first, second, roots[first], roots[second], swapped)
+
+
+def test_inclusion_rejects_an_index_outside_the_tree() -> None:
+    """index >= size is no leaf of the tree, even when the path would fold to the root."""
+    leaf = LEAVES[0]
+    assert merkle.verify_inclusion_path(0, 1, leaf, [], leaf)  # the one-leaf tree: root == leaf hash
+    assert not merkle.verify_inclusion_path(1, 1, leaf, [], leaf)
+    assert merkle.root_from_inclusion(1, 1, leaf, []) is None
+    for size in (2, 3, 5, 8):
+        root = ref_mth(LEAVES[:size])
+        last = proof(merkle.inclusion_ranges, size - 1, size)
+        assert merkle.verify_inclusion_path(size - 1, size, LEAVES[size - 1], last, root)
+        for index in (size, size + 1, 2 * size):
+            assert not merkle.verify_inclusion_path(index, size, LEAVES[size - 1], last, root), (index, size)
+    assert not merkle.verify_inclusion_path(0, 0, merkle.EMPTY_ROOT, [], merkle.EMPTY_ROOT)
 
 
 def test_malformed_inputs_return_false_or_raise_merkle_error() -> None:
     root = ref_mth(LEAVES[:8])
     path = proof(merkle.inclusion_ranges, 3, 8)
-    assert not merkle.verify_inclusion(8, 8, LEAVES[3], path, root)
-    assert not merkle.verify_inclusion(-1, 8, LEAVES[3], path, root)
-    assert not merkle.verify_inclusion(3, 8, LEAVES[3][:31], path, root)
-    assert not merkle.verify_inclusion(3, 8, LEAVES[3], [path[0][:31], *path[1:]], root)
-    assert not merkle.verify_inclusion(3, 8, LEAVES[3], "not a list", root)  # type: ignore[arg-type]
-    assert not merkle.verify_inclusion(True, 8, LEAVES[3], path, root)  # type: ignore[arg-type]
-    assert not merkle.verify_consistency(8, 4, root, root, [])
-    assert not merkle.verify_consistency(4, 8, root, root, [])
-    assert merkle.verify_consistency(0, 8, merkle.EMPTY_ROOT, root, [])
-    assert not merkle.verify_consistency(0, 8, root, root, [])
-    assert not merkle.verify_consistency(8, 8, root, root, [root])
+    assert not merkle.verify_inclusion_path(8, 8, LEAVES[3], path, root)
+    assert not merkle.verify_inclusion_path(-1, 8, LEAVES[3], path, root)
+    assert not merkle.verify_inclusion_path(3, 8, LEAVES[3][:31], path, root)
+    assert not merkle.verify_inclusion_path(3, 8, LEAVES[3], [path[0][:31], *path[1:]], root)
+    assert not merkle.verify_inclusion_path(3, 8, LEAVES[3], "not a list", root)  # type: ignore[arg-type]
+    assert not merkle.verify_inclusion_path(True, 8, LEAVES[3], path, root)  # type: ignore[arg-type]
+    assert not merkle.verify_consistency_path(8, 4, root, root, [])
+    assert not merkle.verify_consistency_path(4, 8, root, root, [])
+    assert merkle.verify_consistency_path(0, 8, merkle.EMPTY_ROOT, root, [])
+    assert not merkle.verify_consistency_path(0, 8, root, root, [])
+    assert not merkle.verify_consistency_path(8, 8, root, root, [root])
     with pytest.raises(MerkleError):
         merkle.inclusion_ranges(8, 8)
     with pytest.raises(MerkleError):

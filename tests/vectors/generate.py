@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import functools
 import hashlib
 import json
 import sys
@@ -163,7 +164,8 @@ def vector(vid: str, kind: str, description: str, document: Any, keys: Any, expe
 # -- single receipts ----------------------------------------------------------------------------------
 
 
-def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _valid_receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Valid receipts: chain members, a rotated key, and content edge cases (Unicode, nulls, big integers)."""
     r0, r5, r7 = chain[0], chain[5], chain[7]
     out = [
         vector("receipt/valid/genesis", "receipt", "height 0, genesis prev_hash", r0, TRUSTED, expect()),
@@ -184,10 +186,12 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         sealed = seal(unsealed, ledger_height=9, prev_hash=_hash_ref("receipt 8"), signer=KEY_A)
         out.append(vector(f"receipt/valid/{name}", "receipt", f"valid receipt ({name} content)", sealed,
                           TRUSTED, expect()))
+    return out
 
-    # Every field changed to another well-formed value, given a wrong type or format, and removed.
-    other_sig = chain[4]["ed25519_sig"]
-    changed: dict[str, tuple[Any, tuple[str, ...]]] = {
+
+def _changed_values(r5: dict[str, Any]) -> dict[str, tuple[Any, tuple[str, ...]]]:
+    """Per field: another well-formed value and the checks that must fail when it replaces r5's."""
+    return {
         "v": (2, ("schema", "signature")),
         "receipt_id": ("rcpt_" + "f" * 32, ("signature",)),
         "request_id": ("req_9999", ("signature",)),
@@ -207,7 +211,11 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "prev_hash": (_hash_ref("a forged predecessor"), ("signature",)),
         "ed25519_sig": (flip_b64url_bit(r5["ed25519_sig"], 5, 3), ("signature",)),
     }
-    wrong: dict[str, tuple[Any, tuple[str, ...]]] = {
+
+
+def _wrong_values(r5: dict[str, Any]) -> dict[str, tuple[Any, tuple[str, ...]]]:
+    """Per field: a value of the wrong type or format and the checks that must fail."""
+    return {
         "v": ("1", ("schema", "signature")),
         "receipt_id": ("rcpt_" + "F" * 32, ("schema", "signature")),
         "request_id": ("", ("schema", "signature")),
@@ -227,6 +235,13 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "prev_hash": ("sha256:short", ("schema", "signature")),
         "ed25519_sig": (r5["ed25519_sig"] + "==", ("schema", "signature")),
     }
+
+
+def _field_mutation_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every field of a sealed receipt changed to another well-formed value, given a wrong type, and removed."""
+    r5 = chain[5]
+    changed, wrong = _changed_values(r5), _wrong_values(r5)
+    out: list[dict[str, Any]] = []
     for field in r5:
         value, checks = changed[field]
         out.append(vector(f"receipt/mutate/{field}/changed", "receipt",
@@ -239,7 +254,13 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         removed = {k: v for k, v in r5.items() if k != field}
         out.append(vector(f"receipt/mutate/{field}/removed", "receipt", f"{field} removed",
                           removed, TRUSTED, expect("schema", "unknown_key" if field == "key_id" else "signature")))
-    out += [
+    return out
+
+
+def _document_mutation_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Whole-document edits: extra fields, reordering, floats, unsafe integers, dates, genesis rules."""
+    r0, r5 = chain[0], chain[5]
+    return [
         vector("receipt/mutate/extra-field", "receipt", "an unexpected field added",
                {**r5, "note": "added later"}, TRUSTED, expect("schema", "signature")),
         vector("receipt/mutate/reordered-fields", "receipt",
@@ -275,6 +296,13 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         vector("receipt/mutate/genesis/resealed-at-1", "receipt",
                "correctly signed receipt at height 1 with the genesis prev_hash",
                seal(body(30), ledger_height=1, prev_hash=GENESIS_PREV_HASH, signer=KEY_A), TRUSTED, expect("genesis")),
+    ]
+
+
+def _signature_and_key_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Forged, malleated and small-order signatures; untrusted, mismatched and malformed keys."""
+    r5, other_sig = chain[5], chain[4]["ed25519_sig"]
+    return [
         vector("receipt/signature/other-receipt", "receipt", "the signature of another receipt",
                {**r5, "ed25519_sig": other_sig}, TRUSTED, expect("signature")),
         vector("receipt/signature/key-b-for-key-a", "receipt",
@@ -304,6 +332,17 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                     "public_key": b64url_encode(IDENTITY), "created": CREATED}]},
                expect("signature")),
     ]
+
+
+def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every receipt vector, in file order.
+
+    Valid receipts, per-field mutations, document edits, signatures and keys,
+    then strict-schema cases.
+    """
+    r5 = chain[5]
+    out = _valid_receipt_vectors(chain) + _field_mutation_vectors(chain)
+    out += _document_mutation_vectors(chain) + _signature_and_key_vectors(chain)
     # Schema leniencies of Python's re.match + "$" and Unicode \d (see tests/unit/test_vectors.py).
     out += [
         vector("receipt/strict/ts-trailing-newline", "receipt", "ts followed by a newline",
@@ -387,8 +426,12 @@ def _note_signature_line(body_text: str, signer: Signer, name: str) -> str:
     return f"\u2014 {name} {base64.b64encode(key_hash(name, signer.public_key) + signature).decode()}\n"
 
 
-def bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    log = Log(chain)
+_BundleCase = tuple[str, str, Any, Any, tuple[str, ...]]
+"""(name, description, bundle document, trusted keys or None, checks that must fail)."""
+
+
+def _valid_bundle_vectors(log: Log) -> list[dict[str, Any]]:
+    """Valid bundles: several leaves and tree sizes, the bundle's own keys, a rotated key."""
     out = []
     for index, size in [(0, 1), (0, 8), (3, 8), (7, 8), (4, 5), (2, 7), (6, 7)]:
         out.append(vector(f"bundle/valid/leaf-{index}-of-{size}", "bundle",
@@ -399,28 +442,29 @@ def bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rotated = log.bundle(6, 8, signer=KEY_B)
     out.append(vector("bundle/valid/rotated-key", "bundle", "receipt and checkpoint signed by the rotated key B",
                       rotated, TRUSTED, expect()))
-    base = log.bundle(3, 8)
+    return out
+
+
+def _with_proof(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A deep copy of ``base`` with ``changes`` applied to its inclusion proof."""
+    b = copy.deepcopy(base)
+    b["inclusion_proof"].update(changes)
+    return b
+
+
+def _tamper(base: dict[str, Any], fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """A deep copy of ``base`` edited in place by ``fn``."""
+    b = copy.deepcopy(base)
+    fn(b)
+    return b
+
+
+def _proof_and_receipt_cases(chain: list[dict[str, Any]], log: Log, base: dict[str, Any]) -> list[_BundleCase]:
+    """Broken inclusion proofs, and receipts swapped, tampered, resealed or malformed inside the bundle."""
     hashes = base["inclusion_proof"]["hashes"]
-
-    def with_proof(**changes: Any) -> dict[str, Any]:
-        b = copy.deepcopy(base)
-        b["inclusion_proof"].update(changes)
-        return b
-
-    def tamper(fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        b = copy.deepcopy(base)
-        fn(b)
-        return b
-
-    body_text = base["checkpoint"].split("\n\n")[0] + "\n"
-    cosigned = base["checkpoint"] + _note_signature_line(body_text, KEY_C, "witness.example/w1")
-    misnamed = body_text + "\n" + _note_signature_line(body_text, KEY_A, "another-name")
-    resized = base["checkpoint"].replace("\n8\n", "\n7\n", 1)
-    reroot = base["checkpoint"].replace(body_text.split("\n")[2], base64.b64encode(log.root(7)).decode(), 1)
-    sig_line = base["checkpoint"].split("\n\n")[1]
-    blob = sig_line.rsplit(" ", 1)[1].strip()
-    flipped_sig = base["checkpoint"].replace(blob, flip_b64_bit(blob, 40, 0))
-    cases: list[tuple[str, str, dict[str, Any], Any, tuple[str, ...]]] = [
+    with_proof = functools.partial(_with_proof, base)
+    tamper = functools.partial(_tamper, base)
+    return [
         ("proof/flipped-hash", "one bit flipped in the second proof hash",
          with_proof(hashes=[hashes[0], flip_b64_bit(hashes[1], 7, 2), hashes[2]]), TRUSTED, ("inclusion",)),
         ("proof/swapped-hashes", "the first two proof hashes in swapped order",
@@ -451,6 +495,30 @@ def bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
          TRUSTED, ("inclusion",)),
         ("receipt/schema", "the receipt loses its model field",
          tamper(lambda b: b["receipt"].pop("model")), TRUSTED, ("schema", "signature", "inclusion")),
+    ]
+
+
+def _checkpoint_edits(log: Log, base: dict[str, Any]) -> dict[str, str]:
+    """The bundle's checkpoint note edited: cosigned, misnamed, resized, re-rooted, signature bit flipped."""
+    body_text = base["checkpoint"].split("\n\n")[0] + "\n"
+    cosigned = base["checkpoint"] + _note_signature_line(body_text, KEY_C, "witness.example/w1")
+    misnamed = body_text + "\n" + _note_signature_line(body_text, KEY_A, "another-name")
+    resized = base["checkpoint"].replace("\n8\n", "\n7\n", 1)
+    reroot = base["checkpoint"].replace(body_text.split("\n")[2], base64.b64encode(log.root(7)).decode(), 1)
+    sig_line = base["checkpoint"].split("\n\n")[1]
+    blob = sig_line.rsplit(" ", 1)[1].strip()
+    flipped_sig = base["checkpoint"].replace(blob, flip_b64_bit(blob, 40, 0))
+    return {"cosigned": cosigned, "misnamed": misnamed, "resized": resized,
+            "reroot": reroot, "flipped_sig": flipped_sig}
+
+
+def _key_checkpoint_and_shape_cases(log: Log, base: dict[str, Any]) -> list[_BundleCase]:
+    """Wrong or malformed keys, edited or foreign checkpoints, and bundle shape errors."""
+    tamper = functools.partial(_tamper, base)
+    edits = _checkpoint_edits(log, base)
+    cosigned, misnamed, resized = edits["cosigned"], edits["misnamed"], edits["resized"]
+    reroot, flipped_sig = edits["reroot"], edits["flipped_sig"]
+    return [
         ("keys/wrong-key", "the trusted keys are only key C", base, ONLY_C, ("unknown_key", "checkpoint_signature")),
         ("keys/own-keys-replaced", "no keys given and the bundle's public_keys replaced by key C",
          tamper(lambda b: b.update(public_keys=ONLY_C["keys"])), None, ("unknown_key", "checkpoint_signature")),
@@ -486,6 +554,14 @@ def bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("shape/unknown-field", "an unknown top-level field", tamper(lambda b: b.update(note="hi")), TRUSTED,
          ("bundle",)),
     ]
+
+
+def bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every bundle vector, in file order: valid bundles, then each broken case of the base bundle (leaf 3 of 8)."""
+    log = Log(chain)
+    out = _valid_bundle_vectors(log)
+    base = log.bundle(3, 8)
+    cases = _proof_and_receipt_cases(chain, log, base) + _key_checkpoint_and_shape_cases(log, base)
     for name, description, document, keys, checks in cases:
         out.append(vector(f"bundle/{name}", "bundle", description, document, keys, expect(*checks)))
     return out

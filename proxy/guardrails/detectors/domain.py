@@ -141,3 +141,7 @@ class DomainClassifier:
                 )
             )
         return results
+
+    def detect(self, texts: list[str]) -> list[DomainResult]:
+        """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`classify`."""
+        return self.classify(texts)

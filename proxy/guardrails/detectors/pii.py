@@ -186,6 +186,54 @@ def resolve_overlaps(spans: Iterable[PiiSpan]) -> list[PiiSpan]:
     return sorted(kept, key=lambda s: s.start)
 
 
+def _nlp_engine(config: PiiDetectorConfig):
+    """presidio's SpacyNlpEngine over the installed spaCy package, with the NER label mapping; loaded."""
+    from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
+
+    model_dir = _spacy_model_path(config.spacy_model)
+    ner_config = NerModelConfiguration(
+        model_to_presidio_entity_mapping=dict(config.ner_entity_mapping),
+        labels_to_ignore=list(config.ner_labels_to_ignore),
+        default_score=config.ner_default_score,
+    )
+    nlp_engine = SpacyNlpEngine(
+        models=[{"lang_code": config.language, "model_name": str(model_dir)}],
+        ner_model_configuration=ner_config,
+    )
+    nlp_engine.load()
+    return nlp_engine
+
+
+def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
+    """presidio's predefined recognizers minus the disabled ones, plus the YAML pattern recognizers,
+    with the configured context words and per-entity score thresholds applied."""
+    from presidio_analyzer import PatternRecognizer
+    from presidio_analyzer.recognizer_registry import RecognizerRegistry
+
+    registry = RecognizerRegistry(supported_languages=[config.language])
+    registry.load_predefined_recognizers(languages=[config.language], nlp_engine=nlp_engine)
+    for recognizer_name in config.disabled_recognizers:
+        registry.remove_recognizer(recognizer_name)
+    for spec in config.recognizers:
+        spec_dict = spec.model_dump()
+        spec_dict["supported_language"] = config.language
+        if not spec_dict["deny_list"]:
+            spec_dict.pop("deny_list")
+        registry.add_recognizer(PatternRecognizer.from_dict(spec_dict))
+    wanted = set(config.entities)
+    for recognizer in registry.recognizers:
+        supported = set(recognizer.supported_entities)
+        extra = [w for e in supported & wanted for w in config.context_words.get(e, [])]
+        if extra:
+            recognizer.context = list(recognizer.context or []) + extra
+        thresholds = {
+            e: config.entity_thresholds[e] for e in supported if e in config.entity_thresholds
+        }
+        if thresholds:
+            recognizer.score_thresholds = {"default": config.score_threshold, **thresholds}
+    return registry
+
+
 class PiiDetector:
     """Presidio analyzer built from a :class:`PiiDetectorConfig`; loads spaCy once.
 
@@ -201,47 +249,12 @@ class PiiDetector:
 
     def __init__(self, config: PiiDetectorConfig):
         offline.configure_tldextract()  # before any recognizer calls tldextract
-        from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine, PatternRecognizer
+        from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
         from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
-        from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
-        from presidio_analyzer.recognizer_registry import RecognizerRegistry
 
         self.config = config
-        model_dir = _spacy_model_path(config.spacy_model)
-        ner_config = NerModelConfiguration(
-            model_to_presidio_entity_mapping=dict(config.ner_entity_mapping),
-            labels_to_ignore=list(config.ner_labels_to_ignore),
-            default_score=config.ner_default_score,
-        )
-        nlp_engine = SpacyNlpEngine(
-            models=[{"lang_code": config.language, "model_name": str(model_dir)}],
-            ner_model_configuration=ner_config,
-        )
-        nlp_engine.load()
-
-        registry = RecognizerRegistry(supported_languages=[config.language])
-        registry.load_predefined_recognizers(languages=[config.language], nlp_engine=nlp_engine)
-        for recognizer_name in config.disabled_recognizers:
-            registry.remove_recognizer(recognizer_name)
-        for spec in config.recognizers:
-            spec_dict = spec.model_dump()
-            spec_dict["supported_language"] = config.language
-            if not spec_dict["deny_list"]:
-                spec_dict.pop("deny_list")
-            registry.add_recognizer(PatternRecognizer.from_dict(spec_dict))
-
-        wanted = set(config.entities)
-        for recognizer in registry.recognizers:
-            supported = set(recognizer.supported_entities)
-            extra = [w for e in supported & wanted for w in config.context_words.get(e, [])]
-            if extra:
-                recognizer.context = list(recognizer.context or []) + extra
-            thresholds = {
-                e: config.entity_thresholds[e] for e in supported if e in config.entity_thresholds
-            }
-            if thresholds:
-                recognizer.score_thresholds = {"default": config.score_threshold, **thresholds}
-
+        nlp_engine = _nlp_engine(config)
+        registry = _recognizer_registry(config, nlp_engine)
         self._analyzer = AnalyzerEngine(
             registry=registry,
             nlp_engine=nlp_engine,
@@ -291,6 +304,10 @@ class PiiDetector:
                 allow_list=self.config.allow_list or None,
             )
         return [self._to_spans(results) for results in batches]
+
+    def detect(self, texts: list[str]) -> list[list[PiiSpan]]:
+        """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`analyze_batch`."""
+        return self.analyze_batch(texts)
 
 
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")

@@ -107,6 +107,10 @@ class SafetyDetector:
         clipped = {k: np.clip(np.asarray(v, dtype=np.float64), 0.0, 1.0) for k, v in columns.items()}
         return [{k: float(v[i]) for k, v in clipped.items()} for i in range(len(texts))]
 
+    def detect(self, texts: list[str]) -> list[dict[str, float]]:
+        """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`score`."""
+        return self.score(texts)
+
     def warm_up(self) -> None:
         """Run one tiny batch so lazily initialised parts (the embedding model) load at start-up."""
         self.score(["warm up"])

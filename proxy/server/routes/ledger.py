@@ -5,7 +5,7 @@ Routes::
     GET /v1/ledger/checkpoint[?tree_size=N]                 latest (or the stored N) checkpoint, text/plain
     GET /v1/ledger/proof/inclusion?height=H[&tree_size=N]   {"leaf_index", "tree_size", "leaf_hash", "hashes"}
     GET /v1/ledger/proof/consistency?from=M[&to=N]          {"first", "second", "hashes"}
-    GET /v1/receipts/{id}?bundle=1                          offline bundle (app.get_receipt calls bundle_response)
+    GET /v1/receipts/{id}?bundle=1                          offline bundle (routes.receipts calls bundle_response)
 
 Checkpoints and proofs are **public** (no bearer key): they carry only tree sizes and hashes,
 and monitors/auditors must be able to fetch them (as CT and Rekor logs serve them); receipts
@@ -26,22 +26,21 @@ from aiohttp import web
 
 from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
 from proxy.tlog.proofs import consistency_proof_doc, inclusion_proof_doc
+from proxy.server.errors import GatewayError, ledger_unavailable
 from proxy.server.publisher import CheckpointPublisher
-from proxy.receipts.signing import public_key_entry
+from proxy.server.requests import SERVICES, services
 from proxy.storage.base import LedgerError
 from proxy.tlog.tree import TreeError, bundle_for, consistency_proof, inclusion_proof, leaf_hash_at
-from proxy.server.pipeline import GatewayError
 
-__all__ = ["bundle_response", "public_key_entries", "register"]
+__all__ = ["bundle_response", "register", "wants_bundle"]
 
 log = logging.getLogger("sonate.ledger_routes")
 _MAX_SIZE = 2**53 - 1
-_PUBLISHER = "ledger_checkpoint_publisher"
+_PUBLISHER: web.AppKey[CheckpointPublisher] = web.AppKey("ledger_checkpoint_publisher", CheckpointPublisher)
 
 
 def _unavailable(exc: Exception) -> GatewayError:
-    return GatewayError(503, f"The trust ledger is unavailable: {exc}", "api_error", "ledger_unavailable",
-                        result="ledger_error")
+    return ledger_unavailable(str(exc))
 
 
 def _int_param(request: web.Request, name: str, minimum: int, required: bool) -> int | None:
@@ -59,7 +58,7 @@ def _int_param(request: web.Request, name: str, minimum: int, required: bool) ->
 
 async def _latest_size(request: web.Request, param: str) -> int:
     """The latest checkpoint's tree size (the default of ``param``); 404 when none is published."""
-    store = request.app["services"].store
+    store = services(request).store
     try:
         note = await store.latest_checkpoint()
     except LedgerError as exc:
@@ -72,7 +71,7 @@ async def _latest_size(request: web.Request, param: str) -> int:
 
 async def _stored_size(request: web.Request) -> int:
     try:
-        return await request.app["services"].store.tree_size()
+        return await services(request).store.tree_size()
     except LedgerError as exc:
         raise _unavailable(exc) from None
 
@@ -85,7 +84,7 @@ def _too_big(name: str, value: int, stored: int) -> GatewayError:
 async def get_checkpoint(request: web.Request) -> web.Response:
     """``GET /v1/ledger/checkpoint``: the latest signed checkpoint, or the one stored for ``?tree_size=``."""
     size = _int_param(request, "tree_size", 1, required=False)
-    store = request.app["services"].store
+    store = services(request).store
     try:
         note = await (store.latest_checkpoint() if size is None else store.get_checkpoint(size))
     except LedgerError as exc:
@@ -110,7 +109,7 @@ async def get_inclusion_proof(request: web.Request) -> web.Response:
     if height >= size:
         raise GatewayError(400, f"Invalid value for 'height': {height} is not below tree_size {size}.",
                            param="height", code="invalid_value")
-    store = request.app["services"].store
+    store = services(request).store
     try:
         hashes = await inclusion_proof(store, height, size)
         leaf = await leaf_hash_at(store, height)
@@ -133,37 +132,30 @@ async def get_consistency_proof(request: web.Request) -> web.Response:
         raise GatewayError(400, f"Invalid value for 'from': {first} exceeds 'to' ({second}).", param="from",
                            code="invalid_value")
     try:
-        hashes = await consistency_proof(request.app["services"].store, first, second)
+        hashes = await consistency_proof(services(request).store, first, second)
     except LedgerError as exc:
         raise _unavailable(exc) from None
     return web.json_response(consistency_proof_doc(first, second, hashes))
 
 
-def public_key_entries(services: Any) -> list[dict[str, Any]]:
-    """The key entries ``GET /v1/keys`` publishes: the keyring's (with validity windows) when the
-    services carry one, else the current signer's entry."""
-    keyring = getattr(services, "keyring", None)
-    if keyring is not None:
-        return keyring.entries()
-    return [public_key_entry(services.signer)]
-
-
-def _current_signer(services: Any) -> Any:
-    ledger = services.ledger
+def _current_signer(svc: Any) -> Any:
+    ledger = svc.ledger
     source = getattr(ledger, "signer_source", None)
     return source() if source is not None else ledger.signer
 
 
-async def bundle_response(request: web.Request, receipt: dict[str, Any]) -> web.Response:
-    """The offline bundle of ``receipt`` (already authorised by the caller of this function).
+async def bundle_response(request: web.Request, receipt: dict[str, Any],
+                          key_entries: list[dict[str, Any]]) -> web.Response:
+    """The offline bundle of ``receipt`` (already authorised by the caller of this function),
+    carrying the published ``key_entries`` (``GET /v1/keys``).
 
     Publishes a checkpoint on demand when none covers the receipt yet (idempotent per size).
     503 when the ledger is down or its tree has not indexed the receipt yet.
     """
-    services = request.app["services"]
+    svc = services(request)
     try:
-        bundle = await bundle_for(services.store, receipt, public_key_entries(services),
-                                  signer=_current_signer(services), origin=services.config.ledger.origin)
+        bundle = await bundle_for(svc.store, receipt, key_entries,
+                                  signer=_current_signer(svc), origin=svc.config.ledger.origin)
     except TreeError as exc:
         raise GatewayError(503, f"No proof is available for this receipt yet: {exc}", "api_error",
                            "tree_unavailable", result="ledger_error") from None
@@ -190,19 +182,19 @@ def register(app: web.Application) -> None:
     app.router.add_get("/v1/ledger/proof/consistency", get_consistency_proof)
 
     async def start(app: web.Application) -> None:
-        services = app["services"]
-        config = services.config.ledger
-        metrics = services.metrics
+        svc = app[SERVICES]
+        config = svc.config.ledger
+        metrics = svc.metrics
         on_publish = None
         if hasattr(metrics, "ledger_checkpoints_published"):
             def on_publish(size: int) -> None:
                 metrics.ledger_checkpoints_published.inc()
                 metrics.ledger_checkpoint_tree_size.set(size)
-        publisher = CheckpointPublisher(services.ledger, config.origin, config.checkpoint_every_entries,
+        publisher = CheckpointPublisher(svc.ledger, config.origin, config.checkpoint_every_entries,
                                         config.checkpoint_interval_seconds, on_publish=on_publish)
         app[_PUBLISHER] = publisher
         try:
-            stored, head = await services.store.tree_size(), await services.store.head()
+            stored, head = await svc.store.tree_size(), await svc.store.head()
             if head is not None and stored < head.height + 1:
                 log.warning("the Merkle tree covers %d of %d receipts: run `sonate ledger reindex` to backfill it",
                             stored, head.height + 1)

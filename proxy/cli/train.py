@@ -1,0 +1,60 @@
+"""``sonate train safety``: train the harmful-intent classifier of the Safety policy.
+
+Example::
+
+    sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts
+
+The training itself is :func:`proxy.evaluation.training.train_harm_classifier`; this module holds
+its options and prints the cross-validation summary. Exit codes: 0 written, 2 a data error (one
+message, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from proxy.cli.common import Subcommand, UsageError
+
+HELP = "train a guardrail artefact from the development data"
+
+#: Where the artefacts live (proxy/guardrails/artefacts), without importing the detectors.
+_ARTEFACT_DIR = Path(__file__).resolve().parents[1] / "guardrails" / "artefacts"
+_EXEMPLARS = _ARTEFACT_DIR / "safety-exemplars.csv"
+
+
+def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``sonate train safety`` on ``parser``."""
+    parser.add_argument("--data-dir", type=Path, required=True, help="development data (layout of shared/data)")
+    parser.add_argument("--out", type=Path, default=_ARTEFACT_DIR, help=f"artefact directory (default {_ARTEFACT_DIR})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--c", type=float, default=3.0, help="the RBF SVM's C (default 3.0)")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--target-recall", type=float, default=0.97, help="AdvBench recall for the threshold")
+    parser.add_argument("--toxicity-threshold", type=float, default=0.80)
+    parser.add_argument("--exemplars", type=Path, default=_EXEMPLARS,
+                        help=f"contrast exemplars always trained on (default {_EXEMPLARS})")
+    parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def run_safety(args: argparse.Namespace) -> int:
+    """Train from parsed arguments and print the CV summary. Returns 0; raises UsageError on a data error."""
+    from proxy.evaluation.training import ARTEFACT_VERSION, DataError, summary, train_harm_classifier
+
+    try:
+        metadata = train_harm_classifier(args.data_dir, args.out, seed=args.seed, progress=not args.no_progress,
+                                         c=args.c, folds=args.folds, repeats=args.repeats,
+                                         target_recall=args.target_recall, toxicity_threshold=args.toxicity_threshold,
+                                         exemplars=None if args.no_exemplars else args.exemplars)
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    print(summary(metadata))
+    print(f"wrote {Path(args.out) / ARTEFACT_VERSION}.npz and .json")
+    return 0
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "safety": ("the harmful-intent classifier of the Safety policy", add_safety_arguments, run_safety),
+}

@@ -1,0 +1,100 @@
+"""The one workflow of human review: claim → decide → receipt, on a status compare-and-set queue.
+
+Escalation cases (:mod:`proxy.review.escalations`) and adjudication items
+(:mod:`proxy.review.adjudication`) are JSON dicts with at least ``id`` and ``status``, kept in the
+ledger store's queues ``"escalations"`` and ``"adjudications"``. A decision moves an entry from
+the status it was read with to a new one **only if nobody moved it meanwhile** (compare-and-set on
+the status: of two concurrent reviewers one loses), then receipts it; an entry whose receipt
+cannot be written is released back to the status it had, so the decision can be retried and no
+decision stands without its receipt.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from proxy.server.errors import GatewayError, ledger_unavailable
+from proxy.server.metrics import Metrics
+from proxy.server.sink import ReceiptSink
+from proxy.storage.base import LedgerConflict, LedgerError, LedgerStore
+
+__all__ = ["DecisionQueue"]
+
+log = logging.getLogger("sonate.review")
+
+
+class DecisionQueue:
+    """One queue (``"escalations"`` or ``"adjudications"``) of ``store``, decided through ``sink``.
+
+    Every store failure is raised as the 503 :func:`proxy.server.errors.ledger_unavailable`.
+    """
+
+    def __init__(self, queue: str, store: LedgerStore, sink: ReceiptSink, metrics: Metrics) -> None:
+        """Bind the queue name, the store holding it, the receipt sink and the metrics. No I/O."""
+        self.queue = queue
+        self.store = store
+        self.sink = sink
+        self.metrics = metrics
+
+    async def put(self, item: dict[str, Any]) -> bool:
+        """Add ``item``; False when an entry with its id exists already (a retried request)."""
+        try:
+            await self.store.put_item(self.queue, item)
+        except LedgerConflict:
+            return False
+        except LedgerError:
+            raise ledger_unavailable("the request was not completed") from None
+        return True
+
+    async def get(self, item_id: str, what: str) -> dict[str, Any]:
+        """The entry ``item_id``; GatewayError 404 ``No {what} with id ...`` when there is none."""
+        try:
+            item = await self.store.get_item(self.queue, item_id)
+        except LedgerError:
+            raise ledger_unavailable() from None
+        if item is None:
+            raise GatewayError(404, f"No {what} with id '{item_id}'.", code="not_found")
+        return item
+
+    async def list(self, status: str | None = None) -> list[dict[str, Any]]:
+        """The entries (only those with ``status`` if given), oldest first."""
+        try:
+            return await self.store.list_items(self.queue, status)
+        except LedgerError:
+            raise ledger_unavailable() from None
+
+    async def decide(self, old: dict[str, Any], new: dict[str, Any], receipt: dict[str, Any], *,
+                     link: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any] | None:
+        """Move ``old`` to ``new`` (compare-and-set on ``old["status"]``) and append its ``receipt``.
+
+        ``link(sealed receipt)``, if given, returns the entry to store once the receipt is sealed
+        (e.g. ``new`` with the receipt id). Returns the sealed receipt, or None when another
+        decision moved the entry first. Raises the 503 ``ledger_unavailable`` (after releasing
+        the entry back to ``old``) when the store or the ledger fails.
+        """
+        try:
+            await self.store.update_item(self.queue, new, expected_status=old["status"])
+        except LedgerConflict:
+            return None
+        except LedgerError:
+            raise ledger_unavailable("the decision was not recorded") from None
+        try:
+            sealed = (await self.sink.append([receipt], allow_pending=False)).receipts[0]
+            if link is not None:
+                await self.store.update_item(self.queue, link(sealed))
+        except LedgerError:
+            await self._release(old, new)
+            raise ledger_unavailable("the decision was not recorded") from None
+        action = sealed["guardrail_action"]
+        self.metrics.actions.labels(action).inc()
+        self.metrics.receipts_written.labels(action).inc()
+        return sealed
+
+    async def _release(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """Put ``old`` back (it must still be ``new``'s status); log when even that fails."""
+        try:
+            await self.store.update_item(self.queue, old, expected_status=new["status"])
+        except LedgerError:
+            log.error("%s entry %s is marked %s but its receipt was not written",
+                      self.queue, new["id"], new["status"])

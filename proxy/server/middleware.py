@@ -1,0 +1,69 @@
+"""The error middleware: every failure becomes an OpenAI error object, every request is counted.
+
+``sonate_requests_total{route, result}``: ``result`` is ``ok``, ``client_error``, or the
+:attr:`GatewayError.result` of the failure (auth_error, upstream_error, ledger_error), or
+``server_error`` for an unexpected exception, which is logged and answered with a 500 that
+carries no traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from proxy.server.errors import GatewayError
+from proxy.server.requests import services
+from proxy.server.wire import error_body
+
+__all__ = ["error_middleware", "json_error"]
+
+log = logging.getLogger("sonate.server")
+
+_HTTP_CODES = {404: ("not_found", "Unknown URL"), 405: ("method_not_allowed", "Method not allowed"),
+               413: ("request_too_large", "Request body too large")}
+
+
+def json_error(status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
+               param: str | None = None) -> web.Response:
+    """An OpenAI-format error response with HTTP ``status``."""
+    return web.json_response(error_body(message, type, param, code), status=status)
+
+
+def _route_label(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """aiohttp's own 4xx/5xx (unknown URL, wrong method, body too large) as an OpenAI error."""
+    code, text = _HTTP_CODES.get(exc.status, ("http_error", exc.reason))
+    if exc.status == 413:
+        text = f"{text}: the limit is {services(request).config.server.max_body_bytes} bytes"
+    elif exc.status in (404, 405):
+        text = f"{text}: {request.method} {request.path}"
+    return json_error(exc.status, text, code=code)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Run ``handler``; answer every failure as an OpenAI error object and count requests by result."""
+    metrics = services(request).metrics
+    route = _route_label(request)
+    try:
+        response = await handler(request)
+        metrics.requests.labels(route, "ok" if response.status < 400 else "client_error").inc()
+        return response
+    except GatewayError as exc:
+        metrics.requests.labels(route, exc.result).inc()
+        return json_error(exc.status, exc.message, exc.type, exc.code, exc.param)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        metrics.requests.labels(route, "client_error").inc()
+        return _http_error(request, exc)
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        metrics.requests.labels(route, "server_error").inc()
+        return json_error(500, "The proxy had an internal error; it has been logged.", "api_error", "internal_error")

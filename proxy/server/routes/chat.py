@@ -1,0 +1,38 @@
+"""``POST /v1/chat/completions``: OpenAI chat completions through the guardrail pipeline.
+
+Answers the chat.completion as JSON, or as server-sent events when ``stream`` is true; every
+answer carries ``x-sonate-receipt-id`` and ``x-sonate-guardrail-action`` (plus the headers of
+:attr:`proxy.server.pipeline.ChatResult.headers`). The work is :meth:`Gateway.chat`.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.server.requests import caller, read_model, services
+from proxy.server.wire import ChatCompletionRequest, stream_events
+
+__all__ = ["chat_completions", "register"]
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``."""
+    who = caller(request)
+    req, raw = await read_model(request, ChatCompletionRequest)
+    result = await services(request).gateway.chat(raw, req, who, request.headers.get("x-sonate-complexity"))
+    headers = {"x-sonate-receipt-id": result.receipt_id, "x-sonate-guardrail-action": result.action,
+               **result.headers}
+    if not result.stream:
+        return web.json_response(result.body, headers=headers)
+    response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for event in stream_events(result.body, result.chunks, result.include_usage):
+        await response.write(event)
+    await response.write_eof()
+    return response
+
+
+def register(app: web.Application) -> None:
+    """Add the chat completions route to ``app``."""
+    app.router.add_post("/v1/chat/completions", chat_completions)

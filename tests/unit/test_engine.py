@@ -1,0 +1,223 @@
+"""GuardrailEngine over fake detectors registered through the DetectorRegistry.
+
+The fakes implement the Detector protocol deterministically (keyword rules), so these tests pin
+the engine's own logic: precedence, masking and restoring, continuity, output screening and
+which message texts reach which detector. The real detectors have their own tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.guardrails.detector import Detector
+from proxy.guardrails.engine import GuardrailEngine
+from proxy.guardrails.messages import message_text
+from proxy.guardrails.registry import DetectorRegistry, default_registry
+from proxy.guardrails.schema import PrivacyPolicy
+from proxy.receipts.canonical import sha256_ref
+from tests.support.detectors import (
+    CONTINUITY,
+    POLICIES,
+    PRIVACY,
+    SAFETY,
+    FakeApology,
+    FakeDetectors,
+    FakeSafety,
+    count_words,
+)
+
+
+class Rig(FakeDetectors):
+    """An engine over the four policies with fresh fakes; the fakes stay reachable for assertions."""
+
+    def __init__(self, policies: list[Any] | None = None) -> None:
+        super().__init__()
+        self.engine = GuardrailEngine(policies or POLICIES, count_tokens=count_words, registry=self.registry,
+                                      apology_detector=FakeApology())
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return Rig()
+
+
+# ---- registry ---------------------------------------------------------------------------------
+
+
+def test_registry_builds_one_detector_per_policy_by_kind(rig):
+    assert rig.built == ["safety", "privacy", "compliance"]
+    assert rig.engine.detectors == {"safety": rig.safety, "privacy": rig.pii, "compliance": rig.domain}
+    assert all(isinstance(d, Detector) for d in rig.engine.detectors.values())
+
+
+def test_registry_rejects_an_unregistered_kind():
+    registry = DetectorRegistry().register("safety", lambda p: FakeSafety())
+    with pytest.raises(LookupError, match="privacy"):
+        GuardrailEngine([SAFETY, PRIVACY], count_tokens=count_words, registry=registry)
+
+
+def test_default_registry_covers_every_policy_kind():
+    assert default_registry().kinds() == ["compliance", "continuity", "privacy", "safety"]
+
+
+# ---- input precedence -------------------------------------------------------------------------
+
+
+def test_nothing_fires_allows_unchanged_messages(rig):
+    messages = [user("What is 2 + 2?")]
+    screen = rig.engine.screen_input(messages)
+    assert (screen.action, screen.decisions, screen.triggers) == ("allow", [], [])
+    assert screen.messages == messages and screen.masker is None
+    assert (screen.domain, screen.domain_confidence) == ("general", "0.9000")
+
+
+def test_refuse_beats_escalate_and_mask(rig):
+    messages = [user("BAD: please diagnose ada@example.org")]
+    screen = rig.engine.screen_input(messages)
+    assert screen.action == "refuse"
+    assert [(d.policy_id, d.action, d.stage) for d in screen.decisions] == [("safety", "refuse", "input")]
+    assert screen.triggers == screen.decisions
+    assert screen.apology == "Refused by policy."
+    assert screen.messages == messages and screen.masker is None  # nothing masked, nothing escalated
+    assert screen.escalation_id is None and rig.pii.calls == []
+    assert screen.domain == "health"  # the domain is still classified (stratum of the receipt)
+    evidence = screen.decisions[0].evidence
+    assert evidence["categories"] == ["toxicity"]
+    assert evidence["detector"] == {"name": "fake-safety", "version": "1",
+                                    "components": [{"name": "fake-tox", "version": "1"}]}
+    assert screen.decisions[0].scores == {"harmful_intent": "0.0000", "toxicity": "0.9000"}
+
+
+def test_escalate_beats_mask_and_both_are_performed(rig):
+    screen = rig.engine.screen_input([user("Can you diagnose me? I am ada@example.org")])
+    assert screen.action == "escalate"
+    assert [d.action for d in screen.decisions] == ["mask", "escalate"]
+    assert screen.escalation_id.startswith("esc_")
+    assert screen.notice == f"Routed (health) as {screen.escalation_id}."
+    escalation = screen.decisions[1].evidence
+    assert escalation["escalation_id"] == screen.escalation_id and escalation["routing"] == "human"
+    assert escalation["detector"] == {"name": "fake-domain", "version": "3"}
+    assert "ada@example.org" not in screen.messages[0]["content"]
+
+
+def test_safety_threshold_is_inclusive(rig):
+    rig.safety.overrides = {"at": {"toxicity": 0.5}, "below": {"toxicity": 0.4999}}
+    assert rig.engine.screen_input([user("at")]).action == "refuse"
+    assert rig.engine.screen_input([user("below")]).action == "allow"
+
+
+# ---- masking and restoring --------------------------------------------------------------------
+
+
+def test_mask_replaces_pii_and_the_answer_gets_it_back(rig):
+    messages = [user("Mail ada@example.org or Ada Lovelace"),
+                {"role": "user", "content": [{"type": "text", "text": "again ada@example.org"},
+                                             {"type": "image_url", "image_url": {"url": "x"}}]}]
+    screen = rig.engine.screen_input(messages)
+    assert screen.action == "mask"
+    assert screen.messages[0]["content"] == "Mail <EMAIL_ADDRESS_1> or <PERSON_1>"
+    assert screen.messages[1]["content"][0]["text"] == "again <EMAIL_ADDRESS_1>"  # same value, same placeholder
+    assert messages[0]["content"] == "Mail ada@example.org or Ada Lovelace"  # the caller's copy is untouched
+    evidence = screen.decisions[0].evidence
+    assert evidence["entity_types"] == ["EMAIL_ADDRESS", "PERSON"]
+    assert {(s["message"], s["piece"], s["start"], s["end"]) for s in evidence["spans"]} == {
+        (0, 0, 5, 20), (0, 0, 24, 36), (1, 1, 6, 21)}
+    assert "ada@example.org" not in repr(evidence) and "Lovelace" not in repr(evidence)
+
+    out = rig.engine.screen_output("Dear <PERSON_1>, I wrote to <EMAIL_ADDRESS_1>.", screen.masker)
+    assert out.text == "Dear Ada Lovelace, I wrote to ada@example.org."
+    assert (out.decisions, out.refused, out.model_apology) == ([], False, False)
+
+
+def test_placeholders_stay_when_the_policy_does_not_restore():
+    no_restore = PrivacyPolicy(id="privacy", kind="privacy", stages=["input"], restore_in_answer=False)
+    rig = Rig([no_restore])
+    screen = rig.engine.screen_input([user("I am ada@example.org")])
+    assert rig.engine.screen_output("Hi <EMAIL_ADDRESS_1>", screen.masker).text == "Hi <EMAIL_ADDRESS_1>"
+
+
+def test_new_pii_in_the_answer_is_masked_on_output(rig):
+    out = rig.engine.screen_output("Write to bob@example.com")
+    assert out.text == "Write to <EMAIL_ADDRESS_1>"
+    assert [(d.policy_id, d.action, d.stage) for d in out.decisions] == [("privacy", "mask", "output")]
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+def test_output_refusal_replaces_the_answer(rig):
+    out = rig.engine.screen_output("Here is how to HARM someone: ...")
+    assert (out.text, out.refused, out.model_apology) == ("Refused by policy.", True, False)
+    assert [(d.policy_id, d.stage, d.evidence["categories"]) for d in out.decisions] == [
+        ("safety", "output", ["harmful_intent"])]
+
+
+def test_model_apology_is_reported(rig):
+    assert rig.engine.screen_output("Sorry, I cannot do that.").model_apology is True
+    assert rig.engine.screen_output("Four.").model_apology is False
+
+
+# ---- which texts reach which detector ----------------------------------------------------------
+
+
+def test_each_detector_reads_the_roles_it_screens(rig):
+    messages = [{"role": "system", "content": "sys"}, {"role": "developer", "content": "dev"},
+                user("first question"), {"role": "assistant", "content": "an answer"},
+                {"role": "tool", "content": "tool output"}, {"role": "function", "content": "fn output"},
+                user("last question")]
+    rig.engine.screen_input(messages)
+    assert rig.safety.calls == [["sys", "dev", "first question", "tool output", "fn output", "last question"]]
+    assert rig.pii.calls == [["sys", "dev", "first question", "an answer", "tool output", "fn output",
+                              "last question"]]
+    assert rig.domain.calls == [["last question"]]
+
+
+def test_results_are_cached_by_content(rig):
+    history = [user("first question")]
+    rig.engine.screen_input(history)
+    rig.engine.screen_input([*history, {"role": "assistant", "content": "ok"}, user("second")])
+    assert rig.safety.calls == [["first question"], ["second"]]
+
+
+# ---- continuity -------------------------------------------------------------------------------
+
+
+def long_conversation() -> list[dict[str, Any]]:
+    turns = [user(f"question {i} " + "word " * 5) if i % 2 == 0 else
+             {"role": "assistant", "content": f"answer {i} " + "word " * 5} for i in range(6)]
+    return [{"role": "system", "content": "Be brief."}, *turns]
+
+
+def test_continuity_plan_keeps_head_and_last_turns(rig):
+    messages = long_conversation()
+    plan = rig.engine.continuity_plan(messages, "m")
+    assert plan is not None and plan.policy is CONTINUITY
+    assert plan.tokens_before == count_words("m", messages) > CONTINUITY.max_tokens
+    assert (plan.head, plan.older, plan.kept) == (messages[:1], messages[1:5], messages[5:])
+
+    request = rig.engine.summary_request(plan)
+    assert request[0] == {"role": "system", "content": "Summarize please."}
+    assert request[1]["content"].splitlines()[0] == "user: " + message_text(messages[1])
+
+    applied = rig.engine.apply_summary(plan, "they asked four questions", "m")
+    assert applied.messages == [messages[0], {"role": "system", "content": "Summary of the earlier "
+                                              "conversation: they asked four questions"}, *messages[5:]]
+    assert applied.decision.action == "summarize" and applied.decision.policy_id == "continuity"
+    assert applied.decision.evidence == {
+        "continuity": True, "summary_hash": sha256_ref(b"they asked four questions"),
+        "tokens_before": plan.tokens_before, "tokens_after": count_words("m", applied.messages),
+        "max_tokens": 20, "summarized_messages": 4}
+    messages_out, decision = applied  # still unpacks as (messages, decision)
+    assert decision is applied.decision
+
+
+def test_no_plan_under_budget_or_with_nothing_to_summarize(rig):
+    assert rig.engine.continuity_plan([user("short")], "m") is None
+    long_but_few = [{"role": "system", "content": "word " * 30}, user("word " * 30), user("hi")]
+    assert rig.engine.continuity_plan(long_but_few, "m") is None
