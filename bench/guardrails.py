@@ -95,30 +95,40 @@ def main() -> int:
     print(f"engine built in {time.perf_counter() - t:.1f} s; policies: "
           + ", ".join(p.id for p in engine.policies))
 
+    from proxy.guardrails.detectors import embeddings
+
     def screen(messages: list[dict]) -> float:
         started = time.perf_counter()
         engine.screen_input(messages)
         return time.perf_counter() - started
-
-    from proxy.guardrails.detectors import embeddings
 
     def empty_caches() -> None:
         # the engine's scan cache and the embedding module's text cache: every text is new
         engine.cache = ScanCache()
         getattr(embeddings, "_cache", {}).clear()
 
+    _short_prompts(screen, empty_caches, args.repeat)
+    _conversations(screen, empty_caches, args.repeat)
+    return 0
+
+
+def _short_prompts(screen, empty_caches, repeat: int) -> None:
+    """Short single prompts, every one on empty caches; prints p50/p95."""
     short: list[float] = []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         for prompt in SHORT_PROMPTS:
             empty_caches()
             short.append(screen([{"role": "user", "content": prompt}]))
     print(f"short prompts, cold cache          {percentiles(short)}")
 
+
+def _conversations(screen, empty_caches, repeat: int) -> None:
+    """A 10-turn conversation screened turn by turn, with and without the scan cache; prints figures."""
     warm: list[float] = []
     cold: list[float] = []
     last_warm: list[float] = []
     last_cold: list[float] = []
-    for run in range(args.repeat):
+    for _ in range(repeat):
         for cached, sink, last in ((True, warm, last_warm), (False, cold, last_cold)):
             empty_caches()
             history: list[dict] = [{"role": "system", "content": "You are a helpful travel assistant."}]
@@ -136,7 +146,6 @@ def main() -> int:
           "(other processes on the machine inflate these figures)")
     print(f"10th turn only: cache {1000 * statistics.median(last_warm):.1f} ms, "
           f"no cache {1000 * statistics.median(last_cold):.1f} ms (median)")
-    return 0
 
 
 if __name__ == "__main__":

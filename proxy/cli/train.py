@@ -18,23 +18,21 @@ from proxy.cli.common import Subcommand, UsageError
 
 HELP = "train a guardrail artefact from the development data"
 
-#: Where the artefacts live (proxy/guardrails/artefacts), without importing the detectors.
-_ARTEFACT_DIR = Path(__file__).resolve().parents[1] / "guardrails" / "artefacts"
-_EXEMPLARS = _ARTEFACT_DIR / "safety-exemplars.csv"
-
 
 def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``sonate train safety`` on ``parser``."""
+    from proxy.evaluation.training import ARTEFACT_DIR, EXEMPLARS
+
     parser.add_argument("--data-dir", type=Path, required=True, help="development data (layout of shared/data)")
-    parser.add_argument("--out", type=Path, default=_ARTEFACT_DIR, help=f"artefact directory (default {_ARTEFACT_DIR})")
+    parser.add_argument("--out", type=Path, default=ARTEFACT_DIR, help=f"artefact directory (default {ARTEFACT_DIR})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--c", type=float, default=3.0, help="the RBF SVM's C (default 3.0)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--target-recall", type=float, default=0.97, help="AdvBench recall for the threshold")
     parser.add_argument("--toxicity-threshold", type=float, default=0.80)
-    parser.add_argument("--exemplars", type=Path, default=_EXEMPLARS,
-                        help=f"contrast exemplars always trained on (default {_EXEMPLARS})")
+    parser.add_argument("--exemplars", type=Path, default=EXEMPLARS,
+                        help=f"contrast exemplars always trained on (default {EXEMPLARS})")
     parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

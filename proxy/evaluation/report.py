@@ -199,65 +199,80 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    """Markdown tables of a report produced by :func:`build_report` (every number from the JSON)."""
-    lines: list[str] = []
-    mode = report.get("mode", "in-process")
-    sample = report.get("sample")
-    lines.append(f"Guardrail evaluation ({mode}; {report['n_items']} items"
-                 + (f"; sample ≤ {sample} per subset, seed {report.get('seed')}" if sample else "") + ")")
-    lines.append("")
-    policies = report["policies"]
-    for policy, title in (("safety", "Safety (input screen: refuse)"), ("compliance", "Compliance (escalate)")):
-        if policy not in policies:
-            continue
-        section = policies[policy]
-        lines += [f"**{title}**", "", "| dataset | subset | metric | k/n | rate | 95% CI | target |",
-                  "|---|---|---|---:|---:|---|---|"]
-        for row in section["rows"]:
-            lines.append(f"| {row['dataset']} | {row['subset']} | {row['metric']} | {row['k']}/{row['n']} | "
-                         f"{pct(row['rate'])} | {ci(row)} | {_target_text(row.get('target'))} |")
-        summary = section.get("detection") or section.get("routing")
-        name = "detection" if policy == "safety" else "domain routing"
-        lines += ["", f"{name.capitalize()} over all {policy} items: precision "
-                  f"{summary['precision']['k']}/{summary['precision']['n']} = {pct(summary['precision']['rate'])} "
-                  f"{ci(summary['precision'])}, recall {summary['recall']['k']}/{summary['recall']['n']} = "
-                  f"{pct(summary['recall']['rate'])} {ci(summary['recall'])}.", ""]
-    if "privacy" in policies:
-        section = policies["privacy"]
-        overall = section["overall"]
-        lines += ["**Privacy (PII spans, overlap + exact type)**", "",
-                  "| entity type | precision k/n | precision | 95% CI | recall k/n | recall | 95% CI | F2 |",
-                  "|---|---:|---:|---|---:|---:|---|---:|"]
-        for name, s in [*section["by_entity_type"].items(), ("**all**", overall)]:
-            p, r = s["precision"], s["recall"]
-            lines.append(f"| {name} | {p['k']}/{p['n']} | {pct(p['rate'])} | {ci(p)} | {r['k']}/{r['n']} | "
-                         f"{pct(r['rate'])} | {ci(r)} | {_fmt(s['f2'])} |")
-        by_file = [f"{name}: P {pct(s['precision']['rate'])}, R {pct(s['recall']['rate'])}, F2 {_fmt(s['f2'])}"
-                   for name, s in section["by_file"].items()]
-        targets = overall["targets"]
-        lines += ["", "By file: " + "; ".join(by_file) + ".", "", f"Targets: F2 {_target_text(targets['f2'], percent=False)}, precision "
-                  f"{_target_text(targets['precision'])}. Texts scored: {section['texts']}"
-                  + (f" ({section['unobserved']} not observable)" if section["unobserved"] else "") + ".", ""]
-    if "apology" in report:
-        a = report["apology"]
-        lines += ["**Model-initiated apology detector (labelled completions)**", "",
-                  "| completion type | label | flagged k/n | rate | 95% CI |", "|---|---|---:|---:|---|"]
-        for row in a["by_type"]:
-            lines.append(f"| {row['type']} | {'refusal' if row['positive'] else 'compliance'} | "
-                         f"{row['k']}/{row['n']} | {pct(row['rate'])} | {ci(row)} |")
-        lines += ["", f"Precision {a['precision']['k']}/{a['precision']['n']} = {pct(a['precision']['rate'])} "
-                  f"{ci(a['precision'])}, recall {a['recall']['k']}/{a['recall']['n']} = "
-                  f"{pct(a['recall']['rate'])} {ci(a['recall'])}.", ""]
-    latency = report["latency"]
+def _decision_lines(section: dict[str, Any], policy: str, title: str) -> list[str]:
+    """Safety or Compliance: the per-subset table and the precision/recall sentence."""
+    lines = [f"**{title}**", "", "| dataset | subset | metric | k/n | rate | 95% CI | target |",
+             "|---|---|---|---:|---:|---|---|"]
+    for row in section["rows"]:
+        lines.append(f"| {row['dataset']} | {row['subset']} | {row['metric']} | {row['k']}/{row['n']} | "
+                     f"{pct(row['rate'])} | {ci(row)} | {_target_text(row.get('target'))} |")
+    summary = section.get("detection") or section.get("routing")
+    name = "detection" if policy == "safety" else "domain routing"
+    return lines + ["", f"{name.capitalize()} over all {policy} items: precision "
+                    f"{summary['precision']['k']}/{summary['precision']['n']} = {pct(summary['precision']['rate'])} "
+                    f"{ci(summary['precision'])}, recall {summary['recall']['k']}/{summary['recall']['n']} = "
+                    f"{pct(summary['recall']['rate'])} {ci(summary['recall'])}.", ""]
+
+
+def _privacy_lines(section: dict[str, Any]) -> list[str]:
+    """Privacy: span precision/recall/F2 per entity type, per file, and the targets."""
+    overall = section["overall"]
+    lines = ["**Privacy (PII spans, overlap + exact type)**", "",
+             "| entity type | precision k/n | precision | 95% CI | recall k/n | recall | 95% CI | F2 |",
+             "|---|---:|---:|---|---:|---:|---|---:|"]
+    for name, s in [*section["by_entity_type"].items(), ("**all**", overall)]:
+        p, r = s["precision"], s["recall"]
+        lines.append(f"| {name} | {p['k']}/{p['n']} | {pct(p['rate'])} | {ci(p)} | {r['k']}/{r['n']} | "
+                     f"{pct(r['rate'])} | {ci(r)} | {_fmt(s['f2'])} |")
+    by_file = [f"{name}: P {pct(s['precision']['rate'])}, R {pct(s['recall']['rate'])}, F2 {_fmt(s['f2'])}"
+               for name, s in section["by_file"].items()]
+    targets = overall["targets"]
+    return lines + ["", "By file: " + "; ".join(by_file) + ".", "", f"Targets: F2 {_target_text(targets['f2'], percent=False)}, precision "
+                    f"{_target_text(targets['precision'])}. Texts scored: {section['texts']}"
+                    + (f" ({section['unobserved']} not observable)" if section["unobserved"] else "") + ".", ""]
+
+
+def _apology_lines(a: dict[str, Any]) -> list[str]:
+    """The model-apology detector: flag rate per completion type, precision and recall."""
+    lines = ["**Model-initiated apology detector (labelled completions)**", "",
+             "| completion type | label | flagged k/n | rate | 95% CI |", "|---|---|---:|---:|---|"]
+    for row in a["by_type"]:
+        lines.append(f"| {row['type']} | {'refusal' if row['positive'] else 'compliance'} | "
+                     f"{row['k']}/{row['n']} | {pct(row['rate'])} | {ci(row)} |")
+    return lines + ["", f"Precision {a['precision']['k']}/{a['precision']['n']} = {pct(a['precision']['rate'])} "
+                    f"{ci(a['precision'])}, recall {a['recall']['k']}/{a['recall']['n']} = "
+                    f"{pct(a['recall']['rate'])} {ci(a['recall'])}.", ""]
+
+
+def _latency_lines(report: dict[str, Any]) -> list[str]:
+    """Latency p50/p95 per policy and overall, with the machine's CPU count and load."""
+    latency, policies = report["latency"], report["policies"]
     machine = report.get("machine") or {}
     load = machine.get("loadavg_1m") or [None, None]
     context = (f"; {machine.get('cpus')} CPUs, 1-min load average {load[0]} → {load[1]}"
                if machine else "")
-    lines += [f"**Latency per item** ({latency['measures']}{context})", "", "| items | n | p50 ms | p95 ms |",
-              "|---|---:|---:|---:|"]
+    lines = [f"**Latency per item** ({latency['measures']}{context})", "", "| items | n | p50 ms | p95 ms |",
+             "|---|---:|---:|---:|"]
     for name, summary in [*((p, policies[p]["latency"]) for p in policies), ("all", latency["overall"])]:
         lines.append(f"| {name} | {summary['n']} | {_fmt(summary['p50_ms'], 1)} | {_fmt(summary['p95_ms'], 1)} |")
     if "target_p50_ms" in latency["overall"]:
         lines += ["", f"Target: p50 {_target_text(latency['overall']['target_p50_ms'], percent=False, unit=' ms')}."]
+    return lines
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """Markdown tables of a report produced by :func:`build_report` (every number from the JSON)."""
+    mode = report.get("mode", "in-process")
+    sample = report.get("sample")
+    lines = [f"Guardrail evaluation ({mode}; {report['n_items']} items"
+             + (f"; sample ≤ {sample} per subset, seed {report.get('seed')}" if sample else "") + ")", ""]
+    policies = report["policies"]
+    for policy, title in (("safety", "Safety (input screen: refuse)"), ("compliance", "Compliance (escalate)")):
+        if policy in policies:
+            lines += _decision_lines(policies[policy], policy, title)
+    if "privacy" in policies:
+        lines += _privacy_lines(policies["privacy"])
+    if "apology" in report:
+        lines += _apology_lines(report["apology"])
+    lines += _latency_lines(report)
     return "\n".join(lines) + "\n"

@@ -58,7 +58,7 @@ from proxy.evaluation.data import DataError, Example, load_exemplars, load_train
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
 
-__all__ = ["ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose_thresholds", "cross_validate", "fit_platt",
+__all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose_thresholds", "cross_validate", "fit_platt",
            "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"

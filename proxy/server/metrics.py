@@ -1,7 +1,7 @@
 """Prometheus instruments: the one place that defines every ``sonate_`` series.
 
-Naming follows Prometheus conventions (docs/architecture.md "Metrics"): prefix ``sonate_``, base units in
-the name, counters end in ``_total``, low-cardinality labels only (never a user, key or prompt).
+Naming follows Prometheus conventions (docs/architecture.md "Metric conventions"): prefix
+``sonate_``, base units in the name, counters end in ``_total``, low-cardinality labels only (never a user, key or prompt).
 Counters are raw material; ratios (FAR-A, RC, AD, TIS...) are recording rules in
 ``deploy/prometheus/`` and KPI code in ``proxy.kpi``.
 
@@ -112,8 +112,8 @@ class Metrics:
             "allowed request with a breach); the GA numerator.", ["type", "policy_id", "domain"], registry=r)
 
     def _ledger(self, r: CollectorRegistry) -> None:
-        """Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; docs/operations.md "Fault policy")
-        and the transparency log (proxy.server.publisher, proxy.server.routes.ledger)."""
+        """Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; docs/operations.md
+        "Fault policy") and the transparency log (proxy.server.publisher, proxy.server.routes.ledger)."""
         self.spool_depth = Gauge(
             "sonate_spool_depth", "Receipts waiting in this process's local spool for the ledger "
             "(ledger.on_unavailable: spool); 0 when the ledger is keeping up.", registry=r)

@@ -58,7 +58,8 @@ def _list_query(request: web.Request, lead: bool) -> tuple[str, str | None, int]
         if not 1 <= limit <= 1000:
             raise ValueError
     except ValueError:
-        raise GatewayError(400, "limit must be an integer from 1 to 1000", param="limit", code="invalid_value") from None
+        raise GatewayError(400, "limit must be an integer from 1 to 1000", param="limit",
+                           code="invalid_value") from None
     return status, reason, limit
 
 
