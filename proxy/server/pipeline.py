@@ -231,12 +231,11 @@ class Gateway:
         common = dict(request_id=x.request_id, actor=x.caller.actor, intent=x.screen.domain,
                       inputs_hash=x.inputs_hash, outputs_hash=json_hash(x.body), model=x.req.model,
                       provider=x.route.provider, stratum=x.stratum)
-        if not x.decisions:
-            evidence = {"policies_evaluated": sorted(self.policies)}
-            return [new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow", evidence=evidence, **common)]
         receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
                                 evidence={**d.evidence, **({"scores": d.scores} if d.scores else {})}, **common)
-                    for d in x.decisions]
+                    for d in x.decisions] or [
+            new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow",
+                        evidence={"policies_evaluated": sorted(self.policies)}, **common)]
         if x.model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
             receipts[-1]["evidence"]["model_apology"] = True
         return receipts

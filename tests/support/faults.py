@@ -7,25 +7,24 @@ Real processes only: the proxy as ``python -m proxy serve`` with a config writte
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.proxy import ADMIN_KEY, ROOT, RunningProxy, write_config
+from tests.support.proxy import RunningProxy, spawn_proxy, wait_until_up, write_config
 from tests.support.redis_server import free_port
 
 
 def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger: dict[str, Any] | None = None,
                      signing: dict[str, Any] | None = None, policies: Path | None = None,
                      wait: bool = True) -> RunningProxy:
-    """Start `python -m proxy serve` with extra ``ledger``/``signing`` options; wait for /healthz."""
+    """Start `python -m proxy serve` with extra ``ledger``/``signing`` options; wait for /healthz.
+
+    A second call on the same ``directory`` restarts on its config, keys and log (new free port).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config_path = directory / "config.yaml"
@@ -36,28 +35,8 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     config["ledger"] = {"url": ledger_url, **(ledger or {})}
     config["signing"].update(signing or {})
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    log_path = directory / "proxy.log"
-    env = {**os.environ, "STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY,
-           "PYTHONUNBUFFERED": "1"}
-    env.pop("SONATE_LEDGER_URL", None)
-    process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
-                               cwd=ROOT, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
-    running = RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url,
-                           Path(config["signing"]["key_file"]), log_path, process)
-    if wait:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"proxy exited with {process.returncode}:\n{log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(running.url + "/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        return running
-            except OSError:
-                time.sleep(0.3)
-        process.kill()
-        raise RuntimeError(f"proxy did not start:\n{log_path.read_text()}")
-    return running
+    running = spawn_proxy(config_path, ledger_url, Path(config["signing"]["key_file"]), port)
+    return wait_until_up(running, "/healthz", timeout=240) if wait else running
 
 
 def kill9(proxy: RunningProxy) -> None:

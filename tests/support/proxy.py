@@ -83,29 +83,43 @@ def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path 
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config_path = write_config(directory, stub_url, ledger_url, port, policies, extra_keys, overrides)
-    log_path = directory / "proxy.log"
+    running = spawn_proxy(config_path, ledger_url, directory / "keys" / "signing-key.json", port)
+    return wait_until_up(running, "/readyz", timeout=180)
+
+
+def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int) -> RunningProxy:
+    """Start `python -m proxy serve --config CONFIG_PATH` without waiting; output appended to proxy.log beside it.
+
+    The environment supplies the secrets the test config names (``STUB_PROVIDER_KEY``,
+    ``SONATE_TEST_ADMIN_KEY``) and drops ``SONATE_LEDGER_URL`` so the config's ledger applies.
+    """
+    log_path = config_path.parent / "proxy.log"
     env = {**os.environ, "STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY,
            "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
     process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
-                               cwd=ROOT, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
+                               cwd=ROOT, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+    return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, log_path, process)
+
+
+def wait_until_up(proxy: RunningProxy, path: str, timeout: float) -> RunningProxy:
+    """Poll ``GET path`` until it answers 200; RuntimeError (with the log) if the proxy exits or ``timeout`` s pass."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"proxy exited with {process.returncode}:\n{log_path.read_text()}")
+        if proxy.process.poll() is not None:
+            raise RuntimeError(f"proxy exited with {proxy.process.returncode}:\n{proxy.log()}")
         try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
+            with urllib.request.urlopen(proxy.url + path, timeout=2) as r:
                 if r.status == 200:
-                    return RunningProxy(url, config_path, ledger_url, directory / "keys" / "signing-key.json",
-                                        log_path, process)
+                    return proxy
         except OSError:
             time.sleep(0.3)
-    process.kill()
-    raise RuntimeError(f"proxy did not become ready:\n{log_path.read_text()}")
+    proxy.process.kill()
+    raise RuntimeError(f"proxy did not become ready:\n{proxy.log()}")
 
 
 def stop_proxy(proxy: RunningProxy) -> None:
+    """SIGTERM the proxy and wait up to 15 s, then SIGKILL."""
     proxy.process.terminate()
     try:
         proxy.process.wait(15)
