@@ -122,8 +122,8 @@ async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict],
                 chunk = await store.range(lo, min(lo + _CHUNK, total))
                 receipts += chunk
                 bar.update(len(chunk))
-        items = await store.list_review_items()
-        cases = await store.list_cases()
+        items = await store.list_items("adjudications")
+        cases = await store.list_items("escalations")
     except LedgerError as exc:
         raise UsageError(f"ledger {url.split('@')[-1]}: {exc}") from None
     finally:

@@ -290,39 +290,6 @@ class LedgerStore(ReceiptLog, TreeStore, ReviewQueue):
     async def close(self) -> None:
         """Release connections and threads. Idempotent."""
 
-    # transitional: removed when proxy/server and proxy/review use the queue API
-    async def put_case(self, case: dict[str, Any]) -> None:
-        """Transitional: ``put_item("escalations", case)``."""
-        await self.put_item("escalations", case)
-
-    async def get_case(self, case_id: str) -> dict[str, Any] | None:
-        """Transitional: ``get_item("escalations", case_id)``."""
-        return await self.get_item("escalations", case_id)
-
-    async def list_cases(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Transitional: ``list_items("escalations", status)``."""
-        return await self.list_items("escalations", status)
-
-    async def update_case(self, case: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Transitional: ``update_item("escalations", case, expected_status=...)``."""
-        await self.update_item("escalations", case, expected_status=expected_status)
-
-    async def put_review_item(self, item: dict[str, Any]) -> None:
-        """Transitional: ``put_item("adjudications", item)``."""
-        await self.put_item("adjudications", item)
-
-    async def get_review_item(self, item_id: str) -> dict[str, Any] | None:
-        """Transitional: ``get_item("adjudications", item_id)``."""
-        return await self.get_item("adjudications", item_id)
-
-    async def list_review_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Transitional: ``list_items("adjudications", status)``."""
-        return await self.list_items("adjudications", status)
-
-    async def update_review_item(self, item: dict[str, Any], *, expected_status: str | None = None) -> None:
-        """Transitional: ``update_item("adjudications", item, expected_status=...)``."""
-        await self.update_item("adjudications", item, expected_status=expected_status)
-
 
 def open_store(url: str) -> LedgerStore:
     """Return the store for a ledger URL (connections open lazily, on first use).

@@ -206,7 +206,7 @@ async def _generate(tmp: Path) -> tuple[str, Path, Truth]:
         await ledger.append(human[lo:lo + 200])
     truth.receipts_in_window += len(human)
     for item in items:
-        await store.put_review_item(item)
+        await store.put_item("adjudications", item)
     await store.close()
     return url, key_file, truth
 
@@ -220,7 +220,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory):
         store = open_store(url)
         head = await store.head()
         receipts = await store.range(0, head.height + 1)
-        items, cases = await store.list_review_items(), await store.list_cases()
+        items, cases = await store.list_items("adjudications"), await store.list_items("escalations")
         await store.close()
         return receipts, items, cases
 

@@ -223,20 +223,6 @@ async def test_review_queues_are_apart(store: LedgerStore) -> None:
 
 
 @both
-async def test_transitional_case_and_review_item_names_map_onto_the_queues(store: LedgerStore) -> None:
-    """The old method names (kept while callers move to the queue API) read and write the same items."""
-    await store.put_case({"id": "esc_0", "status": "open"})
-    await store.put_review_item({"id": "adj_0", "status": "pending"})
-    assert await store.get_item("escalations", "esc_0") == await store.get_case("esc_0")
-    assert await store.list_items("adjudications") == await store.list_review_items() == [
-        {"id": "adj_0", "status": "pending"}]
-    await store.update_case({"id": "esc_0", "status": "closed"}, expected_status="open")
-    await store.update_review_item({"id": "adj_0", "status": "agreed"}, expected_status="pending")
-    assert await store.list_cases("closed") == await store.list_items("escalations", "closed")
-    assert (await store.get_review_item("adj_0"))["status"] == "agreed"
-
-
-@both
 async def test_concurrent_tasks_produce_one_valid_chain(
     store: LedgerStore, signer: Signer, keys: dict[str, bytes]
 ) -> None:
