@@ -6,30 +6,5 @@
 ledger URL.
 """
 
-from proxy.storage.base import (
-    QUEUES,
-    Head,
-    LedgerConflict,
-    LedgerError,
-    LedgerStore,
-    LedgerUnavailable,
-    ReceiptLog,
-    ReviewQueue,
-    TreeStore,
-    TreeUpdate,
-    open_store,
-)
-
-__all__ = [
-    "QUEUES",
-    "Head",
-    "LedgerConflict",
-    "LedgerError",
-    "LedgerStore",
-    "LedgerUnavailable",
-    "ReceiptLog",
-    "ReviewQueue",
-    "TreeStore",
-    "TreeUpdate",
-    "open_store",
-]
+from proxy.storage.base import *  # noqa: F401,F403  (the roles, errors and open_store)
+from proxy.storage.base import __all__  # noqa: F401

@@ -162,6 +162,18 @@ async def _translate_errors() -> AsyncIterator[None]:
         raise LedgerUnavailable(f"Redis ledger unreachable: {exc}") from exc
 
 
+
+def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: float) -> aioredis.Redis:
+    """A ``redis.asyncio`` client with few, quick retries.
+
+    A retried append whose first try did commit is caught by the duplicate-id check
+    (see :meth:`proxy.receipts.chain.Ledger.append`).
+    """
+    return aioredis.Redis.from_url(
+        url, decode_responses=decode, socket_timeout=socket_timeout_s,
+        socket_connect_timeout=connect_timeout_s,
+        retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2))
+
 class RedisStore(LedgerStore):
     """A :class:`LedgerStore` in Redis under the hash tag ``{namespace}``.
 
@@ -184,23 +196,9 @@ class RedisStore(LedgerStore):
             raise ValueError(f"bad ledger namespace {namespace!r}: use 1-100 of [A-Za-z0-9_.:-]")
         self.namespace = namespace
         self._prefix = "{" + namespace + "}:"
-        # Few, quick retries: a retried append whose first try did commit is
-        # caught by the duplicate-id check (see Ledger.append).
-        self._redis = aioredis.Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=connect_timeout_s,
-            retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2),
-        )
+        self._redis = _client(url, True, socket_timeout_s, connect_timeout_s)
         # Merkle nodes are raw bytes: read them through a client that does not decode.
-        self._raw = aioredis.Redis.from_url(
-            url,
-            decode_responses=False,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=connect_timeout_s,
-            retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2),
-        )
+        self._raw = _client(url, False, socket_timeout_s, connect_timeout_s)
         self._append = self._redis.register_script(_APPEND_LUA)
         self._put_nodes = self._redis.register_script(_PUT_NODES_LUA)
         self._put_checkpoint = self._redis.register_script(_PUT_CHECKPOINT_LUA)
