@@ -162,7 +162,6 @@ async def _translate_errors() -> AsyncIterator[None]:
         raise LedgerUnavailable(f"Redis ledger unreachable: {exc}") from exc
 
 
-
 def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: float) -> aioredis.Redis:
     """A ``redis.asyncio`` client with few, quick retries.
 

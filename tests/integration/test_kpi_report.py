@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest

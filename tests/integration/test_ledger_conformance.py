@@ -12,7 +12,6 @@ import json
 import random
 import sqlite3
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +33,12 @@ from proxy.receipts import (
     verify_store,
 )
 from proxy.storage.base import QUEUES, LedgerStore
+from tests.support.redis_server import delete_redis_namespace, redis_namespace_url, redis_url
 from tests.support.ledger import (  # noqa: F401  (fixtures)
-    REDIS_URL,
     STORE_KINDS,
     keys,
     ledger_url,
     make_receipt,
-    redis_url,
     signer,
     sqlite_url,
     store,
@@ -270,7 +268,7 @@ async def test_verify_store_detects_tampering_behind_the_store(
         with sqlite3.connect(tmp_path / "ledger.db") as db:
             db.execute("UPDATE receipts SET body = ? WHERE height = 2", (json.dumps(forged),))
     else:
-        client = aioredis.Redis.from_url(REDIS_URL)
+        client = aioredis.Redis.from_url(redis_url())
         await client.set(store.key("r", 2), canonical(forged))
         await client.aclose()
     count, failures = await verify_store(store, keys)
@@ -337,7 +335,7 @@ async def test_redis_keys_share_one_cluster_slot(store: LedgerStore, signer: Sig
     await store.put_item("escalations", {"id": "esc_1", "status": "open"})
     await store.update_item("escalations", {"id": "esc_1", "status": "closed"})
     await store.put_item("adjudications", {"id": "adj_1", "status": "pending"})
-    client = aioredis.Redis.from_url(REDIS_URL)
+    client = aioredis.Redis.from_url(redis_url())
     try:
         prefix = "{" + store.namespace + "}:"
         found = [k.decode() async for k in client.scan_iter(match=prefix + "*", count=1000)]
@@ -383,23 +381,21 @@ async def test_sqlite_review_queues_keep_their_tables(tmp_path: Path) -> None:
 
 
 async def test_redis_namespaces_are_isolated(signer: Signer) -> None:
-    names = ["iso-" + uuid.uuid4().hex for _ in range(2)]
-    stores = [open_store(redis_url(n)) for n in names]
+    urls = [redis_namespace_url("iso") for _ in range(2)]
+    stores = [open_store(u) for u in urls]
     try:
         await Ledger(stores[0], signer).append([make_receipt()])
         assert (await stores[0].head()).height == 0 and await stores[1].head() is None
     finally:
-        from tests.support.ledger import drop_redis_namespace
-
-        for s, n in zip(stores, names):
+        for s, u in zip(stores, urls):
             await s.close()
-            await drop_redis_namespace(n)
+            delete_redis_namespace(u)
 
 
 @redis_only
 async def test_verify_store_checks_the_redis_head(store: LedgerStore, signer: Signer, keys: dict[str, bytes]) -> None:
     sealed = await Ledger(store, signer).append([make_receipt() for _ in range(3)])
-    client = aioredis.Redis.from_url(REDIS_URL)
+    client = aioredis.Redis.from_url(redis_url())
     try:
         orphan = seal(make_receipt(), ledger_height=3, prev_hash=entry_hash(sealed[-1]), signer=signer)
         await client.set(store.key("r", 3), canonical(orphan))  # written without moving the head

@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import urllib.request
-from pathlib import Path
 
 import openai
 import pytest

@@ -3,14 +3,13 @@
 Imported by tests/integration/test_receipts.py, tests/integration/test_ledger_conformance.py and
 tests/integration/test_ledger_multiprocess.py. Run as a script it is the worker process
 of the multiprocess test: ``python tests/support/ledger.py worker URL KEYFILE DIR INDEX BATCHES``.
-Redis comes from ``SONATE_TEST_REDIS`` (default redis://127.0.0.1:6379/0).
+Redis is the test session's own server (tests/support/redis_server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import sys
 import time
@@ -26,8 +25,8 @@ if str(REPO_ROOT) not in sys.path:  # when run as a worker script
 
 from proxy.receipts import Ledger, Signer, json_hash, load_or_create_signer, new_receipt, open_store  # noqa: E402
 from proxy.storage.base import LedgerStore  # noqa: E402
+from tests.support.redis_server import delete_redis_namespace, redis_namespace_url  # noqa: E402
 
-REDIS_URL = os.environ.get("SONATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 STORE_KINDS = ("sqlite", "redis")
 
 
@@ -55,25 +54,6 @@ def sqlite_url(path: Path) -> str:
     return "sqlite:///" + str(path.resolve())
 
 
-def redis_url(namespace: str) -> str:
-    """The test Redis URL with ``namespace``."""
-    return f"{REDIS_URL}?namespace={namespace}"
-
-
-async def drop_redis_namespace(namespace: str) -> int:
-    """Delete every key of a ledger namespace from the test Redis; return how many."""
-    import redis.asyncio as aioredis
-
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
-        keys = [k async for k in client.scan_iter(match="{" + namespace + "}:*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-        return len(keys)
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture(scope="session")
 def signer() -> Signer:
     """One in-memory signing key for the session."""
@@ -92,11 +72,11 @@ async def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     if request.param == "sqlite":
         yield sqlite_url(tmp_path / "ledger.db")
         return
-    namespace = "test-" + uuid.uuid4().hex
+    url = redis_namespace_url("test")
     try:
-        yield redis_url(namespace)
+        yield url
     finally:
-        await drop_redis_namespace(namespace)
+        delete_redis_namespace(url)
 
 
 @pytest.fixture
