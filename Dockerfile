@@ -17,7 +17,11 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 SONATE_CONFIG=/app/config.yaml \
 RUN useradd --system --uid 10001 --home /app sonate
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
-COPY config.yaml ./
+# The image's config reads every key from the environment (SONATE_CLIENT_KEY, SONATE_ADMIN_KEY,
+# SONATE_METRICS_KEY) and holds no secret; the repository's config.yaml, with the published demo
+# keys, is not copied: `sonate serve` refuses them on 0.0.0.0 anyway. Mount your own config and
+# set SONATE_CONFIG to replace it (docs/operations.md "Keys and exposure").
+COPY deploy/config.container.yaml ./config.yaml
 COPY policies ./policies
 RUN mkdir -p /app/var && chown sonate /app/var
 USER sonate

@@ -12,19 +12,35 @@ Layout (see docs/operations.md "Configuration")::
 Secrets are written as ``os.environ/NAME`` (LiteLLM's convention) and resolved at load time.
 Environment overrides: ``SONATE_CONFIG`` (path of the file), ``SONATE_LEDGER_URL`` (ledger.url).
 An invalid file raises :class:`ConfigError` naming the file, the key and what was expected.
+
+Safe defaults (docs/security.md "Safe defaults"): an API key has at least :data:`MIN_KEY_LENGTH`
+characters (checked after ``os.environ/NAME`` is resolved; errors name the key's actor, never the
+key); ``/metrics`` needs a key unless ``server.public_metrics``; :func:`check_exposure` refuses a
+non-loopback address while a key of the shipped example config (:data:`DEMO_KEYS`) is configured.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "os.environ/"
 DEFAULT_CONFIG = "config.yaml"
+#: Shortest accepted API key, in characters: ``secrets.token_urlsafe(24)`` gives 32 (192 bits).
+MIN_KEY_LENGTH = 32
+#: The keys published in the repository's example config.yaml (and the shorter demo keys of
+#: earlier releases): anyone who read the README holds them, so they are refused on any
+#: non-loopback address (:func:`check_exposure`). tests/unit/test_config.py checks that every
+#: literal key of config.yaml is listed here.
+DEMO_KEYS = frozenset({
+    "sk-sonate-demo-client-key-for-local-use-only", "sk-sonate-demo-admin-key-for-local-use-only",
+    "sk-sonate-demo", "sk-sonate-admin",
+})
 
 
 class ConfigError(Exception):
@@ -37,7 +53,8 @@ def format_validation_error(source: str, error: ValidationError) -> str:
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         got = item.get("input")
-        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        secret = item["loc"][:1] == ("auth",)  # never echo a key (or anything near one)
+        shown = "" if secret or isinstance(got, (dict, list)) else f" (got {got!r})"
         lines.append(f"{source}: {key}: {item['msg']}{shown}")
     return "\n".join(lines)
 
@@ -67,7 +84,9 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(1_048_576, gt=0)
     upstream_timeout_seconds: float = Field(60.0, gt=0)
     detector_threads: int = Field(2, ge=1, le=64)
-    public_metrics: bool = True
+    #: ``GET /metrics`` without a key. Off by default: the series name models, policies and
+    #: traffic volumes; Prometheus sends a ``metrics`` (or ``admin``) key as a bearer token.
+    public_metrics: bool = False
 
 
 class ModelRoute(BaseModel):
@@ -147,12 +166,42 @@ class SigningConfig(_Strict):
     keyring_file: str | None = None
 
 
-class ApiKey(_Strict):
-    """A bearer key and the actor name written into receipts. ``key`` may be ``os.environ/NAME``."""
+def _short_key(key: str, actor: str) -> str | None:
+    """Why ``key`` is too short (naming ``actor``, never the key), or None when it is long enough."""
+    if len(key) >= MIN_KEY_LENGTH:
+        return None
+    return (f"the key of actor {actor!r} has {len(key)} characters; at least {MIN_KEY_LENGTH} are required "
+            "(generate one with: python -c \"import secrets; print('sk-' + secrets.token_urlsafe(32))\")")
 
-    key: str = Field(min_length=8)
+
+def check_key_length(key: str, actor: str, where: str) -> None:
+    """Raise ConfigError (``where: <reason>``) when ``key`` is shorter than :data:`MIN_KEY_LENGTH` characters.
+
+    The message names ``where`` and the key's ``actor``, never the key.
+    """
+    problem = _short_key(key, actor)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+
+
+class ApiKey(_Strict):
+    """A bearer key and the actor name written into receipts. ``key`` may be ``os.environ/NAME``.
+
+    Roles: ``client`` (the API), ``reviewer`` (adjudication), ``admin`` (everything), ``metrics``
+    (only ``GET /metrics``: the Prometheus scraper's key). A literal key shorter than
+    :data:`MIN_KEY_LENGTH` is rejected here; an ``os.environ/NAME`` one once resolved (:func:`load_config`).
+    """
+
+    key: str = Field(min_length=1)
     actor: str = Field(min_length=1, max_length=128)
-    role: Literal["client", "admin", "reviewer"] = "client"
+    role: Literal["client", "admin", "reviewer", "metrics"] = "client"
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> "ApiKey":
+        problem = None if self.key.startswith(ENV_PREFIX) else _short_key(self.key, self.actor)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class AuthConfig(_Strict):
@@ -229,8 +278,41 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(format_validation_error(str(source), exc)) from None
     for i, entry in enumerate(config.auth.keys):
         entry.key = resolve_secret(entry.key, where=f"{source}: auth.keys.{i}.key")
+        check_key_length(entry.key, entry.actor, f"{source}: auth.keys.{i}.key")
     names = [r.model_name for r in config.model_list]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{source}: model_list: duplicate model_name {duplicates} (one route per name)")
     return config
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` (``server.host`` or ``--host``) only listens on this machine.
+
+    ``localhost`` and loopback IP literals (127.0.0.0/8, ``::1``) are loopback; ``0.0.0.0``,
+    ``::``, ``""`` (every interface) and any other name or address are not.
+    """
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(config: Config, host: str) -> None:
+    """Refuse to listen on non-loopback ``host`` while a key of :data:`DEMO_KEYS` is configured.
+
+    Raises ConfigError naming the key's position and actor (never the key) and what to do:
+    set the key through ``os.environ/NAME`` or a mounted config file, or serve on 127.0.0.1.
+    """
+    if is_loopback(host):
+        return
+    for i, entry in enumerate(config.auth.keys):
+        if entry.key in DEMO_KEYS:
+            raise ConfigError(
+                f"auth.keys.{i} (actor {entry.actor!r}, role {entry.role}) is a demo key published with the "
+                f"example config.yaml; refusing to listen on {host or '(every interface)'!r}, which is not a "
+                "loopback address. Set your own keys (at least 32 characters) through the environment, e.g. "
+                "`key: os.environ/SONATE_ADMIN_KEY`, or in a config file mounted at $SONATE_CONFIG; or serve "
+                "on 127.0.0.1. See docs/operations.md \"Keys and exposure\".")

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 from types import ModuleType
 from typing import Any
 
 from proxy import __version__, offline  # noqa: F401  (offline settings before any model import)
 from proxy.cli.common import UsageError, report_usage_error
 
-__all__ = ["COMMANDS", "build_parser", "command_module", "main"]
+__all__ = ["COMMANDS", "REDACTED_LOGGERS", "build_parser", "command_module", "main", "redact_record"]
 
 #: Top-level command → the module that implements it, in the order ``sonate --help`` lists them.
 COMMANDS: dict[str, str] = {
@@ -70,10 +71,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Libraries whose DEBUG records can carry request or response bodies (prompts, answers, keys):
+#: openai's "Request options: {...json_data...}", litellm's pre-formatted request dumps, httpx and
+#: httpcore traces, aiohttp's client and server, presidio's analysed text. A logger and its
+#: children (``openai._base_client``) match its prefix.
+REDACTED_LOGGERS = ("openai", "litellm", "LiteLLM", "httpx", "httpcore", "aiohttp", "urllib3", "presidio")
+_PLACEHOLDER = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa]")
+
+
+def redact_record(record: logging.LogRecord) -> logging.LogRecord:
+    """Strip the values from a DEBUG (below INFO) record of a :data:`REDACTED_LOGGERS` library, in place.
+
+    A ``%``-style message keeps its template with every placeholder shown as ``[redacted]``
+    (``Request options: [redacted]``); a pre-formatted message (no arguments, e.g. an f-string)
+    becomes ``[redacted: N characters]``. Records of other loggers, or at INFO and above, are
+    returned unchanged. Returns ``record``.
+    """
+    if record.levelno >= logging.INFO or not record.name.startswith(REDACTED_LOGGERS):
+        return record
+    message = str(record.msg)
+    if record.args:
+        record.msg = _PLACEHOLDER.sub("[redacted]", message).replace("%%", "%")
+    else:
+        record.msg = f"[redacted: {len(message)} characters]"
+    record.args = None
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    return record
+
+
+def _install_redaction() -> None:
+    """Redact library DEBUG records (:func:`redact_record`) as they are created.
+
+    A record factory rather than a handler or logger filter: a filter on a handler covers only
+    that handler (litellm adds its own), and a filter on a logger does not apply to records of
+    its children (Python's logging docs, "Filter Objects"). Idempotent.
+    """
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "sonate_redacts", False):
+        return
+
+    def make_record(*args, **kwargs) -> logging.LogRecord:
+        return redact_record(factory(*args, **kwargs))
+
+    make_record.sonate_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make_record)
+
+
 def _configure_logging(level: str) -> None:
+    """Root logging at ``level``, noisy libraries floored, library DEBUG bodies redacted."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name, floor in _NOISY_LOGGERS.items():
         logging.getLogger(name).setLevel(floor)
+    _install_redaction()
 
 
 def main(argv: list[str] | None = None) -> int:

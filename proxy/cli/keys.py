@@ -3,7 +3,7 @@
 Usage::
 
     sonate keys generate [--config PATH | --key-file PATH [--keyring PATH]]
-    sonate keys rotate   [--overlap-seconds S] [--config PATH | --key-file PATH [--keyring PATH]]
+    sonate keys rotate   [--overlap-seconds S] [--ledger URL] [--config PATH | --key-file PATH [--keyring PATH]]
     sonate keys list     [--json] [--config PATH | --key-file PATH [--keyring PATH]]
 
 Paths come from ``signing.key_file`` / ``signing.keyring_file`` of config.yaml
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from proxy.cli.common import EXIT_OK, Subcommand, UsageError
@@ -41,6 +42,8 @@ def _rotate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap-seconds", type=float, default=DEFAULT_OVERLAP_SECONDS,
                         help="the old key stays valid for receipts dated up to this long after the "
                         f"rotation (default {DEFAULT_OVERLAP_SECONDS:g}; use 0 when the old key is compromised)")
+    parser.add_argument("--ledger", metavar="URL", help="the ledger whose size becomes the new key's "
+                        "not_before_height (default: ledger.url of the config; none with --key-file)")
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,13 +84,45 @@ def run_rotate(args: argparse.Namespace) -> int:
     if args.overlap_seconds < 0:
         raise UsageError("--overlap-seconds must be >= 0")
     key_file, keyring_file = _paths(args)
-    old, new = rotate_key(key_file, keyring_file, overlap_seconds=args.overlap_seconds)
+    size = _ledger_size(args)  # read before the new key exists: no height below it can carry its signature
+    old, new = rotate_key(key_file, keyring_file, overlap_seconds=args.overlap_seconds, ledger_size=size)
     entries = Keyring(key_file, keyring_file).load().entries()
     retired = next(e for e in entries if e["key_id"] == old.key_id)
     print(f"rotated: {new.key_id} now signs (key file {key_file});\n"
           f"{old.key_id} retired: it verifies receipts dated before {retired['not_after']}.\n"
           "Running proxies pick up the new key within a second; GET /v1/keys lists both.")
+    print(f"{new.key_id} signs ledger heights from {size} on (not_before_height)" if size is not None else
+          f"warning: no ledger read, so {new.key_id} has no not_before_height: receipts rewritten below the "
+          "rotation will not be caught by the key window (pass --ledger URL or --config)", file=sys.stderr)
     return EXIT_OK
+
+
+def _ledger_size(args: argparse.Namespace) -> int | None:
+    """Head height + 1 of ``--ledger`` (else the config's ledger; None with ``--key-file``). UsageError if unreadable."""
+    import asyncio
+
+    from proxy.storage.base import LedgerError, open_store
+
+    url = args.ledger
+    if url is None and not args.key_file:
+        from proxy.config import load_config
+
+        url = load_config(args.config).ledger_url
+    if url is None:
+        return None
+
+    async def read() -> int:
+        store = open_store(url)
+        try:
+            head = await store.head()
+            return 0 if head is None else head.height + 1
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(read())
+    except (ValueError, LedgerError) as exc:
+        raise UsageError(f"cannot read the ledger size for the new key's not_before_height: {exc}") from None
 
 
 def run_list(args: argparse.Namespace) -> int:

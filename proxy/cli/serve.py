@@ -1,7 +1,9 @@
 """``sonate serve``: run the proxy from config.yaml (``--config``, ``$SONATE_CONFIG`` or ./config.yaml).
 
 A configuration or signing key problem found while starting is a usage error (exit 2, one
-message naming the file and the key, no traceback, printed by :func:`proxy.cli.main`).
+message naming the file and the key, no traceback, printed by :func:`proxy.cli.main`). So is a
+non-loopback ``--host``/``server.host`` while a demo key of the example config.yaml is configured
+(:func:`proxy.config.check_exposure`; docs/security.md "Safe defaults").
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted; return :data:`EXIT_OK`.
 
-    Raises ``ConfigError`` for an invalid config.yaml and :class:`UsageError` (``cannot start:``)
+    Raises ``ConfigError`` for an invalid config.yaml or a demo key on a non-loopback host, and :class:`UsageError` (``cannot start:``)
     when the services cannot be built: an unusable signing key, an invalid setting.
     """
-    from proxy.config import ConfigError, load_config
+    from proxy.config import ConfigError, check_exposure, load_config
 
     config = load_config(args.config)  # before the heavy imports: a bad config fails fast
+    host = args.host or config.server.host
+    check_exposure(config, host)
 
     from aiohttp import web
 
@@ -39,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
     from proxy.receipts.signing import KeyFileError
     from proxy.server.app import build_services, create_app
 
-    host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
 
     async def make_app() -> web.Application:

@@ -7,14 +7,17 @@ Usage::
     sonate verify CHECKPOINT.txt (--keys PATH | --keys-url URL) [--origin NAME]
     sonate verify RECEIPT.json --inclusion PROOF.json --checkpoint CP.txt (--keys ... )
     sonate verify --consistency PROOF.json --checkpoint OLD.txt --checkpoint NEW.txt (--keys ...)
-    sonate verify --ledger URL [--from H] [--to H] (--keys PATH | --keys-url URL)
+    sonate verify --ledger URL [--from H] [--to H] [--trusted-checkpoint CP.txt ...] (--keys PATH | --keys-url URL)
 
 The positional file's kind is detected: a JSON object with ``bundle_version``
 is an offline bundle (verified with its own keys unless ``--keys`` names the
 trusted ones), a JSON array an ordered run of receipts, another object one
 receipt, and text a signed checkpoint note. ``-`` reads stdin. ``--ledger``
 over the whole ledger also audits the Merkle tree and every stored
-checkpoint. Prints one line per failure (where, check, detail), then a
+checkpoint; ``--trusted-checkpoint`` proves the ledger still extends a
+checkpoint saved earlier outside its database (catches a deleted tail or
+rewritten history: :func:`proxy.tlog.tree.verify_against_trusted_checkpoint`).
+Prints one line per failure (where, check, detail), then a
 summary. Exit status: 0 all valid, 1 any failure, 2 usage or I/O error. The
 rules are docs/architecture.md, "Trust receipts" (see :mod:`proxy.receipts.verify`,
 :mod:`proxy.receipts.bundle`, :mod:`proxy.tlog.proofs`,
@@ -68,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", action="append", metavar="CP.txt",
                         help="signed checkpoint the proof is checked against (twice for --consistency: old, new)")
     parser.add_argument("--origin", metavar="NAME", help="expected log origin of checkpoints (default: any)")
+    parser.add_argument("--trusted-checkpoint", action="append", metavar="CP.txt",
+                        help="with --ledger: a signed checkpoint you saved earlier (GET /v1/ledger/checkpoint); "
+                             "the ledger must still contain it (RFC 9162 consistency proof); repeatable")
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--keys", metavar="PATH", help="public keys: a GET /v1/keys JSON document or a signing key file")
     keys.add_argument("--keys-url", metavar="URL", help="fetch public keys from a proxy's GET /v1/keys")
@@ -158,6 +164,8 @@ _ONE_TARGET = "give either RECEIPT.json or --ledger URL (the FILE may also be a 
 def _check(args: argparse.Namespace, stdin: TextIO) -> _Result:
     """Pick the check the arguments ask for (the FILE's kind is detected) and run it."""
     stdin = _RereadableStdin(stdin)  # the kind detection and the receipt checks may both read '-'
+    if args.trusted_checkpoint and args.ledger is None:
+        raise UsageError("--trusted-checkpoint goes with --ledger URL")
     if args.consistency is not None:
         return _check_consistency(args, stdin)
     if args.receipt is None:
@@ -243,9 +251,10 @@ def _check_ledger(args: argparse.Namespace) -> _Result:
         raise UsageError("--prev applies to RECEIPT.json, not to --ledger")
     _check_range(args)
     keys = _load_keys(args)
+    trusted = [_read_text(path, sys.stdin) for path in args.trusted_checkpoint or []]
     end = None if args.to_height is None else args.to_height + 1
     try:
-        count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin))
+        count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin, trusted))
     except (ValueError, LedgerError) as exc:
         raise UsageError(str(exc)) from None
     return count, failures, "ledger receipts"
@@ -268,10 +277,14 @@ def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _
 
 
 async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int | None,
-                         origin: str | None = None) -> tuple[int, list[Failure]]:
+                         origin: str | None = None, trusted: Sequence[str] = ()) -> tuple[int, list[Failure]]:
+    from proxy.tlog.tree import verify_against_trusted_checkpoint
+
     store = open_store(url)
     try:
         count, failures = await verify_store(store, keys, start=start, end=end)
+        for note in trusted:
+            failures = failures + await verify_against_trusted_checkpoint(store, note, keys, origin)
         if start == 0 and end is None:  # the whole ledger: its Merkle tree and checkpoints too
             from proxy.tlog.tree import verify_tree
 

@@ -69,14 +69,17 @@ def safety_decision(policy: SafetyPolicy, stage: str, worst: dict[str, float], d
 
 
 def privacy_decision(policy: PrivacyPolicy, stage: str, message_index: list[int],
-                     spans_per_text: list[list[Any]], detector: Any) -> Decision:
+                     spans_per_text: list[list[Any]], detector: Any, fields: list[str] | None = None) -> Decision:
     """Mask decision; span offsets (never values) per message index and text piece.
 
-    ``message_index[p]`` is the message of text piece ``p``; ``spans_per_text[p]`` its spans.
+    ``message_index[p]`` is the message of text piece ``p``; ``spans_per_text[p]`` its spans;
+    ``fields[p]`` (optional) where in the message the piece sits (``"content"``,
+    ``"tool_calls.0.function.arguments"``: :class:`proxy.guardrails.messages.TextPiece`, field
+    names and positions only), recorded per span as ``field``.
     """
     spans = [
-        {"message": m, "piece": p, "entity_type": s.entity_type, "start": s.start, "end": s.end,
-         "score": fmt_score(s.score)}
+        {"message": m, "piece": p, **({"field": fields[p]} if fields else {}), "entity_type": s.entity_type,
+         "start": s.start, "end": s.end, "score": fmt_score(s.score)}
         for p, (m, found) in enumerate(zip(message_index, spans_per_text)) for s in found
     ]
     return Decision(

@@ -31,21 +31,33 @@ from proxy.guardrails.decisions import (
 )
 from proxy.guardrails.detector import ApologyCheck, Detector
 from proxy.guardrails.detectors.pii import PiiMasker
-from proxy.guardrails.messages import last_user_text, map_text, message_text, text_parts
+from proxy.guardrails.messages import last_user_text, map_text, map_tool_calls, message_text, screened_text, text_pieces
 from proxy.guardrails.plan import ContinuityPlan, DomainRoute, InputScreen, Message, OutputScreen, SummaryResult
 from proxy.guardrails.registry import DetectorRegistry, default_registry
-from proxy.guardrails.schema import Policy
+from proxy.guardrails.schema import Policy, SafetyPolicy
 
-__all__ = ["GuardrailEngine", "Decision", "decisive_action", "fmt_score", "INPUT_ROLES", "GENERAL_DOMAIN",
+__all__ = ["GuardrailEngine", "Decision", "decisive_action", "fmt_score", "GENERAL_DOMAIN", "input_texts",
            "InputScreen", "OutputScreen", "ContinuityPlan", "SummaryResult", "DomainRoute"]
 
 log = logging.getLogger("sonate.guardrails")
 
-#: Roles whose text the input Safety stage screens (assistant turns were screened as outputs).
-INPUT_ROLES = frozenset({"user", "system", "developer", "tool", "function"})
 GENERAL_DOMAIN = "general"
 
 TokenCounter = Callable[[str, list[Message]], int]
+
+
+def input_texts(messages: list[Message], assistant_turns: int | None = None) -> list[str]:
+    """The texts input Safety judges: every message's :func:`screened_text`, whatever its role.
+
+    Every text the client writes is input (issue 15), client-written assistant turns included
+    (a prefilled or many-shot conversation is the client's text, not the model's);
+    ``assistant_turns`` (:attr:`SafetyPolicy.input_assistant_turns`) keeps only the latest N
+    assistant turns (None: all). Blank texts are left out.
+    """
+    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    skipped = set(assistant[:len(assistant) - assistant_turns]) if assistant_turns is not None else set()
+    texts = (screened_text(m) for i, m in enumerate(messages) if i not in skipped)
+    return [t for t in texts if t.strip()]
 
 
 class GuardrailEngine:
@@ -103,13 +115,14 @@ class GuardrailEngine:
         (result,) = self.detect(policies[0], [text])
         return DomainRoute(result.domain, fmt_score(result.confidence), result, policies[0])
 
-    def _safety(self, stage: str, texts: list[str]) -> list[Decision]:
-        """Refuse decisions of every safety policy of ``stage`` that fires on ``texts``."""
-        texts = [t for t in texts if t.strip()]
-        if not texts:
-            return []
-        fired = (safety_decision(p, stage, worst_scores(self.detect(p, texts)), self.detectors[p.id])
-                 for p in self._policies("safety", stage))
+    def _safety(self, stage: str, texts_of: Callable[[SafetyPolicy], list[str]]) -> list[Decision]:
+        """Refuse decisions of every safety policy of ``stage`` that fires on its ``texts_of(policy)``."""
+        fired = []
+        for policy in self._policies("safety", stage):
+            texts = [t for t in texts_of(policy) if t.strip()]
+            if texts:
+                fired.append(safety_decision(policy, stage, worst_scores(self.detect(policy, texts)),
+                                             self.detectors[policy.id]))
         return [d for d in fired if d is not None]
 
     def _policy(self, policy_id: str) -> Any:
@@ -118,13 +131,15 @@ class GuardrailEngine:
     def screen_input(self, messages: list[Message]) -> InputScreen:
         """Apply Safety, Privacy and Compliance to the request's messages.
 
-        Safety reads the text of every ``INPUT_ROLES`` message, Privacy every text piece of every
-        message, Compliance the last user message. Returns the decisive action and the (masked)
-        messages the model may see. Refusal stops the evaluation of weaker policies' actions
-        (their triggers are still reported).
+        Everything the client wrote is input (:mod:`proxy.guardrails.messages`): Safety judges
+        every message's texts (:func:`input_texts`: client-written assistant turns, tool calls and
+        tool results too), Privacy masks every text piece of every message (tool-call arguments
+        inside their JSON), Compliance reads the last user message. Returns the decisive action
+        and the (masked) messages the model may see. Refusal stops the evaluation of weaker
+        policies' actions (their triggers are still reported).
         """
         route = self.classify_domain(messages)
-        refusals = self._safety("input", [message_text(m) for m in messages if m.get("role") in INPUT_ROLES])
+        refusals = self._safety("input", lambda p: input_texts(messages, p.input_assistant_turns))
         if refusals:
             apology = self._policy(refusals[0].policy_id).apology
             return InputScreen("refuse", messages, [refusals[0]], refusals, route.domain, route.confidence,
@@ -145,14 +160,15 @@ class GuardrailEngine:
         Only the first input privacy policy masks; a second would only see placeholders.
         """
         for policy in self._policies("privacy", "input"):
-            pieces = [(i, t) for i, m in enumerate(messages) for t in text_parts(m)]
-            spans = self.detect(policy, [t for _, t in pieces])
+            pieces = [(i, p) for i, m in enumerate(messages) for p in text_pieces(m)]
+            spans = self.detect(policy, [p.text for _, p in pieces])
             if not any(spans):
                 break
             masker = PiiMasker()
-            remaining = iter(spans)  # map_text visits pieces in text_parts order
+            remaining = iter(spans)  # map_text visits pieces in text_pieces order
             masked = [map_text(m, lambda t: masker.mask(t, next(remaining))) for m in messages]
-            decision = privacy_decision(policy, "input", [i for i, _ in pieces], spans, self.detectors[policy.id])
+            decision = privacy_decision(policy, "input", [i for i, _ in pieces], spans, self.detectors[policy.id],
+                                        fields=[p.field for _, p in pieces])
             return masked, masker, decision
         return messages, None, None
 
@@ -202,14 +218,17 @@ class GuardrailEngine:
 
     # ---- output ----------------------------------------------------------------------------
 
-    def screen_output(self, text: str, masker: PiiMasker | None = None) -> OutputScreen:
-        """Apply output-stage policies to the model's answer ``text``.
+    def screen_output(self, text: str, masker: PiiMasker | None = None,
+                      tool_calls: list[dict[str, Any]] | None = None) -> OutputScreen:
+        """Apply output-stage policies to the model's answer ``text`` (and its ``tool_calls``).
 
-        Order: Safety (refuse replaces the whole answer with the policy's apology), Privacy
-        (new PII in the answer masked when the policy screens outputs), then placeholders from
-        the input restored when the policy says so; finally model-initiated apology detection.
+        Order: Safety (refuse replaces the whole answer, tool calls included, with the policy's
+        apology), Privacy (new PII in the answer masked when the policy screens outputs), then
+        placeholders from the input restored when the policy says so, in the text and in the
+        tool calls' names and arguments (inside their JSON); finally model-initiated apology
+        detection.
         """
-        refusals = self._safety("output", [text])
+        refusals = self._safety("output", lambda p: [text])
         if refusals:
             apology = self._policy(refusals[0].policy_id).apology
             return OutputScreen(apology, [refusals[0]], refused=True, model_apology=False)
@@ -221,5 +240,6 @@ class GuardrailEngine:
                 decisions.append(privacy_decision(policy, "output", [0], [spans], self.detectors[policy.id]))
         if masker is not None and any(p.restore_in_answer for p in self._policies("privacy", "input")):
             text = masker.restore(text)
+            tool_calls = map_tool_calls(tool_calls, masker.restore)
         model_apology = bool(self.apology_detector and text.strip() and self.apology_detector.is_apology(text))
-        return OutputScreen(text, decisions, refused=False, model_apology=model_apology)
+        return OutputScreen(text, decisions, refused=False, model_apology=model_apology, tool_calls=tool_calls)

@@ -63,13 +63,15 @@ class OutputScreen:
     """Outcome of the output stage: the text the client receives and the actions performed.
 
     ``refused``: a safety policy replaced the answer with its apology; ``model_apology``: the
-    model itself apologized or refused (FAR-A).
+    model itself apologized or refused (FAR-A); ``tool_calls``: the answer's tool calls with the
+    input's placeholders restored (None when refused or when the answer had none).
     """
 
     text: str
     decisions: list[Decision]
     refused: bool
     model_apology: bool
+    tool_calls: list[Message] | None = None
 
 
 @dataclass

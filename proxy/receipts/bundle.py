@@ -93,7 +93,7 @@ def verify_bundle(bundle: Any, trusted_keys: Mapping[str, bytes] | None = None,
             return [Failure(None, None, "public_keys", str(exc).replace("public keys: ", ""),
                             where="bundle public_keys")]
     receipt = bundle["receipt"]
-    fails += verify_receipt(receipt, dict(keys))
+    fails += verify_receipt(receipt, keys if isinstance(keys, dict) else dict(keys))  # keeps key windows
     proof = bundle["inclusion_proof"]
     if isinstance(proof, dict):
         unknown = sorted(set(proof) - set(_PROOF_FIELDS))

@@ -9,16 +9,21 @@ Two files (docs/receipts.md "Keys and rotation"):
   file, ``<key file stem>.keyring.json``; public, mode 0644)::
 
       {"keys": [{"key_id", "alg", "public_key", "created",
-                 "not_before", "not_after", "status"}, ...]}   # oldest first
+                 "not_before", "not_after", "not_before_height", "status"}, ...]}   # oldest first
 
   the same document ``GET /v1/keys`` serves, so it can be given to
   ``sonate verify --keys``. ``status`` is ``active`` (exactly one: the key
   file's key, ``not_after`` null) or ``retired``.
 
 Validity window: a key verifies receipts whose ``ts < not_after``
-(``not_after`` null: open). ``not_before`` records when the key began
-signing and is informational: a receipt may legitimately be sealed after its
-``ts`` (a spooled receipt replayed later), so verifiers do not check it.
+(``not_after`` null: open) and whose ``ledger_height >= not_before_height``
+(null or absent: unknown, no bound). ``not_before_height`` is the ledger's
+size read just *before* the key was created (``sonate keys rotate`` reads the
+configured ledger's head): every height below it was sealed before the key
+existed, so a receipt there signed by this key is a rewrite. ``not_before``
+records when the key began signing and is informational: a receipt may
+legitimately be sealed after its ``ts`` (a spooled receipt replayed later),
+so verifiers check the height, not the time (docs/security.md).
 
 Rotation writes the new key file first (atomic rename), then the keyring;
 every load reconciles the two (:func:`reconcile`), so a crash between the
@@ -75,9 +80,10 @@ def default_keyring_path(key_file: str | os.PathLike[str]) -> Path:
     return key_file.with_name(key_file.stem + ".keyring.json")
 
 
-def _entry(signer: Signer, *, not_before: str, not_after: str | None = None) -> dict[str, Any]:
+def _entry(signer: Signer, *, not_before: str, not_after: str | None = None,
+           not_before_height: int | None = None) -> dict[str, Any]:
     return {**public_key_entry(signer), "not_before": not_before, "not_after": not_after,
-            "status": "active" if not_after is None else "retired"}
+            "not_before_height": not_before_height, "status": "active" if not_after is None else "retired"}
 
 
 def read_keyring(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -179,6 +185,7 @@ def rotate_key(
     *,
     overlap_seconds: float = 0.0,
     now: datetime | None = None,
+    ledger_size: int | None = None,
 ) -> tuple[Signer, Signer]:
     """Replace the active key with a fresh one; return ``(old, new)`` signers.
 
@@ -187,11 +194,17 @@ def rotate_key(
     ``not_after`` = T + ``overlap_seconds`` (receipts dated before that keep
     verifying with it, forever). Order: the new key file is written first
     (atomic rename), then the keyring; see :func:`reconcile` for crash
-    healing. Raises :class:`KeyFileError` if the current key file is missing,
-    group/world readable or malformed, ``ValueError`` for a negative overlap.
+    healing. ``ledger_size`` (head height + 1, read by the caller *before*
+    this call) becomes the new key's ``not_before_height``: no receipt below
+    it can carry the new key's signature (None: unknown, not recorded).
+    Raises :class:`KeyFileError` if the current key file is missing,
+    group/world readable or malformed, ``ValueError`` for a negative overlap
+    or ledger size.
     """
     if overlap_seconds < 0:
         raise ValueError("overlap_seconds must be >= 0")
+    if ledger_size is not None and (not isinstance(ledger_size, int) or ledger_size < 0):
+        raise ValueError("ledger_size must be an integer >= 0")
     key_file = Path(key_file)
     keyring = Path(keyring_file) if keyring_file else default_keyring_path(key_file)
     if not key_file.exists():
@@ -212,7 +225,7 @@ def rotate_key(
         for entry in entries:
             if entry.get("status") == "active":
                 entry["status"], entry["not_after"] = "retired", not_after
-        entries.append(_entry(new, not_before=new.created))
+        entries.append(_entry(new, not_before=new.created, not_before_height=ledger_size))
         _write_keyring(keyring, entries)
     return old, new
 

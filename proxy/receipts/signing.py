@@ -260,32 +260,48 @@ class PublicKeys(dict):
     """``{key_id: 32-byte Ed25519 public key}`` plus each key's validity window.
 
     ``windows`` maps key_id to ``(not_before, not_after)``, RFC 3339 UTC
-    timestamps with milliseconds or None (open). A plain ``dict`` works
-    wherever a ``PublicKeys`` is accepted; it simply has no windows.
+    timestamps with milliseconds or None (open); ``heights`` maps key_id to
+    ``not_before_height``, the first ledger height the key may sign (an
+    integer recorded at rotation: the ledger's size just before the key
+    existed), absent when unknown. A plain ``dict`` works wherever a
+    ``PublicKeys`` is accepted; it simply has no windows.
     The verifier (:mod:`proxy.receipts.verify`, check ``key_window``) rejects
-    a receipt whose ``ts`` is at or after its key's ``not_after``; see
-    docs/receipts.md "Keys and rotation".
+    a receipt whose ``ts`` is at or after its key's ``not_after`` or whose
+    ``ledger_height`` is below its key's ``not_before_height``; see
+    docs/receipts.md "Keys and rotation" and docs/security.md.
     """
 
     def __init__(self, *args: Any, windows: dict[str, tuple[str | None, str | None]] | None = None,
-                 **kwargs: Any) -> None:
-        """Build like ``dict``; ``windows`` as described in the class docstring."""
+                 heights: dict[str, int] | None = None, **kwargs: Any) -> None:
+        """Build like ``dict``; ``windows`` and ``heights`` as described in the class docstring."""
         super().__init__(*args, **kwargs)
         self.windows: dict[str, tuple[str | None, str | None]] = dict(windows or {})
+        self.heights: dict[str, int] = dict(heights or {})
 
 
 _WINDOW_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+_MAX_HEIGHT = 2**53 - 1
 
 
 def _entry_window(entry: dict[str, Any], where: str) -> tuple[str | None, str | None]:
     bounds = []
     for name in ("not_before", "not_after"):
         value = entry.get(name)
-        if value is not None and (not isinstance(value, str) or not _WINDOW_TS.match(value)):
+        if value is not None and (not isinstance(value, str) or not _WINDOW_TS.fullmatch(value)):
             raise KeyFileError(f"{where}: {name} must be an RFC 3339 UTC timestamp with milliseconds "
                                f"(e.g. 2026-01-02T03:04:05.678Z) or null, got {value!r:.60}")
         bounds.append(value)
     return bounds[0], bounds[1]
+
+
+def _entry_height(entry: dict[str, Any], where: str) -> int | None:
+    """``not_before_height`` of an entry: an integer 0..2**53-1, or None when absent or null."""
+    value = entry.get("not_before_height")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_HEIGHT:
+        raise KeyFileError(f"{where}: not_before_height must be an integer >= 0 or null, got {value!r:.60}")
+    return value
 
 
 def load_public_keys(doc_or_path: Any) -> PublicKeys:
@@ -296,7 +312,8 @@ def load_public_keys(doc_or_path: Any) -> PublicKeys:
     entries, or a ``str``/``PathLike`` path to a JSON file holding any of
     these. Every ``key_id`` is checked against its key. Entries may carry a
     validity window (``not_before``/``not_after``, see
-    :class:`PublicKeys`), returned in ``.windows``. Raises
+    :class:`PublicKeys`), returned in ``.windows``, and a
+    ``not_before_height``, returned in ``.heights``. Raises
     :class:`KeyFileError` for unreadable or malformed input.
     """
     where = "public keys"
@@ -326,4 +343,7 @@ def load_public_keys(doc_or_path: Any) -> PublicKeys:
         window = _entry_window(entry, where)
         if window != (None, None):
             keys.windows[key_id] = window
+        height = _entry_height(entry, where)
+        if height is not None:
+            keys.heights[key_id] = height
     return keys

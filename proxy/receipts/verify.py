@@ -26,7 +26,8 @@ CHECKS = ("schema", "unknown_key", "signature", "genesis", "prev_hash", "height"
           "key_window")
 """Check names a :class:`Failure` can carry. ``head``: the store's head does
 not match its last receipt, or a receipt is stored above the head. ``key_window``: the receipt's
-``ts`` is at or after its key's ``not_after`` (a retired key; docs/receipts.md "Keys and rotation")."""
+``ts`` is at or after its key's ``not_after`` (a retired key), or its ``ledger_height`` is below its key's
+``not_before_height`` (sealed before the key existed); docs/receipts.md "Keys and rotation"."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,33 @@ def _entry_hash_or_none(receipt: Any) -> str | None:
         return None
 
 
+def _key_window(receipt: dict[str, Any], key_id: str, public_keys: dict[str, bytes]) -> list[Failure]:
+    """``key_window`` failures of a receipt signed by ``key_id`` (docs/receipts.md "Keys and rotation").
+
+    Two bounds, from the keyring (:class:`proxy.receipts.signing.PublicKeys`; a plain dict has none):
+
+    - ``ts`` at or after the key's ``not_after``: a retired key signed it. Both sides use the same
+      fixed-width RFC 3339 form (the schema and the key loader check it), so string order is time order.
+    - ``ledger_height`` below the key's ``not_before_height``: that height was sealed before the key
+      existed (the keyring records the ledger size read just before a rotation), so the receipt was
+      rewritten later. The time ``not_before`` is not checked: a spooled receipt keeps the ``ts`` of its
+      request and may be sealed after a rotation (at a height above the recorded one).
+    """
+    height, receipt_id = _height(receipt), _receipt_id(receipt)
+    fails = []
+    not_after = getattr(public_keys, "windows", {}).get(key_id, (None, None))[1]
+    ts = receipt.get("ts")
+    if not_after is not None and isinstance(ts, str) and ts >= not_after:
+        fails.append(Failure(height, receipt_id, "key_window",
+                             f"ts {ts} is not before {key_id}'s not_after {not_after} (key retired)"))
+    first = getattr(public_keys, "heights", {}).get(key_id)
+    if first is not None and height is not None and height < first:
+        fails.append(Failure(height, receipt_id, "key_window",
+                             f"ledger_height {height} is below {key_id}'s not_before_height {first}: the key did "
+                             "not exist when that height was sealed (history rewritten after a rotation?)"))
+    return fails
+
+
 def _check_self(receipt: Any, public_keys: dict[str, bytes]) -> list[Failure]:
     """Schema, key, signature and genesis checks of one receipt on its own."""
     height, receipt_id = _height(receipt), _receipt_id(receipt)
@@ -89,13 +117,7 @@ def _check_self(receipt: Any, public_keys: dict[str, bytes]) -> list[Failure]:
             public_keys[key_id], payload, signature
         ):
             fails.append(Failure(height, receipt_id, "signature", f"Ed25519 signature does not verify with {key_id}"))
-        not_after = getattr(public_keys, "windows", {}).get(key_id, (None, None))[1]
-        ts = receipt.get("ts")
-        if not_after is not None and isinstance(ts, str) and ts >= not_after:
-            # Same fixed-width RFC 3339 form on both sides (schema and key loader check it): string
-            # order is time order. not_before is not checked: a spooled receipt is sealed after its ts.
-            fails.append(Failure(height, receipt_id, "key_window",
-                                 f"ts {ts} is not before {key_id}'s not_after {not_after} (key retired)"))
+        fails += _key_window(receipt, key_id, public_keys)
     prev_hash = receipt.get("prev_hash")
     if height == 0 and prev_hash != GENESIS_PREV_HASH:
         fails.append(Failure(0, receipt_id, "genesis", f"height 0 must carry prev_hash {GENESIS_PREV_HASH}, got {prev_hash}"))

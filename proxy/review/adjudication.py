@@ -46,16 +46,20 @@ class Adjudications:
     """Queues items, records passes and lead resolutions, receipts them and counts them.
 
     ``sample_rate``: the share (0..1) of allowed requests queued as samples, drawn with ``rng``
-    (``random.Random()`` by default).
+    (``random.Random()`` by default). ``policy_ids``: the loaded policies' ids, the only values
+    a reviewer's ``expected_policy_id`` may give the ``policy_id`` label of
+    ``sonate_guardrail_misfires`` (any other text counts as ``other``: reviewer text never
+    becomes a Prometheus series; docs/architecture.md "Metrics").
     """
 
     def __init__(self, store: LedgerStore, sink: ReceiptSink, metrics: Metrics, sample_rate: float,
-                 rng: random.Random | None = None) -> None:
-        """Bind the store, sink, metrics and sampling. No I/O."""
+                 rng: random.Random | None = None, policy_ids: frozenset[str] = frozenset()) -> None:
+        """Bind the store, sink, metrics, sampling and the label set. No I/O."""
         self.queue = DecisionQueue(QUEUE, store, sink, metrics)
         self.metrics = metrics
         self.sample_rate = sample_rate
         self.rng = rng or random.Random()
+        self.policy_ids = policy_ids
 
     async def enqueue(self, sealed: list[dict[str, Any]], messages: list[dict[str, Any]],
                       body: dict[str, Any], model_apology: bool) -> None:
@@ -148,7 +152,14 @@ class Adjudications:
         if final["false_positive"]:
             m.guardrail_misfires.labels("false_positive", item["policy_id"] or "none", domain).inc()
         if final["false_negative"]:
-            m.guardrail_misfires.labels("false_negative", final.get("expected_policy_id") or "none", domain).inc()
+            m.guardrail_misfires.labels("false_negative", self._policy_label(final.get("expected_policy_id")),
+                                        domain).inc()
+
+    def _policy_label(self, expected: str | None) -> str:
+        """The ``policy_id`` label of a false negative: a loaded policy's id, ``none`` or ``other``."""
+        if not expected:
+            return "none"
+        return expected if expected in self.policy_ids else "other"
 
 
 def _receipt(item: dict[str, Any], caller: Caller, raw: dict[str, Any], stage: str, evidence: dict[str, Any],

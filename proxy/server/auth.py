@@ -1,4 +1,8 @@
-"""Bearer-key authentication: ``Authorization: Bearer <key>`` → :class:`Caller` (actor, role)."""
+"""Bearer-key authentication: ``Authorization: Bearer <key>`` → :class:`Caller` (actor, role).
+
+Roles (``auth.keys[].role``): client, reviewer, admin, and metrics, which the default ``roles`` of
+:meth:`Authenticator.authenticate` exclude: a metrics key reads ``GET /metrics`` and nothing else.
+"""
 
 from __future__ import annotations
 

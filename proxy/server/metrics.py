@@ -109,7 +109,9 @@ class Metrics:
         self.guardrail_misfires = Counter(
             "sonate_guardrail_misfires", "Guardrail misfires confirmed by adjudication: "
             "type=false_positive (acted without a verified breach) or false_negative (a sampled "
-            "allowed request with a breach); the GA numerator.", ["type", "policy_id", "domain"], registry=r)
+            "allowed request with a breach); the GA numerator. policy_id: the policy that acted (false "
+            "positive) or a reviewer's expected_policy_id when it names a loaded policy, else other|none "
+            "(false negative).", ["type", "policy_id", "domain"], registry=r)
 
     def _ledger(self, r: CollectorRegistry) -> None:
         """Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; docs/operations.md

@@ -205,20 +205,20 @@ class Gateway:
     async def _screen_output(self, x: _Exchange, result: UpstreamResult) -> None:
         """Run the output guardrails on the model's answer and build the response body."""
         assert x.screen is not None
+        choice = (result.response.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
         t = time.perf_counter()
-        out = await self._run(self.engine.screen_output, result.content, x.screen.masker)
+        out = await self._run(self.engine.screen_output, result.content, x.screen.masker, message.get("tool_calls"))
         self.metrics.guardrail_duration.labels("output").observe(time.perf_counter() - t)
         x.decisions.extend(out.decisions)
         x.triggers.extend(out.decisions)
         x.model_apology = out.model_apology
-        choice = (result.response.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
         x.body = completion_body(
             model=x.req.model,
             content=out.text if (out.text or not message.get("tool_calls")) else None,
             finish_reason="content_filter" if out.refused else (choice.get("finish_reason") or "stop"),
             usage=result.usage, completion_id=result.response.get("id"), created=result.response.get("created"),
-            tool_calls=None if out.refused else message.get("tool_calls"))
+            tool_calls=out.tool_calls)
         if not out.refused and out.text == result.content:
             x.chunks = result.chunks  # the provider's own deltas still spell the answer
 

@@ -18,7 +18,8 @@ acknowledged to a client and is ignored.
 A spool file whose lock can be taken belongs to a dead process (``kill -9``,
 crash): :meth:`Spool.adopt_orphans` copies its unacked batches, in order, to
 the end of this process's spool and deletes it. ``flock`` is per host: the
-spool directory must be local to the host (not NFS).
+spool directory must be local to the host (not NFS). Spool and quarantine files are created
+mode 0600 whatever the umask, in a directory created 0700: they hold unsealed receipts.
 
 Blocking file I/O: call these methods from one worker thread (the sink
 does), never from the event loop. Thread-safe.
@@ -127,6 +128,7 @@ class Spool:
         # (Not proxy.files.atomic_write: the spool keeps this descriptor open, locked, for appends.)
         tmp = self.directory / f".{name}.new"
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)  # exactly 0600: os.open's mode is masked by the umask
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.path = self.directory / name
         os.replace(tmp, self.path)
@@ -220,6 +222,7 @@ class Spool:
         line = json.dumps({"seq": seq, "reason": reason, "receipts": batch.receipts}, ensure_ascii=False)
         fd = os.open(target, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
         try:
+            os.fchmod(fd, 0o600)
             os.write(fd, line.encode("utf-8") + b"\n")
             os.fsync(fd)
         finally:

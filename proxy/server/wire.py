@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 #: Request fields forwarded to the provider unchanged (everything else is the proxy's business).
 PASSTHROUGH = (
@@ -27,23 +27,161 @@ class _Wire(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class ContentPart(_Wire):
-    """One part of a multi-part message (text, image_url, input_audio, file...)."""
+class _ImageUrl(_Wire):
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
 
-    model_config = ConfigDict(strict=True, extra="allow")
-    type: str = Field(min_length=1)
-    text: str | None = None
+
+class _InputAudio(_Wire):
+    data: str
+    format: str
+
+
+class _File(_Wire):
+    file_data: str | None = None
+    file_id: str | None = None
+    filename: str | None = None
+
+
+class TextPart(_Wire):
+    """``{"type": "text", "text": ...}``: text in any role's content."""
+
+    type: Literal["text"]
+    text: str
+
+
+class RefusalPart(_Wire):
+    """``{"type": "refusal", "refusal": ...}``: an assistant's refusal as a content part."""
+
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ImagePart(_Wire):
+    """``{"type": "image_url", "image_url": {"url", "detail"?}}`` (user messages)."""
+
+    type: Literal["image_url"]
+    image_url: _ImageUrl
+
+
+class AudioPart(_Wire):
+    """``{"type": "input_audio", "input_audio": {"data", "format"}}`` (user messages)."""
+
+    type: Literal["input_audio"]
+    input_audio: _InputAudio
+
+
+class FilePart(_Wire):
+    """``{"type": "file", "file": {"file_data"?, "file_id"?, "filename"?}}`` (user messages)."""
+
+    type: Literal["file"]
+    file: _File
+
+
+#: Content part models by ``type`` (OpenAI Chat Completions API reference, "messages").
+PART_TYPES: dict[str, type[_Wire]] = {
+    "text": TextPart, "refusal": RefusalPart, "image_url": ImagePart, "input_audio": AudioPart, "file": FilePart,
+}
+_TEXT_ONLY = frozenset({"text"})
+_USER_PARTS = frozenset({"text", "image_url", "input_audio", "file"})
+#: The message fields and content part types of each role (OpenAI chat schema); anything else is a 400.
+ROLE_FIELDS: dict[str, frozenset[str]] = {
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "refusal", "audio", "tool_calls", "function_call"}),
+    "tool": frozenset({"role", "content", "tool_call_id"}),
+    "function": frozenset({"role", "content", "name"}),
+}
+ROLE_PARTS: dict[str, frozenset[str]] = {
+    "system": _TEXT_ONLY, "developer": _TEXT_ONLY, "user": _USER_PARTS,
+    "assistant": frozenset({"text", "refusal"}), "tool": _TEXT_ONLY, "function": _TEXT_ONLY,
+}
+
+
+class FunctionCall(_Wire):
+    """``{"name", "arguments"}``; ``arguments`` is a JSON text written by the model (or the client)."""
+
+    name: str
+    arguments: str
+
+
+class CustomCall(_Wire):
+    """A custom tool's call: ``{"name", "input"}`` (free text)."""
+
+    name: str
+    input: str
+
+
+class ToolCall(_Wire):
+    """One entry of an assistant message's ``tool_calls``: a function call or a custom tool call."""
+
+    id: str
+    type: Literal["function", "custom"]
+    function: FunctionCall | None = None
+    custom: CustomCall | None = None
+
+    @model_validator(mode="after")
+    def _matches_type(self) -> "ToolCall":
+        if getattr(self, self.type) is None or (self.function is not None and self.custom is not None):
+            raise ValueError(f"a tool call of type '{self.type}' carries exactly the '{self.type}' object")
+        return self
+
+
+class AssistantAudio(_Wire):
+    """``{"id"}``: a previous audio answer of the model, by id."""
+
+    id: str
 
 
 class ChatMessage(_Wire):
-    """A chat message; ``content`` is a string, a list of parts, or null (assistant tool calls)."""
+    """A chat message with only the fields OpenAI's chat schema gives its role (:data:`ROLE_FIELDS`).
 
-    model_config = ConfigDict(strict=True, extra="allow")
+    ``content`` is a string, a list of content parts (the types :data:`ROLE_PARTS` allows the
+    role, each with only its own fields) or null (assistant tool calls). An unknown key is
+    rejected by pydantic (``messages.N.key``: "Extra inputs are not permitted"); a known key
+    outside the role's schema, or a bad content part, by the validators below (ValueError →
+    400 ``invalid_value``).
+    """
+
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_call_id: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    function_call: FunctionCall | None = None
+    refusal: str | None = None
+    audio: AssistantAudio | None = None
+
+    @field_validator("name", "tool_call_id", "tool_calls", "function_call", "refusal", "audio")
+    @classmethod
+    def _field_of_role(cls, value: Any, info: ValidationInfo) -> Any:
+        role = info.data.get("role")
+        if value is not None and role is not None and info.field_name not in ROLE_FIELDS[role]:
+            raise ValueError(f"'{info.field_name}' is not a field of a {role} message")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _parts_of_role(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, list):
+            allowed = ROLE_PARTS.get(info.data.get("role") or "user", _USER_PARTS)
+            for i, part in enumerate(value):
+                _check_part(i, part, allowed)
+        return value
+
+
+def _check_part(index: int, part: dict[str, Any], allowed: frozenset[str]) -> None:
+    """Validate content part ``index`` against its type's model; ValueError naming the bad key."""
+    kind = part.get("type")
+    if not isinstance(kind, str) or kind not in allowed:
+        raise ValueError(f"content part {index} has type {kind!r}; this role accepts {sorted(allowed)}")
+    try:
+        PART_TYPES[kind].model_validate(part)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in (index, *first["loc"]))
+        raise ValueError(f"'content.{where}': {first['msg']}") from None
 
 
 class StreamOptions(_Wire):

@@ -5,15 +5,21 @@ never blocks on disk). WAL journal, ``synchronous=FULL`` so a committed
 batch survives power loss. Each batch is one ``BEGIN IMMEDIATE``
 transaction doing the head compare-and-set, which serialises writers across
 threads *and* processes sharing the file.
+
+The database file is created mode 0600 whatever the umask (SQLite gives its ``-wal`` and ``-shm``
+files the database file's mode); an existing file readable by group or others is narrowed to
+0600 with a warning (docs/security.md "Safe defaults").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import sqlite3
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -79,6 +85,42 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 #: The table of each review queue (names kept from before the queues were one API).
 _QUEUE_TABLES = {"escalations": "cases", "adjudications": "review_items"}
 
+_log = logging.getLogger("sonate.storage.sqlite")
+#: Permission bits of the ledger database and its -wal/-shm files: owner read/write only.
+FILE_MODE = 0o600
+
+
+def _narrow(name: str) -> None:
+    """chmod ``name`` to 0600 if group or others may access it (a warning either way); absent: nothing."""
+    try:
+        mode = stat.S_IMODE(os.stat(name).st_mode)
+        if mode & 0o077:
+            os.chmod(name, FILE_MODE)
+            _log.warning("%s was mode %o (readable by others): narrowed to 0600", name, mode)
+    except FileNotFoundError:
+        return
+    except PermissionError as exc:
+        _log.warning("%s cannot be narrowed to mode 0600: %s", name, exc)
+
+
+def private_file(path: str) -> None:
+    """Create the database file at ``path`` mode 0600 (umask-independent) if it does not exist;
+    narrow an existing one (and its ``-wal``/``-shm`` files) readable by group or others to 0600.
+
+    SQLite creates new files 0644 minus the umask and its journal files with the database's mode.
+    Raises ``OSError`` when the file cannot be created.
+    """
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, FILE_MODE)
+    except FileExistsError:
+        for name in (path, path + "-wal", path + "-shm"):
+            _narrow(name)
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)  # os.open's mode is masked by the umask
+    finally:
+        os.close(fd)
+
 
 class SQLiteStore(LedgerStore):
     """A :class:`LedgerStore` in one SQLite file.
@@ -105,6 +147,7 @@ class SQLiteStore(LedgerStore):
         if self._conn is None:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                private_file(self.path)
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
             try:
                 self._enable_wal(conn)

@@ -27,6 +27,7 @@ __all__ = [
     "publish_checkpoint",
     "reindex",
     "tree_root",
+    "verify_against_trusted_checkpoint",
     "verify_tree",
 ]
 
@@ -243,4 +244,43 @@ async def _check_stored_checkpoint(store: LedgerStore, size: int, root: bytes, p
     elif parsed.root_hash != root:
         fails.append(Failure(None, None, "checkpoint", "root hash differs from the root recomputed from the receipts",
                              where=where))
+    return fails
+
+
+async def verify_against_trusted_checkpoint(store: LedgerStore, note: str, public_keys: Mapping[str, bytes],
+                                            origin: str | None = None) -> list[Failure]:
+    """Prove the stored ledger still extends a checkpoint the verifier saved earlier; return failures.
+
+    ``note``: a C2SP signed checkpoint (``GET /v1/ledger/checkpoint``) kept *outside* the ledger's
+    database. Checks, all with ``where="trusted checkpoint (tree size M)"``: its signature by
+    ``public_keys`` and origin (:func:`proxy.tlog.checkpoint.verify_checkpoint`), then
+    ``truncated`` when the stored receipts or tree hold fewer than M leaves (a tail deleted), then
+    ``consistency`` when the RFC 9162 §2.1.4 consistency proof from M to the stored tree size N,
+    computed from the stored nodes, does not lead from the saved root to the root of the stored tree
+    (history below M rewritten). The stored nodes themselves are audited against the receipts by
+    :func:`verify_tree` (``sonate verify --ledger`` over the whole ledger). Raises
+    ``LedgerUnavailable`` when the store is down.
+    """
+    fails = list(verify_checkpoint(note, public_keys, origin))
+    try:
+        saved = parse_checkpoint(note)
+    except CheckpointError:
+        return fails
+    size = saved.tree_size
+    where = f"trusted checkpoint (tree size {size})"
+    head = await store.head()
+    receipts, stored = (0 if head is None else head.height + 1), await store.tree_size()
+    if min(receipts, stored) < size:
+        return fails + [Failure(None, None, "truncated",
+                                f"the ledger holds {receipts} receipts and a tree of {stored} leaves, but the "
+                                f"checkpoint saved earlier commits to {size}: receipts were deleted", where=where)]
+    try:
+        proof = await consistency_proof(store, size, stored)
+        root = await tree_root(store, stored)
+    except (TreeError, ValueError) as exc:
+        return fails + [Failure(None, None, "consistency", f"cannot compute the proof: {exc}", where=where)]
+    if not merkle.verify_consistency_path(size, stored, saved.root_hash, root, proof):
+        fails.append(Failure(None, None, "consistency",
+                             f"the stored tree of {stored} leaves does not extend the saved root (RFC 9162 "
+                             f"§2.1.4.2): history below height {size} was rewritten", where=where))
     return fails

@@ -2,7 +2,8 @@
 //
 // The rules are the ones every Sonate verifier implements (docs/architecture.md "Trust receipts",
 // proxy/receipts/receipt.py and verify.py): RFC 8785 canonical JSON, SHA-256 references
-// "sha256:<hex>", Ed25519 (RFC 8032) over the canonical receipt without ed25519_sig, the
+// "sha256:<hex>", Ed25519 (RFC 8032) over the canonical receipt without ed25519_sig, the key's
+// validity window (not_after by ts, not_before_height by ledger height), the
 // prev_hash chain from the genesis hash, RFC 9162 §2.1 Merkle inclusion proofs and C2SP
 // tlog-checkpoint signed notes. No DOM and no network: verify.js is the page around it.
 //
@@ -27,6 +28,7 @@ export const CHECK_LABELS = Object.freeze({
   schema: 'Receipt fields and formats (no floats)',
   unknown_key: 'Receipt key_id is a trusted key',
   signature: 'Ed25519 receipt signature',
+  key_window: 'Receipt inside its key\u2019s validity window',
   genesis: 'Genesis rule (height 0 ⇔ zero prev_hash)',
   prev_hash: 'prev_hash links to the previous receipt',
   height: 'Heights are contiguous and in order',
@@ -364,9 +366,48 @@ export async function loadPublicKeys(doc) {
     if ('key_id' in entry && entry.key_id !== keyId) {
       throw new InputError(`${where}: key_id ${shortRepr(entry.key_id)} does not match public_key (${keyId})`);
     }
-    keys.set(keyId, { publicKey, entry });
+    keys.set(keyId, { publicKey, entry, ...keyWindow(entry, where) });
   }
   return keys;
+}
+
+const WINDOW_TS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+/**
+ * A key entry's validity window, checked like signing.py: {notAfter: RFC 3339 string or null,
+ * notBeforeHeight: integer or null}. not_before is validated but not used (a spooled receipt is
+ * sealed after its ts; docs/receipts.md "Keys and rotation"). Throws InputError.
+ */
+function keyWindow(entry, where) {
+  for (const name of ['not_before', 'not_after']) {
+    const value = entry[name];
+    if (value !== undefined && value !== null && (typeof value !== 'string' || !WINDOW_TS.test(value))) {
+      throw new InputError(`${where}: ${name} must be an RFC 3339 UTC timestamp with milliseconds or null, got ${shortRepr(value)}`);
+    }
+  }
+  const height = entry.not_before_height;
+  if (height !== undefined && height !== null && !(isInt(height) && height >= 0 && height <= MAX_SAFE_INTEGER)) {
+    throw new InputError(`${where}: not_before_height must be an integer >= 0 or null, got ${shortRepr(height)}`);
+  }
+  return { notAfter: entry.not_after ?? null, notBeforeHeight: height ?? null };
+}
+
+/**
+ * key_window failures (verify.py _key_window): ts at or after the key's not_after (a retired
+ * key), or ledger_height below its not_before_height (sealed before the key existed).
+ */
+function keyWindowFailures(receipt, keyId, key) {
+  const fails = [];
+  const ts = receipt.ts;
+  if (key.notAfter !== null && typeof ts === 'string' && ts >= key.notAfter) {
+    fails.push(failure('key_window', `ts ${ts} is not before ${keyId}'s not_after ${key.notAfter} (key retired)`, receipt));
+  }
+  const height = heightOf(receipt);
+  if (key.notBeforeHeight !== null && height !== null && height < key.notBeforeHeight) {
+    fails.push(failure('key_window', `ledger_height ${height} is below ${keyId}'s not_before_height ` +
+      `${key.notBeforeHeight}: the key did not exist when that height was sealed`, receipt));
+  }
+  return fails;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -486,6 +527,7 @@ export async function verifyReceipt(receipt, keys, { backend = 'auto', floatsSom
         ok = false;
       }
       if (!ok) failures.push(failure('signature', `Ed25519 signature does not verify with ${keyId}`, receipt));
+      failures.push(...keyWindowFailures(receipt, keyId, keys.get(keyId)));
     }
     const height = heightOf(receipt);
     if (height === 0 && receipt.prev_hash !== GENESIS_PREV_HASH) {
@@ -894,7 +936,7 @@ export async function verifyText(documentText, keysText, options = {}) {
       keys = await loadPublicKeys(parseJson(keysText).value);
     } catch (err) {
       return summarize(kind, [failure('keys', `trusted keys: ${err.message}`)], ['input', 'keys'], extra,
-        ['schema', 'unknown_key', 'signature']);
+        ['schema', 'unknown_key', 'signature', 'key_window']);
     }
   } else if (kind !== 'bundle') {
     return summarize(kind, [failure('keys', 'no trusted public keys given: paste them or fetch /v1/keys')], ['input', 'keys'], extra);
@@ -907,7 +949,7 @@ export async function verifyText(documentText, keysText, options = {}) {
     extra.backend = result.backend;
     extra.entry_hashes = result.entry_hashes;
     return summarize(kind, result.failures,
-      ['keys', 'schema', 'unknown_key', 'signature', 'genesis', 'prev_hash', 'height', 'duplicate'], extra);
+      ['keys', 'schema', 'unknown_key', 'signature', 'key_window', 'genesis', 'prev_hash', 'height', 'duplicate'], extra);
   }
 
   if (kind === 'receipt') {
@@ -915,11 +957,11 @@ export async function verifyText(documentText, keysText, options = {}) {
     const own = await verifyReceipt(doc, keys, { backend, floatsSomewhere: parsed.floatsSomewhere });
     extra.backend = own.backend;
     extra.entry_hash = own.entry_hash;
-    return summarize(kind, own.failures, ['keys', 'schema', 'unknown_key', 'signature', 'genesis'], extra);
+    return summarize(kind, own.failures, ['keys', 'schema', 'unknown_key', 'signature', 'key_window', 'genesis'], extra);
   }
 
   // Bundle, in the order of bundle.py verify_bundle.
-  const order = ['bundle', pasted ? 'keys' : 'public_keys', 'schema', 'unknown_key', 'signature', 'genesis',
+  const order = ['bundle', pasted ? 'keys' : 'public_keys', 'schema', 'unknown_key', 'signature', 'key_window', 'genesis',
     'checkpoint', 'checkpoint_signature', 'inclusion'];
   const upTo = (id) => order.slice(0, order.indexOf(id) + 1);
   const after = (id) => order.slice(order.indexOf(id) + 1);

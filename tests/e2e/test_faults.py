@@ -1,4 +1,5 @@
-"""Fault tests with real processes: kill -9 the proxy mid-load; kill -9 its Redis mid-load.
+"""Fault tests with real processes: kill -9 the proxy mid-load; kill -9 its Redis mid-load; a Redis
+that answers PING but refuses the append (ACL), for the fail_closed path without timing luck.
 
 Afterwards the chain and the Merkle tree verify, every response a client received with a receipt
 id has its receipt in the ledger, and nothing is duplicated (docs/operations.md "Fault policy"). Clients are
@@ -301,3 +302,72 @@ async def _heights(url: str, receipt_ids: list[str]) -> dict[str, int]:
         return {rid: (await store.get_by_id(rid))["ledger_height"] for rid in receipt_ids}
     finally:
         await store.close()
+
+
+# --------------------------------------------------------------------------------------------
+# (c) fail_closed, deterministic: PING succeeds, the append is refused (Redis ACL)
+
+LEDGER_USER, LEDGER_PASSWORD = "sonate-ledger", "ledger-user-password-for-tests"
+
+
+def _acl(admin: redis.Redis, *rules: str) -> None:
+    """ACL SETUSER for the proxy's ledger user; applies at once to its open connections (Redis 7)."""
+    admin.execute_command("ACL", "SETUSER", LEDGER_USER, *rules)
+
+
+def _height(admin: redis.Redis, namespace: str) -> int:
+    return int(admin.hget(f"{{{namespace}}}:head", "height") or -1)
+
+
+def _chat(proxy: RunningProxy, marker: str):
+    client = OpenAI(base_url=proxy.v1, api_key=CLIENT_KEY, max_retries=0, timeout=30)
+    return client.chat.completions.with_raw_response.create(
+        model="stub", messages=[{"role": "user", "content": f"Suggest a name for a boat ({marker})"}])
+
+
+def test_fail_closed_append_refused_after_ping_succeeded(tmp_path: Path, upstream, ledger_policies: Path) -> None:
+    """A Redis that answers PING but refuses the append (its ACL denies ``@scripting``, i.e. the
+    EVALSHA of the append script) under ``on_unavailable: fail_closed`` (docs/operations.md
+    "Fault policy"): 503 ``ledger_unavailable`` in OpenAI format from the append path; the model WAS
+    called once (the ping passed, its answer is discarded); nothing is stored; the same proxy
+    answers normally once the ACL is restored. No timing luck: every step is deterministic."""
+    server = RedisServer(tmp_path / "redis", aof=False).start()
+    admin = redis.Redis(port=server.port, decode_responses=True)  # the default user: full rights
+    _acl(admin, "reset", "on", f">{LEDGER_PASSWORD}", "~*", "&*", "+@all")
+    namespace = "failclosed"
+    url = f"redis://{LEDGER_USER}:{LEDGER_PASSWORD}@127.0.0.1:{server.port}/0?namespace={namespace}"
+    proxy = start_proxy_with(tmp_path / "proxy", upstream.url, url, policies=ledger_policies,
+                             ledger={"on_unavailable": "fail_closed", "audit_interval_seconds": 0})
+    try:
+        first = _chat(proxy, "before")
+        assert first.status_code == 200 and first.headers["x-sonate-receipt-status"] == "appended"
+        height = _height(admin, namespace)
+        assert height >= 0
+
+        _acl(admin, "-@scripting")  # PING/GET/HGET still allowed; EVALSHA (the append) is NOPERM
+        assert redis.Redis.from_url(url.split("?")[0]).ping()
+        with urllib.request.urlopen(proxy.url + "/readyz", timeout=10) as r:
+            assert r.status == 200  # readiness pings the ledger: it answers
+        keys_before = set(admin.scan_iter(match=f"{{{namespace}}}*"))
+        upstream.reset()
+        with pytest.raises(openai.APIStatusError) as caught:
+            _chat(proxy, "refused")
+        error = caught.value.response.json()["error"]
+        assert caught.value.status_code == 503 and error["code"] == "ledger_unavailable"
+        assert error["type"] == "api_error" and "not completed" in error["message"]  # the append path
+        assert "x-sonate-receipt-id" not in caught.value.response.headers
+        forwarded = [b for b in upstream.received() if "(refused)" in json.dumps(b)]
+        assert len(forwarded) == 1  # the ping passed, so the model was called; its answer was discarded
+        assert _height(admin, namespace) == height  # no receipt stored
+        assert set(admin.scan_iter(match=f"{{{namespace}}}*")) == keys_before  # nothing else written either
+
+        _acl(admin, "+@all")  # fault lifted: the same proxy, no restart
+        after = _chat(proxy, "after")
+        assert after.status_code == 200 and after.headers["x-sonate-receipt-status"] == "appended"
+        assert _height(admin, namespace) > height
+        received = [first.headers["x-sonate-receipt-id"], after.headers["x-sonate-receipt-id"]]
+        asyncio.run(check_ledger(url, _keys_of(proxy), received))
+    finally:
+        stop_proxy(proxy)
+        admin.close()
+        server.stop()

@@ -175,6 +175,15 @@ def test_sonate_ledger_bundle_and_checkpoint_commands(sqlite_proxy, receipts, tm
     ("/v1/ledger/proof/consistency?from=1&to=99999999", 400, "to"),
     ("/v1/ledger/checkpoint?tree_size=x", 400, "tree_size"),
     ("/v1/ledger/checkpoint?tree_size=99999999", 404, "tree_size"),
+    # non-ASCII digits: str.isdigit() accepts them, int() refuses "²" and "①" (was a 500) and reads "١" as 1
+    ("/v1/ledger/proof/inclusion?height=%C2%B2", 400, "height"),
+    ("/v1/ledger/proof/inclusion?height=%D9%A1", 400, "height"),
+    ("/v1/ledger/proof/inclusion?height=0&tree_size=%E2%91%A0", 400, "tree_size"),
+    ("/v1/ledger/proof/consistency?from=%C2%B3", 400, "from"),
+    ("/v1/ledger/proof/consistency?from=1&to=%EF%BC%92", 400, "to"),
+    ("/v1/ledger/checkpoint?tree_size=%C2%B9", 400, "tree_size"),
+    ("/v1/ledger/proof/inclusion?height=%2B1", 400, "height"),
+    ("/v1/ledger/proof/inclusion?height=1%0A", 400, "height"),
 ])
 def test_bad_parameters_are_openai_errors(sqlite_proxy, receipts, path: str, status: int, param: str) -> None:
     got, headers, body = get(sqlite_proxy, path)  # public endpoints: no key needed
@@ -187,6 +196,7 @@ def test_proofs_are_public_and_the_metrics_count_checkpoints(sqlite_proxy, recei
     wait_for_checkpoint(sqlite_proxy, 1)
     status, _, _ = get(sqlite_proxy, "/v1/ledger/proof/inclusion?height=0")
     assert status == 200
-    metrics = get(sqlite_proxy, "/metrics")[2].decode()
+    assert get(sqlite_proxy, "/metrics")[0] == 401  # /metrics needs a key by default
+    metrics = get(sqlite_proxy, "/metrics", ADMIN_KEY)[2].decode()
     published = [line for line in metrics.splitlines() if line.startswith("sonate_ledger_checkpoints_published_total")]
     assert published and float(published[0].split()[-1]) >= 1

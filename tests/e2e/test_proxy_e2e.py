@@ -282,8 +282,11 @@ def test_receipts_of_other_actors_are_hidden(proxy, client, upstream):
 
 
 def test_metrics_expose_kpi_counters(proxy, client, upstream):
+    """Self-sufficient (passes alone and in any order): it first sends its own streamed request
+    that reaches the provider, so the provider-side series exist, then a blocked one."""
     def scrape() -> str:
-        with urllib.request.urlopen(proxy.url + "/metrics") as r:
+        request = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        with urllib.request.urlopen(request) as r:
             return r.read().decode()
 
     def value(text: str, pattern: str) -> float:
@@ -293,9 +296,18 @@ def test_metrics_expose_kpi_counters(proxy, client, upstream):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    start = scrape()
+    stream = client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "Name a river"}],
+                                            stream=True, stream_options={"include_usage": True})
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert len(upstream.received()) == 1  # this test's own request reached the provider
     before = scrape()
+    for name in ("sonate_upstream_duration_seconds_count", "sonate_time_to_first_token_seconds_count"):
+        assert value(before, name + r'\{.*model="stub"') == value(start, name + r'\{.*model="stub"') + 1, name
+    assert value(before, r'sonate_tokens_total\{.*model="stub"') > value(start, r'sonate_tokens_total\{.*model="stub"')
     client.chat.completions.create(model="stub", messages=[{"role": "user", "content": HARMFUL}])
     after = scrape()
+    assert len(upstream.received()) == 1  # the harmful request was refused before the provider
     assert value(after, r'sonate_apologies_total\{.*source="guardrail"') == value(before, r'sonate_apologies_total\{.*source="guardrail"') + 1
     assert value(after, r"sonate_interactions_total\{") == value(before, r"sonate_interactions_total\{") + 1
     assert value(after, r'sonate_guardrail_triggers_total\{.*policy_id="safety.harm"') >= 1

@@ -1,6 +1,7 @@
 """The in-browser verifier (/verify) in Debian's headless chromium, against the real proxy.
 
-Every cross-language vector (tests/vectors/*.json) goes through the page's verifier twice —
+Every cross-language vector (tests/vectors/*.json, including the key-window ones: a receipt
+re-signed below its key's not_before_height after a rotation) goes through the page's verifier twice —
 with WebCrypto's Ed25519 and with the vendored @noble/ed25519 fallback (?fallback=1) — and
 the browser's verdict must equal the vector's and the Python verifier's. A person's path is
 driven too: paste a live receipt and a bundle, fetch /v1/keys, click Verify, read the badges.
@@ -169,7 +170,7 @@ def test_person_pastes_a_live_receipt_fetches_keys_and_reads_badges(browser, pro
     _paste(browser, "document", json.dumps(receipt, indent=1))
     badges = _verify_click(browser)
     assert badges == {"keys": "✔ PASS", "schema": "✔ PASS", "unknown_key": "✔ PASS", "signature": "✔ PASS",
-                      "genesis": "✔ PASS"}
+                      "key_window": "✔ PASS", "genesis": "✔ PASS"}
     verdict = browser.find_element(By.ID, "verdict")
     assert "Receipt verified" in verdict.text and "pass" in verdict.get_attribute("class")
 

@@ -30,7 +30,7 @@ def sonate(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     from proxy.cli import main
 
     monkeypatch.setenv("STUB_PROVIDER_KEY", "x")
-    monkeypatch.setenv("SONATE_TEST_ADMIN_KEY", "sk-test-admin-0003")
+    monkeypatch.setenv("SONATE_TEST_ADMIN_KEY", "sk-test-admin-0003-padded-to-32-chars")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         capsys.readouterr()
@@ -71,7 +71,7 @@ def test_loose_key_file_is_refused_by_cli_and_proxy(tmp_path: Path, stub, sonate
     key_file.chmod(0o640)
     rotate = sonate("keys", "rotate", "--config", str(config_path))
     assert rotate.returncode == 2 and "chmod 600" in rotate.stderr
-    env = {**os.environ, "STUB_PROVIDER_KEY": "x", "SONATE_TEST_ADMIN_KEY": "sk-test-admin-0003"}
+    env = {**os.environ, "STUB_PROVIDER_KEY": "x", "SONATE_TEST_ADMIN_KEY": "sk-test-admin-0003-padded-to-32-chars"}
     serve = subprocess.run([sys.executable, "-m", "proxy", "serve", "--config", str(config_path)], cwd=ROOT,
                            env=env, capture_output=True, text=True, timeout=120)
     assert serve.returncode == 2
@@ -132,3 +132,50 @@ def test_keyring_heals_after_a_crash_between_key_file_and_keyring(tmp_path: Path
     entries = Keyring(key_file).load().entries()
     assert [(e["key_id"], e["status"]) for e in entries] == [(old.key_id, "retired"), (new.key_id, "active")]
     assert entries[0]["not_after"] == new.created
+
+
+def test_rotation_records_the_ledger_size_as_the_new_keys_first_height(tmp_path: Path) -> None:
+    """docs/receipts.md "Keys and rotation": heights below the size read at rotation cannot carry the new key."""
+    key_file = tmp_path / "k.json"
+    old = generate_key(key_file)
+    rotation = datetime.now(timezone.utc)
+    _, new = rotate_key(key_file, overlap_seconds=0, now=rotation, ledger_size=5)
+    entries = read_keyring(tmp_path / "k.keyring.json")
+    assert [e.get("not_before_height") for e in entries] == [None, 5]
+    keys = load_public_keys({"keys": entries})
+    assert keys.heights == {new.key_id: 5}
+    before = utc_timestamp(rotation - timedelta(seconds=1))  # a request answered before the rotation...
+    spooled = seal(make_receipt(ts=before), ledger_height=5, prev_hash="sha256:" + "1" * 64, signer=new)
+    assert verify_chain([spooled], keys) == []  # ...and sealed after it (the spool): fine
+    rewritten = seal(make_receipt(ts=before), ledger_height=4, prev_hash="sha256:" + "1" * 64, signer=new)
+    failures = verify_chain([rewritten], keys)
+    assert [f.check for f in failures] == ["key_window"] and "not_before_height 5" in failures[0].detail
+    with pytest.raises(ValueError):
+        rotate_key(key_file, ledger_size=-1)
+    assert old.key_id in keys
+
+
+def test_cli_rotate_reads_the_configured_ledger(tmp_path: Path, stub, sonate) -> None:
+    import asyncio
+
+    db = tmp_path / "l.db"
+    config_path = write_config(tmp_path, stub.url, "sqlite:///" + str(db), 0, ROOT / "policies")
+    assert sonate("keys", "generate", "--config", str(config_path)).returncode == 0
+    key_file = tmp_path / "keys" / "signing-key.json"
+
+    async def append(n: int) -> None:
+        keyring = Keyring(key_file).load()
+        store = open_store("sqlite:///" + str(db))
+        try:
+            await Ledger(store, keyring.current()).append([make_receipt() for _ in range(n)])
+        finally:
+            await store.close()
+
+    asyncio.run(append(7))
+    rotated = sonate("keys", "rotate", "--config", str(config_path))
+    assert rotated.returncode == 0, rotated.stderr
+    assert "from 7 on" in rotated.stderr
+    listed = json.loads(sonate("keys", "list", "--json", "--config", str(config_path)).stdout)["keys"]
+    assert listed[-1]["not_before_height"] == 7 and listed[-1]["status"] == "active"
+    no_ledger = sonate("keys", "rotate", "--key-file", str(key_file))
+    assert no_ledger.returncode == 0 and "no not_before_height" in no_ledger.stderr

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from proxy.server.metrics import Metrics
-from tests.support.proxy import CLIENT_KEY, ROOT
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT
 
 PROM = ROOT / "deploy" / "prometheus"
 RULES = PROM / "rules.yml"
@@ -65,8 +65,10 @@ def test_rule_unit_tests_pass() -> None:
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
 
 
-def test_prometheus_config_is_valid_and_loads_the_rules() -> None:
-    result = promtool("check", "config", str(PROM / "prometheus.yml"))
+def test_prometheus_config_is_valid_and_loads_the_rules(tmp_path) -> None:
+    copy = shutil.copytree(PROM, tmp_path / "prometheus")
+    (copy / "sonate-metrics-key").write_text("sk-the-scraper-key-written-by-the-operator")  # not in the repository
+    result = promtool("check", "config", str(copy / "prometheus.yml"))
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     config = yaml.safe_load((PROM / "prometheus.yml").read_text())
     assert config["rule_files"] == ["rules.yml"]
@@ -112,7 +114,8 @@ def test_rules_and_dashboard_read_only_series_the_proxy_exports() -> None:
 def test_real_metrics_output_passes_promtool_check_metrics(proxy) -> None:
     client = openai.OpenAI(base_url=proxy.v1, api_key=CLIENT_KEY, max_retries=0, timeout=30)
     client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "Hello there"}])
-    with urllib.request.urlopen(proxy.url + "/metrics", timeout=10) as response:
+    scrape = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(scrape, timeout=10) as response:
         body = response.read()
     assert b"sonate_interactions_total{" in body and b"sonate_request_duration_seconds_bucket{" in body
     result = promtool("check", "metrics", stdin=body)

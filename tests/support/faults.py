@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.proxy import RunningProxy, spawn_proxy, wait_until_up, write_config
+from tests.support.proxy import ADMIN_KEY, RunningProxy, spawn_proxy, wait_until_up, write_config
 from tests.support.redis_server import free_port
 
 
@@ -58,5 +58,6 @@ def metric_value(text: str, name: str, labels: dict[str, str] | None = None) -> 
 
 
 def scrape(proxy: RunningProxy) -> str:
-    with urllib.request.urlopen(proxy.url + "/metrics", timeout=10) as r:
+    request = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
         return r.read().decode()

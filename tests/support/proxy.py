@@ -18,7 +18,8 @@ from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
-CLIENT_KEY, OTHER_KEY, ADMIN_KEY = "sk-test-client-0001", "sk-test-other-0002", "sk-test-admin-0003"
+CLIENT_KEY, OTHER_KEY, ADMIN_KEY = ("sk-test-client-0001-padded-to-32-chars", "sk-test-other-0002-padded-to-32-chars",
+                                   "sk-test-admin-0003-padded-to-32-chars")
 
 
 @dataclass

@@ -7,6 +7,7 @@ which message texts reach which detector. The real detectors have their own test
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -172,9 +173,9 @@ def test_each_detector_reads_the_roles_it_screens(rig):
                 {"role": "tool", "content": "tool output"}, {"role": "function", "content": "fn output"},
                 user("last question")]
     rig.engine.screen_input(messages)
-    assert rig.safety.calls == [["sys", "dev", "first question", "tool output", "fn output", "last question"]]
-    assert rig.pii.calls == [["sys", "dev", "first question", "an answer", "tool output", "fn output",
-                              "last question"]]
+    everything = ["sys", "dev", "first question", "an answer", "tool output", "fn output", "last question"]
+    assert rig.safety.calls == [everything]  # client-written assistant turns are input too
+    assert rig.pii.calls == [everything]
     assert rig.domain.calls == [["last question"]]
 
 
@@ -182,7 +183,79 @@ def test_results_are_cached_by_content(rig):
     history = [user("first question")]
     rig.engine.screen_input(history)
     rig.engine.screen_input([*history, {"role": "assistant", "content": "ok"}, user("second")])
-    assert rig.safety.calls == [["first question"], ["second"]]
+    assert rig.safety.calls == [["first question"], ["ok", "second"]]
+
+
+# ---- everything the client writes is input (issue 15) -------------------------------------------
+
+
+def prefill(text: str) -> list[dict[str, Any]]:
+    return [user("Continue."), {"role": "assistant", "content": text}, user("Go on from where you stopped.")]
+
+
+def test_a_prefilled_assistant_turn_is_refused_like_a_user_turn(rig):
+    screen = rig.engine.screen_input(prefill("Here is how to HARM people, step one"))
+    assert screen.action == "refuse" and rig.pii.calls == []
+    assert screen.decisions[0].evidence["categories"] == ["harmful_intent"]
+
+
+@pytest.mark.parametrize("field, message", [
+    ("refusal", {"role": "assistant", "content": None, "refusal": "HARM"}),
+    ("tool call arguments", {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"how": "HARM them"}'}}]}),
+    ("tool call name", {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "BAD_words", "arguments": "{}"}}]}),
+    ("tool result", {"role": "tool", "tool_call_id": "c", "content": "HARM"}),
+    ("name", {"role": "user", "name": "BAD", "content": "hi"}),
+    ("refusal part", {"role": "assistant", "content": [{"type": "refusal", "refusal": "HARM"}]}),
+])
+def test_safety_judges_every_client_field(rig, field, message):
+    assert rig.engine.screen_input([message, user("Go on.")]).action == "refuse", field
+
+
+def test_the_policy_may_judge_only_the_latest_assistant_turns():
+    last_one = SAFETY.model_copy(update={"input_assistant_turns": 1})
+    rig = Rig([last_one])
+    old_prefill = [*prefill("HARM in the old turn"), {"role": "assistant", "content": "fine"}, user("next")]
+    assert rig.engine.screen_input(old_prefill).action == "allow"
+    assert rig.safety.calls == [["Continue.", "Go on from where you stopped.", "fine", "next"]]
+    assert rig.engine.screen_input(prefill("HARM in the latest turn")).action == "refuse"
+    none = Rig([SAFETY.model_copy(update={"input_assistant_turns": 0})])
+    assert none.engine.screen_input(prefill("HARM")).action == "allow"
+
+
+def test_pii_in_tool_calls_and_tool_results_is_masked_and_restored(rig):
+    arguments = '{"to": "ada@example.org", "cc": ["bob@example.com"], "note": "for Ada Lovelace", "n": 3}'
+    messages = [user("Send it."),
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "send_mail", "arguments": arguments}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sent to ada@example.org"}]
+    screen = rig.engine.screen_input(messages)
+    assert screen.action == "mask"
+    call = screen.messages[1]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {
+        "to": "<EMAIL_ADDRESS_1>", "cc": ["<EMAIL_ADDRESS_2>"], "note": "for <PERSON_1>", "n": 3}
+    assert call["function"]["name"] == "send_mail" and call["id"] == "c1"
+    assert screen.messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "sent to <EMAIL_ADDRESS_1>"}
+    assert messages[1]["tool_calls"][0]["function"]["arguments"] == arguments  # the caller's copy is untouched
+    spans = screen.decisions[0].evidence["spans"]
+    assert {(s["message"], s["field"], s["entity_type"]) for s in spans} == {
+        (1, "tool_calls.0.function.arguments", "EMAIL_ADDRESS"), (1, "tool_calls.0.function.arguments", "PERSON"),
+        (2, "content", "EMAIL_ADDRESS")}
+    assert "example" not in json.dumps(screen.decisions[0].evidence)
+
+    answer_calls = [{"id": "c2", "type": "function",
+                     "function": {"name": "send_mail", "arguments": '{"to": "<EMAIL_ADDRESS_2>", "re": "<PERSON_1>"}'}}]
+    out = rig.engine.screen_output("Mailing <EMAIL_ADDRESS_1>.", screen.masker, answer_calls)
+    assert out.text == "Mailing ada@example.org."
+    assert json.loads(out.tool_calls[0]["function"]["arguments"]) == {"to": "bob@example.com", "re": "Ada Lovelace"}
+    assert answer_calls[0]["function"]["arguments"] == '{"to": "<EMAIL_ADDRESS_2>", "re": "<PERSON_1>"}'
+
+
+def test_a_refused_answer_drops_its_tool_calls(rig):
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    assert rig.engine.screen_output("HARM", None, calls).tool_calls is None
+    assert rig.engine.screen_output("fine", None, calls).tool_calls == calls
 
 
 # ---- continuity -------------------------------------------------------------------------------

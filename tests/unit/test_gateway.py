@@ -51,7 +51,7 @@ async def rig(tmp_path: Path, upstream: StubUpstream) -> AsyncIterator[Rig]:
     config = Config(
         model_list=[{"model_name": "stub", "litellm_params": {"model": "openai/stub-model", "api_base": upstream.url,
                                                               "api_key": "sk-stub"}}],
-        auth={"keys": [{"key": "sk-test-client-0001", "actor": "alice"}]},
+        auth={"keys": [{"key": "sk-test-client-0001-padded-to-32-chars", "actor": "alice"}]},
         ledger={"url": sqlite_url(tmp_path / "ledger.db")},
     )
     engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry,

@@ -79,7 +79,10 @@ def test_vector_set_covers_the_brief() -> None:
         for how in ("changed", "wrong-type", "removed"):
             assert f"receipt/mutate/{field}/{how}" in ids
     for required in ("bundle/proof/flipped-hash", "bundle/proof/swapped-hashes", "bundle/keys/wrong-key",
-                     "receipt/keys/wrong-key", "chain/swapped/first-two"):
+                     "receipt/keys/wrong-key", "chain/swapped/first-two",
+                     # issue 15: a receipt signed outside its key's window, on every kind
+                     "receipt/key-window/below-not-before-height", "receipt/key-window/after-not-after",
+                     "chain/key-window/rewritten-after-rotation", "bundle/key-window/rewritten"):
         assert required in ids
     kinds = {v["kind"] for v in VECTORS}
     assert kinds == {"receipt", "chain", "bundle"}

@@ -68,6 +68,14 @@ KEY_B = Signer(_seed("key B (after rotation)"), created="2026-02-01T00:00:00.000
 KEY_C = Signer(_seed("key C (not trusted)"), created=CREATED)
 TRUSTED = {"keys": [public_key_entry(KEY_A), public_key_entry(KEY_B)]}
 ONLY_C = {"keys": [public_key_entry(KEY_C)]}
+ROTATION = "2026-03-01T12:00:05.500Z"
+"""When key B replaced key A (overlap 0), with the ledger at size 6: the keyring's record of it."""
+WINDOWED = {"keys": [
+    {**public_key_entry(KEY_A), "not_before": CREATED, "not_after": ROTATION, "not_before_height": 0,
+     "status": "retired"},
+    {**public_key_entry(KEY_B), "not_before": ROTATION, "not_after": None, "not_before_height": 6,
+     "status": "active"},
+]}
 
 
 def _hash_ref(label: str) -> str:
@@ -416,9 +424,9 @@ class Log:
     def checkpoint(self, size: int, signer: Signer = KEY_A, origin: str = ORIGIN) -> str:
         return sign_checkpoint(format_checkpoint(origin, size, self.root(size)), signer)
 
-    def bundle(self, index: int, size: int, signer: Signer = KEY_A) -> dict[str, Any]:
+    def bundle(self, index: int, size: int, signer: Signer = KEY_A, keys: Any = TRUSTED) -> dict[str, Any]:
         return make_bundle(self.chain[index], size, self.path(index, size), self.checkpoint(size, signer),
-                           TRUSTED["keys"])
+                           keys["keys"])
 
 
 def _note_signature_line(body_text: str, signer: Signer, name: str) -> str:
@@ -567,6 +575,77 @@ def bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# -- key validity windows (docs/receipts.md "Keys and rotation") ---------------------------------------
+
+
+def rewritten_chain(chain: list[dict[str, Any]], start: int = 3) -> list[dict[str, Any]]:
+    """The rewrite after a rotation: height ``start`` edited (redact → allow), it and every later receipt
+    re-signed with key B, which did not exist below height 6."""
+    out = chain[:start]
+    prev = entry_hash(chain[start - 1])
+    for i in range(start, len(chain)):
+        receipt = seal(body(i, **({"guardrail_action": "allow"} if i == start else {})), ledger_height=i,
+                       prev_hash=prev, signer=KEY_B)
+        out.append(receipt)
+        prev = entry_hash(receipt)
+    return out
+
+
+def key_window_receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Receipts checked against a keyring with windows: inside, at and outside each bound."""
+    spooled = seal(body(30, ts="2026-03-01T12:00:04.000Z"), ledger_height=8, prev_hash=entry_hash(chain[7]),
+                   signer=KEY_B)
+    late_a = seal(body(7), ledger_height=7, prev_hash=chain[7]["prev_hash"], signer=KEY_A)
+    at_rotation = seal(body(5, ts=ROTATION), ledger_height=5, prev_hash=chain[5]["prev_hash"], signer=KEY_A)
+    bad = lambda **change: {"keys": [WINDOWED["keys"][0], {**WINDOWED["keys"][1], **change}]}  # noqa: E731
+    cases = [
+        ("valid/before-rotation", "key A, height 5, ts before its not_after", chain[5], WINDOWED, ()),
+        ("valid/first-height-of-key-b", "key B at its not_before_height (6)", chain[6], WINDOWED, ()),
+        ("valid/spooled-replay", "key B at height 8 on a receipt whose ts is before B's not_before (a spooled "
+         "request sealed after the rotation): heights bound the key, not ts", spooled, WINDOWED, ()),
+        ("below-not-before-height", "height 3 edited and re-signed with key B, made at height 6",
+         rewritten_chain(chain)[3], WINDOWED, ("key_window",)),
+        ("after-not-after", "key A signs a receipt dated after it was retired", late_a, WINDOWED, ("key_window",)),
+        ("at-not-after", "key A signs a receipt dated exactly at its not_after", at_rotation, WINDOWED,
+         ("key_window",)),
+        ("keys/height-as-string", "not_before_height \"6\" is not an integer", chain[6], bad(not_before_height="6"),
+         ("keys",)),
+        ("keys/height-negative", "not_before_height -1", chain[6], bad(not_before_height=-1), ("keys",)),
+        ("keys/not-after-malformed", "not_after without milliseconds", chain[6],
+         bad(not_after="2026-03-02T00:00:00Z"), ("keys",)),
+    ]
+    return [vector(f"receipt/key-window/{name}", "receipt", description, document, keys, expect(*checks))
+            for name, description, document, keys, checks in cases]
+
+
+def key_window_chain_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The whole chain with the windowed keyring, intact and rewritten after the rotation."""
+    return [
+        vector("chain/key-window/valid", "chain", "heights 0..7 with the keyring's windows: rotation at height 6",
+               chain, WINDOWED, expect()),
+        vector("chain/key-window/rewritten-after-rotation", "chain", "height 3 edited, heights 3..7 re-signed with key B: "
+               "every link and signature verifies, heights 3..5 are below B's not_before_height",
+               rewritten_chain(chain), WINDOWED, expect("key_window")),
+        vector("chain/key-window/rewritten-without-windows", "chain", "the same rewrite checked with keys that carry no "
+               "windows verifies: the keyring's record is what catches it", rewritten_chain(chain), TRUSTED,
+               expect()),
+    ]
+
+
+def key_window_bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A bundle of the rewritten log (checkpoint re-signed by key B) with the windowed keys."""
+    log = Log(rewritten_chain(chain))
+    rewritten = log.bundle(3, 8, signer=KEY_B, keys=WINDOWED)
+    return [
+        vector("bundle/key-window/valid", "bundle", "leaf 7 of 8 signed by key B, windowed keys",
+               Log(chain).bundle(7, 8, signer=KEY_B, keys=WINDOWED), WINDOWED, expect()),
+        vector("bundle/key-window/rewritten", "bundle", "leaf 3 of a log rewritten after the rotation: proof and checkpoint "
+               "verify, the receipt's key did not exist at height 3", rewritten, WINDOWED, expect("key_window")),
+        vector("bundle/key-window/rewritten-own-keys", "bundle", "the same bundle with its own public_keys, which carry "
+               "the windows", rewritten, None, expect("key_window")),
+    ]
+
+
 def build() -> dict[str, dict[str, Any]]:
     """Every vector file's content, keyed by file name."""
     chain = build_chain()
@@ -577,10 +656,12 @@ def build() -> dict[str, dict[str, Any]]:
 
     return {
         "receipts.json": doc("Single trust receipts: valid ones, every single-field mutation, signature edge "
-                             "cases and wrong keys.", receipt_vectors(chain)),
-        "chains.json": doc("Ordered runs of receipts: swapped order, gaps, forks, broken links.", chain_vectors(chain)),
+                             "cases, wrong keys and key validity windows.",
+                             receipt_vectors(chain) + key_window_receipt_vectors(chain)),
+        "chains.json": doc("Ordered runs of receipts: swapped order, gaps, forks, broken links, a rewrite after a "
+                           "key rotation.", chain_vectors(chain) + key_window_chain_vectors(chain)),
         "bundles.json": doc("Offline bundles (receipt + RFC 9162 inclusion proof + C2SP checkpoint): valid ones "
-                            "and tampered variants.", bundle_vectors(chain)),
+                            "and tampered variants.", bundle_vectors(chain) + key_window_bundle_vectors(chain)),
     }
 
 

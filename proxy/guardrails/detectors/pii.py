@@ -30,9 +30,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from proxy import offline
+from proxy.guardrails.detectors import patterns
 
 #: Mapping from the entity names of presidio-research's synthetic dataset
 #: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this
@@ -111,6 +112,10 @@ class PiiDetectorConfig(BaseModel):
         recognizers: extra PatternRecognizers (YAML form of presidio's from_dict).
         disabled_recognizers: presidio recognizer names removed from the registry.
         allow_list: exact strings never reported (e.g. the organisation's own name).
+        analysis_window_chars: most characters any recognizer (and spaCy) sees at once; longer
+            texts are analysed in overlapping windows (issue 15: bounded regex work).
+        analysis_overlap_chars: characters shared by consecutive windows; an entity up to this
+            long is always seen whole. Needs ``2 * overlap < window``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -133,6 +138,14 @@ class PiiDetectorConfig(BaseModel):
     recognizers: list[RecognizerSpec] = Field(default_factory=list)
     disabled_recognizers: list[str] = Field(default_factory=list)
     allow_list: list[str] = Field(default_factory=list)
+    analysis_window_chars: int = Field(default=2000, ge=100, le=100_000)
+    analysis_overlap_chars: int = Field(default=200, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_fits_window(self) -> "PiiDetectorConfig":
+        if 2 * self.analysis_overlap_chars >= self.analysis_window_chars:
+            raise ValueError("analysis_overlap_chars must be less than half of analysis_window_chars")
+        return self
 
     @field_validator("entity_thresholds")
     @classmethod
@@ -212,6 +225,10 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
 
     registry = RecognizerRegistry(supported_languages=[config.language])
     registry.load_predefined_recognizers(languages=[config.language], nlp_engine=nlp_engine)
+    # presidio's e-mail and URL patterns backtrack super-linearly: bounded ones (patterns.py)
+    for name, bounded in (("EmailRecognizer", patterns.email_recognizer), ("UrlRecognizer", patterns.url_recognizer)):
+        registry.remove_recognizer(name)
+        registry.add_recognizer(bounded(config.language))
     for recognizer_name in config.disabled_recognizers:
         registry.remove_recognizer(recognizer_name)
     for spec in config.recognizers:
@@ -234,12 +251,68 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
     return registry
 
 
-class PiiDetector:
-    """Presidio analyzer built from a :class:`PiiDetectorConfig`; loads spaCy once.
+def _analyzer(config: PiiDetectorConfig):
+    """One presidio ``BatchAnalyzerEngine`` with its own spaCy pipeline and recognizer registry."""
+    from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
+    from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
 
-    Thread-safe: calls are serialised by a lock (spaCy pipelines are not documented as safe
-    for concurrent use), so it can be called from a thread pool. CPU-bound: on an event
+    nlp_engine = _nlp_engine(config)
+    analyzer = AnalyzerEngine(
+        registry=_recognizer_registry(config, nlp_engine),
+        nlp_engine=nlp_engine,
+        supported_languages=[config.language],
+        default_score_threshold=config.score_threshold,
+        context_aware_enhancer=LemmaContextAwareEnhancer(
+            context_prefix_count=config.context_prefix_count,
+            context_suffix_count=config.context_suffix_count,
+        ),
+    )
+    return BatchAnalyzerEngine(analyzer_engine=analyzer)
+
+
+def _union(a: PiiSpan, b: PiiSpan) -> PiiSpan | None:
+    """The span covering both if they are of one type and overlap, else None."""
+    if a.entity_type != b.entity_type or a.end <= b.start or b.end <= a.start:
+        return None
+    return PiiSpan(a.entity_type, min(a.start, b.start), max(a.end, b.end), max(a.score, b.score))
+
+
+def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[PiiSpan]:
+    """Spans found in windows of one text, in offsets of the whole text (``starts[i]`` is
+    window i's offset), made non-overlapping by :func:`resolve_overlaps`.
+
+    The same entity seen by two overlapping windows (or cut at one window's edge) is reported
+    once: a span overlapping a same-type span of an earlier window is merged into their union
+    (the higher score). Only spans reaching past the current window's start are compared.
+    """
+    merged: list[PiiSpan] = []
+    for spans, offset in zip(per_window, starts):
+        open_spans = [i for i, kept in enumerate(merged) if kept.end > offset]
+        for span in spans:
+            span = PiiSpan(span.entity_type, span.start + offset, span.end + offset, span.score)
+            for i in open_spans:
+                joined = _union(merged[i], span)
+                if joined is not None:
+                    merged[i] = joined
+                    break
+            else:
+                merged.append(span)
+    return resolve_overlaps(merged)
+
+
+class PiiDetector:
+    """Presidio analyzer built from a :class:`PiiDetectorConfig`; loads spaCy once per thread.
+
+    Thread-safe without a lock: each calling thread gets its own presidio analyzer (spaCy
+    pipeline + recognizer registry; spaCy pipelines are not documented as safe for concurrent
+    use), built on its first call (a few seconds and ~the spaCy model's memory per thread;
+    the one built at construction goes to the first thread that asks). CPU-bound: on an event
     loop, call it in an executor.
+
+    Every text longer than ``analysis_window_chars`` is analysed in overlapping windows
+    (:func:`~proxy.guardrails.detectors.patterns.windows`), so no recognizer ever sees more;
+    e-mail and URL recognizers use bounded patterns (patterns.py). Both close issue 15's
+    "12 KB prompt stalls every client".
 
     Raises ImportError / FileNotFoundError at construction if the spaCy package is missing,
     ValueError if the config names an unknown recognizer.
@@ -249,61 +322,58 @@ class PiiDetector:
 
     def __init__(self, config: PiiDetectorConfig):
         offline.configure_tldextract()  # before any recognizer calls tldextract
-        from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
-        from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
-
         self.config = config
-        nlp_engine = _nlp_engine(config)
-        registry = _recognizer_registry(config, nlp_engine)
-        self._analyzer = AnalyzerEngine(
-            registry=registry,
-            nlp_engine=nlp_engine,
-            supported_languages=[config.language],
-            default_score_threshold=config.score_threshold,
-            context_aware_enhancer=LemmaContextAwareEnhancer(
-                context_prefix_count=config.context_prefix_count,
-                context_suffix_count=config.context_suffix_count,
-            ),
-        )
-        self._batch = BatchAnalyzerEngine(analyzer_engine=self._analyzer)
         self._entities = list(config.entities)
-        self._lock = threading.Lock()
-        model_meta = nlp_engine.nlp[config.language].meta
+        first = _analyzer(config)
+        self._spare = [first]
+        self._local = threading.local()
+        self.analyzers_built = 1
+        model_meta = first.analyzer_engine.nlp_engine.nlp[config.language].meta
         self.version = (
             f"presidio-analyzer {metadata.version('presidio-analyzer')} + "
             f"{model_meta['lang']}_{model_meta['name']} {model_meta['version']}"
         )
 
+    def analyzer(self):
+        """This thread's presidio ``BatchAnalyzerEngine`` (built on the thread's first call)."""
+        batch = getattr(self._local, "batch", None)
+        if batch is None:
+            try:
+                batch = self._spare.pop()
+            except IndexError:
+                batch = _analyzer(self.config)
+                self.analyzers_built += 1
+            self._local.batch = batch
+        return batch
+
+    def windows(self, text: str) -> list[tuple[int, int]]:
+        """``[start, end)`` windows of ``text`` analysed separately, each at most ``analysis_window_chars``."""
+        return patterns.windows(text, self.config.analysis_window_chars, self.config.analysis_overlap_chars)
+
     def _to_spans(self, results) -> list[PiiSpan]:
-        return resolve_overlaps(
-            PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4)) for r in results
-        )
+        return [PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4)) for r in results]
 
     def analyze(self, text: str) -> list[PiiSpan]:
         """PII spans of one text: non-overlapping, sorted by start offset."""
-        if not text.strip():
-            return []
-        with self._lock:
-            results = self._analyzer.analyze(
-                text=text,
-                language=self.config.language,
-                entities=self._entities,
-                allow_list=self.config.allow_list or None,
-            )
-        return self._to_spans(results)
+        return self.analyze_batch([text])[0]
 
     def analyze_batch(self, texts: list[str]) -> list[list[PiiSpan]]:
-        """PII spans of each text (same order), one spaCy ``pipe`` pass over the batch."""
-        if not texts:
-            return []
-        with self._lock:
-            batches = self._batch.analyze_iterator(
-                texts,
-                language=self.config.language,
-                entities=self._entities,
-                allow_list=self.config.allow_list or None,
-            )
-        return [self._to_spans(results) for results in batches]
+        """PII spans of each text (same order), one spaCy ``pipe`` pass over all their windows."""
+        bounds = [self.windows(text) if text.strip() else [] for text in texts]
+        pieces = [text[a:b] for text, spans in zip(texts, bounds) for a, b in spans]
+        if not pieces:
+            return [[] for _ in texts]
+        results = iter(self.analyzer().analyze_iterator(
+            pieces,
+            language=self.config.language,
+            entities=self._entities,
+            allow_list=self.config.allow_list or None,
+        ))
+        out = []
+        for spans in bounds:
+            per_window = [self._to_spans(next(results)) for _ in spans]
+            out.append(merge_windows(per_window, [a for a, _ in spans]))
+        return out
 
     def detect(self, texts: list[str]) -> list[list[PiiSpan]]:
         """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`analyze_batch`."""

@@ -5,7 +5,7 @@ Routes::
   GET /healthz   {"status": "ok", "version"}: the process answers
   GET /readyz    200 when requests can be answered with receipts (ledger reachable, or the spool
                  takes them), else 503; with the checks and the loaded detectors
-  GET /metrics   Prometheus text format (admin key unless ``server.public_metrics``)
+  GET /metrics   Prometheus text format (a ``metrics`` or ``admin`` key unless ``server.public_metrics``)
 """
 
 from __future__ import annotations
@@ -43,11 +43,15 @@ async def readyz(request: web.Request) -> web.Response:
                               "detectors": detectors}, status=200 if ready else 503)
 
 
+#: Roles that may read ``/metrics`` when it is not public: the scraper's own role, and admins.
+METRICS_READERS = ("metrics", *ADMIN)
+
+
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    """``GET /metrics``."""
+    """``GET /metrics``: 401 without a key, 403 for a client or reviewer key, unless ``server.public_metrics``."""
     svc = services(request)
     if not svc.config.server.public_metrics:
-        caller(request, ADMIN)
+        caller(request, METRICS_READERS)
     return web.Response(body=svc.metrics.render(), headers={"Content-Type": svc.metrics.content_type})
 
 

@@ -20,6 +20,7 @@ checkpoint publisher (``ledger.checkpoint_every_entries`` / ``ledger.checkpoint_
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
@@ -36,6 +37,9 @@ __all__ = ["bundle_response", "register", "wants_bundle"]
 
 log = logging.getLogger("sonate.ledger_routes")
 _MAX_SIZE = 2**53 - 1
+#: A size or height: ASCII digits only. ``str.isdigit`` also accepts "²" or "١", which ``int``
+#: then refuses (a 500) or reads as another number.
+_DECIMAL = re.compile(r"[0-9]{1,16}")
 _PUBLISHER: web.AppKey[CheckpointPublisher] = web.AppKey("ledger_checkpoint_publisher", CheckpointPublisher)
 
 
@@ -44,13 +48,17 @@ def _unavailable(exc: Exception) -> GatewayError:
 
 
 def _int_param(request: web.Request, name: str, minimum: int, required: bool) -> int | None:
-    """Query parameter ``name`` as a decimal integer >= ``minimum``; 400 when bad or (if required) missing."""
+    """Query parameter ``name`` as an ASCII decimal integer >= ``minimum`` (at most 16 digits and 2**53 - 1).
+
+    Raises GatewayError 400 naming ``name`` when it is bad (signs, spaces, non-ASCII digits) or,
+    if ``required``, missing.
+    """
     raw = request.query.get(name)
     if raw is None or raw == "":
         if required:
             raise GatewayError(400, f"Missing required parameter '{name}'.", param=name, code="missing_parameter")
         return None
-    if not raw.isdigit() or len(raw) > 16 or int(raw) < minimum or int(raw) > _MAX_SIZE:
+    if _DECIMAL.fullmatch(raw) is None or not minimum <= int(raw) <= _MAX_SIZE:
         raise GatewayError(400, f"Invalid value for '{name}': expected an integer >= {minimum}, got {raw[:40]!r}.",
                            param=name, code="invalid_value")
     return int(raw)

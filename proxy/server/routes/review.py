@@ -53,13 +53,10 @@ def _list_query(request: web.Request, lead: bool) -> tuple[str, str | None, int]
     reason = request.query.get("reason")
     if reason not in (None, "apology", "trigger", "sample"):
         raise GatewayError(400, "reason must be apology, trigger or sample", param="reason", code="invalid_value")
-    try:
-        limit = int(request.query.get("limit", "100"))
-        if not 1 <= limit <= 1000:
-            raise ValueError
-    except ValueError:
-        raise GatewayError(400, "limit must be an integer from 1 to 1000", param="limit",
-                           code="invalid_value") from None
+    raw_limit = request.query.get("limit", "100")
+    if not (len(raw_limit) <= 4 and raw_limit.isascii() and raw_limit.isdigit() and 1 <= int(raw_limit) <= 1000):
+        raise GatewayError(400, "limit must be an integer from 1 to 1000", param="limit", code="invalid_value")
+    limit = int(raw_limit)
     return status, reason, limit
 
 
@@ -107,7 +104,8 @@ async def get_agreement(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     """Add the reviewer routes to ``app`` and queue reviewable interactions from its gateway."""
     svc = app[SERVICES]
-    adjudications = Adjudications(svc.store, svc.gateway.sink, svc.metrics, svc.config.review.sample_rate)
+    adjudications = Adjudications(svc.store, svc.gateway.sink, svc.metrics, svc.config.review.sample_rate,
+                                  policy_ids=frozenset(p.id for p in svc.engine.policies))
     app[ADJUDICATIONS] = adjudications
     svc.gateway.sealed_hooks.append(adjudications.enqueue)
     app.router.add_get("/v1/review/items", list_items)

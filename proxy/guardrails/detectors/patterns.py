@@ -1,0 +1,138 @@
+"""Linear-time e-mail and URL recognizers, and the text windows every recognizer sees.
+
+Why (issue 15, "A 12 KB prompt stalls every client"): presidio's built-in patterns backtrack
+super-linearly on inputs such as ``"a." * 6000 + "@"``. ``EmailRecognizer``'s unbounded local
+part ``[...]{0,}`` is rescanned from every word start (quadratic: 52 s at 12,000 characters);
+``UrlRecognizer``'s ``[a-z0-9.\\-]{1,253}[.](?:675 TLD alternatives)`` backtracks 253 positions
+from every character, each trying the whole alternation (29 s at 12,000 characters).
+
+The replacements keep presidio's recognizer classes (their context words and
+``EmailRecognizer``'s tldextract validation) and presidio's ``regex`` engine, with patterns whose
+work per start position is bounded by a constant:
+
+- e-mail: the local part is at most 64 characters (RFC 5321 §4.5.3.1.1), each domain label at
+  most 63 (RFC 1035 §2.3.4), at most 20 labels;
+- URL: a match starts only where no host character precedes it (so a run of labels is entered
+  once, not at each of its characters), each label is atomic and at most 63 characters, at most
+  16 labels, and the TLD is presidio's own list compiled into a character trie (a few
+  comparisons instead of 675 alternatives).
+
+The ``regex`` module is already a locked dependency (presidio compiles with it); RE2 (``google-re2``)
+was not adopted: it is not in requirements.lock, and presidio's PatternRecognizer compiles
+with ``regex`` internally, so RE2 would need a recognizer class of our own.
+
+:func:`windows` cuts a long text into overlapping windows so no recognizer (nor spaCy) ever sees
+more than ``window`` characters at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+#: Characters RFC 5322 allows in an unquoted local part (dot-atom ``atext``), as presidio lists them.
+_ATEXT = r"[!#$%&'*+\-/=?^_`{|}~\w]"
+_ATEXT_OR_DOT = r"[!#$%&'*+\-/=?^_`{|}~.\w]"
+_EMAIL_LABEL = r"\w{1,63}(?:-{1,10}\w{1,63}){0,10}"
+
+#: presidio's e-mail pattern with every repetition bounded (same score 0.5, same groups).
+EMAIL_REGEX = (
+    r"\b(" + _ATEXT + r"(?:" + _ATEXT_OR_DOT + r"{0,62}" + _ATEXT + r")?"
+    r"@" + _EMAIL_LABEL + r"(?:\." + _EMAIL_LABEL + r"){1,20})\b"
+)
+
+#: Longest hostname prefix searched: labels before the TLD.
+MAX_URL_LABELS = 16
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """A regex (no captures) matching exactly ``words``, as a character trie: ``com|co|cn`` →
+    ``c(?:o(?:m)?|n)``. Linear in the total length of the words."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def emit(node: dict) -> str:
+        branches = [re.escape(c) + emit(child) for c, child in sorted(node.items()) if c]
+        if not branches:
+            return ""
+        body = "(?:" + "|".join(branches) + ")"
+        return body + "?" if "" in node else body
+
+    return emit(root)
+
+
+def presidio_tlds() -> list[str]:
+    """The top-level domains of presidio's ``UrlRecognizer`` (its ``BASE_URL_REGEX``), sorted."""
+    from presidio_analyzer.predefined_recognizers import UrlRecognizer
+
+    return sorted(set(re.findall(r"\(\?:([a-z0-9]+)\)", UrlRecognizer.BASE_URL_REGEX)))
+
+
+def url_regexes() -> tuple[str, str]:
+    """(with scheme, without scheme) URL patterns: presidio's BASE_URL_REGEX shape, bounded.
+
+    A host is ``(www\\d{0,3}.)?`` + 1..16 labels + a presidio TLD, then an optional path of at most
+    2,048 characters (without ``\\s()<>"'``), case-insensitive as presidio's.
+    """
+    tld = _trie_regex(presidio_tlds())
+    host = (r"(?:www\d{0,3}\.)?(?>[a-z0-9\-]{1,63}\.){1,%d}%s(?:/[^\s()<>\"']{0,2048})?"
+            % (MAX_URL_LABELS, tld))
+    start = r"(?<![a-z0-9.\-/:])"
+    return (r"(?i)" + start + r"https?://" + host, r"(?i)" + start + host)
+
+
+def email_recognizer(language: str):
+    """presidio's ``EmailRecognizer`` (context words, tldextract validation) with :data:`EMAIL_REGEX`.
+
+    Named ``EmailRecognizer`` so configs that name it (``disabled_recognizers``) keep working.
+    """
+    from presidio_analyzer import Pattern
+    from presidio_analyzer.predefined_recognizers import EmailRecognizer
+
+    return EmailRecognizer(patterns=[Pattern("Email (bounded)", EMAIL_REGEX, 0.5)],
+                           supported_language=language, name="EmailRecognizer")
+
+
+def url_recognizer(language: str):
+    """presidio's ``UrlRecognizer`` (context words) with :func:`url_regexes` (scores 0.6 / 0.5 as presidio's)."""
+    from presidio_analyzer import Pattern
+    from presidio_analyzer.predefined_recognizers import UrlRecognizer
+
+    with_scheme, without = url_regexes()
+    patterns = [Pattern("Url (bounded)", with_scheme, 0.6), Pattern("Non schema Url (bounded)", without, 0.5)]
+    return UrlRecognizer(patterns=patterns, supported_language=language, name="UrlRecognizer")
+
+
+def _snap_back(text: str, position: int, lowest: int) -> int:
+    """The index just after the last whitespace in ``text[lowest:position]``, else ``position``."""
+    for index in range(position - 1, lowest - 1, -1):
+        if text[index].isspace():
+            return index + 1
+    return position
+
+
+def windows(text: str, window: int, overlap: int) -> list[tuple[int, int]]:
+    """Cover ``text`` with ``[start, end)`` windows of at most ``window`` characters.
+
+    Consecutive windows share at least ``overlap`` characters, so an entity of up to ``overlap``
+    characters lies whole inside some window. Cuts move back (by at most ``overlap // 2``) to
+    just after a whitespace when there is one, so words are not split. A text of at most
+    ``window`` characters is one window. Needs ``0 <= 2 * overlap < window`` (ValueError).
+    """
+    if window <= 0 or overlap < 0 or 2 * overlap >= window:
+        raise ValueError(f"need 0 <= 2 * overlap < window, got window={window}, overlap={overlap}")
+    bounds: list[tuple[int, int]] = []
+    start, length = 0, len(text)
+    while True:
+        end = min(start + window, length)
+        if end < length:
+            end = _snap_back(text, end, end - overlap // 2)
+        bounds.append((start, end))
+        if end >= length:
+            return bounds
+        start = _snap_back(text, end - overlap, end - overlap - overlap // 2)
+

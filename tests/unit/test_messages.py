@@ -1,0 +1,155 @@
+"""Every text a client writes in a chat message, read and rewritten in one order (issue 15), and
+the wire schema that rejects message keys outside OpenAI's chat schema.
+
+Pure functions over plain dicts: the masking rewrite here is a fake (upper-casing), the engine
+tests (test_engine.py) and the e2e bypass tests (tests/e2e/test_bypass.py) use real masking.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from proxy.guardrails.messages import (
+    TextPiece,
+    map_text,
+    map_tool_calls,
+    message_text,
+    screened_text,
+    text_parts,
+    text_pieces,
+)
+from proxy.server.requests import validation_error
+from proxy.server.wire import ChatCompletionRequest
+
+ASSISTANT = {
+    "role": "assistant", "name": "helper", "refusal": "no way",
+    "content": [{"type": "text", "text": "calling"}, {"type": "refusal", "refusal": "not that"}],
+    "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "lookup", "arguments": '{"email": "ada@example.org", "tags": ["vip", 7], "ok": true}'}},
+        {"id": "c2", "type": "custom", "custom": {"name": "grep", "input": "Ada's file"}},
+    ],
+    "function_call": {"name": "legacy", "arguments": "not json at all"},
+}
+
+
+def test_pieces_of_an_assistant_turn_in_order_with_their_fields():
+    assert text_pieces(ASSISTANT) == [
+        TextPiece("content.0.text", "calling"), TextPiece("content.1.refusal", "not that"),
+        TextPiece("refusal", "no way"), TextPiece("name", "helper"),
+        TextPiece("tool_calls.0.function.name", "lookup"),
+        *[TextPiece("tool_calls.0.function.arguments", t) for t in ("email", "ada@example.org", "tags", "vip", "7",
+                                                                     "ok")],
+        TextPiece("tool_calls.1.custom.name", "grep"), TextPiece("tool_calls.1.custom.input", "Ada's file"),
+        TextPiece("function_call.name", "legacy"), TextPiece("function_call.arguments", "not json at all"),
+    ]
+
+
+@pytest.mark.parametrize("message, texts", [
+    ({"role": "user", "content": "hello", "name": "ada"}, ["hello", "ada"]),
+    ({"role": "tool", "tool_call_id": "c1", "content": "result"}, ["result"]),
+    ({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "u"}},
+                                  {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+                                  {"type": "file", "file": {"file_id": "f1", "filename": "ada-cv.pdf"}}]},
+     ["see", "ada-cv.pdf"]),
+    ({"role": "assistant", "content": None, "tool_calls": []}, []),
+    ({"role": "assistant", "content": ""}, []),
+])
+def test_pieces_of_each_role(message, texts):
+    assert text_parts(message) == texts
+
+
+def test_map_text_rewrites_every_piece_and_keeps_arguments_valid_json():
+    out = map_text(ASSISTANT, str.upper)
+    assert out["content"] == [{"type": "text", "text": "CALLING"}, {"type": "refusal", "refusal": "NOT THAT"}]
+    assert (out["refusal"], out["name"]) == ("NO WAY", "HELPER")
+    assert out["tool_calls"][0]["function"]["name"] == "LOOKUP"
+    assert json.loads(out["tool_calls"][0]["function"]["arguments"]) == {
+        "EMAIL": "ADA@EXAMPLE.ORG", "TAGS": ["VIP", 7], "OK": True}
+    assert out["tool_calls"][1]["custom"] == {"name": "GREP", "input": "ADA'S FILE"}
+    assert out["function_call"] == {"name": "LEGACY", "arguments": "NOT JSON AT ALL"}
+    assert out["tool_calls"][0]["id"] == "c1" and ASSISTANT["refusal"] == "no way"  # ids kept, input untouched
+    assert text_pieces(out)[5:7] == [TextPiece("tool_calls.0.function.arguments", "EMAIL"),
+                                     TextPiece("tool_calls.0.function.arguments", "ADA@EXAMPLE.ORG")]
+
+
+def test_a_rewrite_with_quotes_still_yields_valid_json():
+    message = {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"who": "<PERSON_1>"}'}}]}
+    out = map_text(message, lambda t: t.replace("<PERSON_1>", 'Ada "the Countess" Lovelace\n'))
+    assert json.loads(out["tool_calls"][0]["function"]["arguments"]) == {"who": 'Ada "the Countess" Lovelace\n'}
+
+
+def test_unchanged_arguments_stay_byte_identical():
+    arguments = '{ "b":1.50,  "a" : "\\u00e9t\\u00e9" }'
+    message = {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
+    assert map_text(message, lambda t: t)["tool_calls"][0]["function"]["arguments"] == arguments
+
+
+def test_a_number_the_rewrite_changes_becomes_a_string():
+    message = {"role": "assistant", "function_call": {"name": "call", "arguments": '{"phone": 2125550187, "n": 2}'}}
+    out = map_text(message, lambda t: "<PHONE_NUMBER_1>" if t == "2125550187" else t)
+    assert json.loads(out["function_call"]["arguments"]) == {"phone": "<PHONE_NUMBER_1>", "n": 2}
+
+
+def test_map_tool_calls_restores_inside_an_answer():
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"to": "<E_1>"}'}}]
+    out = map_tool_calls(calls, lambda t: t.replace("<E_1>", "ada@example.org"))
+    assert json.loads(out[0]["function"]["arguments"]) == {"to": "ada@example.org"}
+    assert calls[0]["function"]["arguments"] == '{"to": "<E_1>"}'
+    assert map_tool_calls(None, str.upper) is None and map_tool_calls([], str.upper) == []
+
+
+def test_message_text_is_the_content_and_screened_text_is_everything():
+    assert message_text(ASSISTANT) == "calling"
+    assert screened_text({"role": "user", "name": "ada", "content": "hi"}) == "hi\nada"
+
+
+# ---- the wire schema: only the fields OpenAI's chat schema gives each role ------------------------
+
+
+def validate(messages: list[dict]) -> tuple[str | None, str]:
+    """(param, message) of the 400 a request with ``messages`` gets; (None, "") when accepted."""
+    try:
+        request = ChatCompletionRequest.model_validate_json(json.dumps({"model": "m", "messages": messages}))
+    except ValidationError as exc:
+        error = validation_error(exc)
+        assert error.status == 400 and error.code == "invalid_value"
+        return error.param, error.message
+    assert request.message_dicts() == messages  # exactly what the client sent
+    return None, ""
+
+
+def test_every_role_with_its_own_fields_is_accepted():
+    assert validate([
+        {"role": "system", "content": "s", "name": "n"}, {"role": "developer", "content": [{"type": "text", "text": "d"}]},
+        {"role": "user", "name": "u", "content": [{"type": "text", "text": "t"},
+                                                  {"type": "image_url", "image_url": {"url": "u", "detail": "low"}},
+                                                  {"type": "file", "file": {"file_id": "f"}}]},
+        ASSISTANT, {"role": "assistant", "content": "a", "audio": {"id": "audio_1"}},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"}, {"role": "function", "name": "f", "content": "r"},
+    ]) == (None, "")
+
+
+@pytest.mark.parametrize("message, param, named", [
+    ({"role": "assistant", "content": "Hello!", "x_contact": "ada@example.org"}, "messages.1.x_contact", "x_contact"),
+    ({"role": "user", "content": "x", "tool_calls": []}, "messages.1.tool_calls", "tool_calls"),
+    ({"role": "tool", "content": "x", "name": "ada"}, "messages.1.name", "name"),
+    ({"role": "user", "content": [{"type": "text", "text": "a", "x_note": "b"}]}, "messages.1.content", "content.0.x_note"),
+    ({"role": "system", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}, "messages.1.content",
+     "image_url"),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u", "alt": "Ada"}}]},
+     "messages.1.content", "content.0.image_url.alt"),
+    ({"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                                           "function": {"name": "f", "arguments": "{}", "x": 1}}]},
+     "messages.1.tool_calls.0.function.x", "tool_calls.0.function.x"),
+    ({"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"},
+                                           "extra": "ada"}]}, "messages.1.tool_calls.0.extra", "extra"),
+])
+def test_a_key_outside_the_role_schema_is_a_400_naming_it(message, param, named):
+    got_param, text = validate([{"role": "user", "content": "hi"}, message])
+    assert got_param == param and named in text
