@@ -1,6 +1,9 @@
 # Two commands for a fresh machine (the fast test loop without ML models: README "Development"):
 #   make run    install (locked, hashed) and start the proxy on its embedded defaults
-#   make test   install (locked, hashed, plus system packages the tests use) and run every test
+#   make test   install (locked, hashed, plus system packages the tests use) and run every test,
+#               in random order (pytest-randomly); the seed is printed: `make test SEED=N` repeats
+#               an order, TEST_ARGS narrows the run (e.g. TEST_ARGS=tests/integration).
+#               CI runs it with no service reachable at a default address: .ci/run
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -23,8 +26,14 @@ run: install
 system-deps:
 	./scripts/system-deps.sh
 
+ifndef SEED
+SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+endif
+TEST_ARGS ?=
+
 test: install system-deps
-	$(BIN)/python -m pytest -q
+	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
+	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) $(TEST_ARGS)
 
 # Re-resolve and re-hash every dependency after editing requirements.in.
 lock: | $(BIN)/python

@@ -4,7 +4,7 @@
 Prints a table of outcomes by policy and action, then verifies the ledger with `sonate verify`.
 
     python examples/replay.py prompts.csv --column prompt --base-url http://127.0.0.1:8080/v1 \
-        --api-key sk-sonate-demo --model demo --ledger sqlite:///var/ledger.db
+        --api-key sk-sonate-demo-client-key-for-local-use-only --model demo --ledger sqlite:///var/ledger.db
 
 Several files may be given as ``FILE[:COLUMN[:TURNS]]``. TURNS (default ``--turns``, 1) groups
 consecutive prompts of that file into conversations of TURNS user turns; each request resends
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="+", help="FILE[:COLUMN[:TURNS]] (.csv, .jsonl or .json)")
     parser.add_argument("--column", default="prompt", help="default column holding the prompt")
     parser.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
-    parser.add_argument("--api-key", default="sk-sonate-demo")
+    parser.add_argument("--api-key", default="sk-sonate-demo-client-key-for-local-use-only")
     parser.add_argument("--model", default="demo")
     parser.add_argument("--limit", type=int, help="at most this many prompts per file")
     parser.add_argument("--turns", type=int, default=1, help="user turns per conversation (default 1)")

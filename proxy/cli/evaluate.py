@@ -6,7 +6,7 @@ Examples::
     sonate eval guardrails --sample 20 --seed 1                       # a quick run
     sonate eval guardrails --dataset mine.csv --text-column text --label-column label \\
         --positive harmful --policy safety
-    sonate eval guardrails --proxy http://127.0.0.1:8080 --api-key sk-sonate-demo --sample 10
+    sonate eval guardrails --proxy http://127.0.0.1:8080 --api-key sk-sonate-demo-client-key-for-local-use-only --sample 10
     sonate eval hallucination --outputs outputs.jsonl --out farh.json
     sonate eval fairness --proxy http://127.0.0.1:8080 --api-key K --model demo --out pfi.json
 

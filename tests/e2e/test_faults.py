@@ -345,7 +345,10 @@ def test_fail_closed_append_refused_after_ping_succeeded(tmp_path: Path, upstrea
         assert height >= 0
 
         _acl(admin, "-@scripting")  # PING/GET/HGET still allowed; EVALSHA (the append) is NOPERM
-        assert redis.Redis.from_url(url.split("?")[0]).ping()
+        with redis.Redis.from_url(url.split("?")[0]) as as_proxy:
+            assert as_proxy.ping()  # the proxy's user: PING allowed
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                as_proxy.evalsha("0" * 40, 0)  # the append script: refused
         with urllib.request.urlopen(proxy.url + "/readyz", timeout=10) as r:
             assert r.status == 200  # readiness pings the ledger: it answers
         keys_before = set(admin.scan_iter(match=f"{{{namespace}}}*"))

@@ -133,7 +133,7 @@ def _item_of(proxy: RunningProxy, receipt_id: str) -> str:
 
 
 def test_reviewer_free_text_is_not_a_metric_label(debug_proxy) -> None:
-    item = _item_of(debug_proxy, chat(debug_proxy, "What is the capital of France?"))  # sampled (rate 1.0)
+    item = _item_of(debug_proxy, chat(debug_proxy, "What is two plus two?"))  # sampled (rate 1.0), no trigger
     verdict = {"breach": True, "intent_permissible": False, "content_harmful": True, "expected_policy_id": FREE_TEXT}
     for key in (REVIEWER_A, REVIEWER_B):
         status, body = call(debug_proxy, "POST", f"/v1/review/items/{item}/verdicts", key, verdict)
@@ -185,7 +185,7 @@ def test_existing_world_readable_ledger_is_narrowed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name, msg, args, expected", [
     ("openai._base_client", "Request options: %s", ({"json_data": "SECRET"},), "Request options: [redacted]"),
     ("openai._base_client", "Retrying due to status code %i", (500,), "Retrying due to status code [redacted]"),
-    ("LiteLLM", "Request to litellm: SECRET", None, "[redacted: 25 characters]"),
+    ("LiteLLM", "Request to litellm: SECRET", None, "[redacted: 26 characters]"),
     ("httpcore.http11", "send_request_body.started request=SECRET", None, "[redacted: 40 characters]"),
     ("sonate.sink", "spool replay waits: %s", ("kept",), "spool replay waits: kept"),
 ])

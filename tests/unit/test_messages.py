@@ -126,7 +126,8 @@ def validate(messages: list[dict]) -> tuple[str | None, str]:
 
 def test_every_role_with_its_own_fields_is_accepted():
     assert validate([
-        {"role": "system", "content": "s", "name": "n"}, {"role": "developer", "content": [{"type": "text", "text": "d"}]},
+        {"role": "system", "content": "s", "name": "n"},
+        {"role": "developer", "content": [{"type": "text", "text": "d"}]},
         {"role": "user", "name": "u", "content": [{"type": "text", "text": "t"},
                                                   {"type": "image_url", "image_url": {"url": "u", "detail": "low"}},
                                                   {"type": "file", "file": {"file_id": "f"}}]},
@@ -139,7 +140,8 @@ def test_every_role_with_its_own_fields_is_accepted():
     ({"role": "assistant", "content": "Hello!", "x_contact": "ada@example.org"}, "messages.1.x_contact", "x_contact"),
     ({"role": "user", "content": "x", "tool_calls": []}, "messages.1.tool_calls", "tool_calls"),
     ({"role": "tool", "content": "x", "name": "ada"}, "messages.1.name", "name"),
-    ({"role": "user", "content": [{"type": "text", "text": "a", "x_note": "b"}]}, "messages.1.content", "content.0.x_note"),
+    ({"role": "user", "content": [{"type": "text", "text": "a", "x_note": "b"}]}, "messages.1.content",
+     "content.0.x_note"),
     ({"role": "system", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}, "messages.1.content",
      "image_url"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u", "alt": "Ada"}}]},

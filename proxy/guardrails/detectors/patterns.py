@@ -81,7 +81,7 @@ def url_regexes() -> tuple[str, str]:
     tld = _trie_regex(presidio_tlds())
     host = (r"(?:www\d{0,3}\.)?(?>[a-z0-9\-]{1,63}\.){1,%d}%s(?:/[^\s()<>\"']{0,2048})?"
             % (MAX_URL_LABELS, tld))
-    start = r"(?<![a-z0-9.\-/:])"
+    start = r"(?<![a-z0-9.\-])"
     return (r"(?i)" + start + r"https?://" + host, r"(?i)" + start + host)
 
 

@@ -13,9 +13,13 @@ Everything here is configured from the ``detector:`` block of ``policies/privacy
 - presidio's score thresholds: one global, optional per entity type (set on each
   recognizer's ``score_thresholds``).
 
-The only post-processing of our own is making the spans non-overlapping (presidio returns
-overlapping results from different recognizers; the masker needs disjoint spans): the
-higher score wins, ties go to the longer span.
+Our own additions (issue 15, bounded work): presidio's e-mail and URL recognizers are replaced by
+the same classes with bounded, linear-time patterns (``patterns.py``); texts longer than
+``analysis_window_chars`` are analysed in overlapping windows whose spans are mapped back and
+merged (:func:`merge_windows`); each thread has its own analyzer (no lock). The only
+post-processing is making the spans non-overlapping (presidio returns overlapping results from
+different recognizers; the masker needs disjoint spans): the higher score wins, ties go to the
+longer span.
 
 The spaCy model is loaded from the installed package's directory (never downloaded).
 """
