@@ -1,6 +1,7 @@
 """Benchmark of issue 15's "A 12 KB prompt stalls every client": ``"a." * 6000 + "@"`` as the user
 message, and small requests sent concurrently by another client.
 
+Every text is sent behind a unique prefix (``Request N.``), so the scan cache never answers.
 Prints, for the pathological prompt, the time until it is answered or refused (``--repeat``
 times), and p50/p99 latency in milliseconds of small one-line requests sent (one at a time, by
 another thread) while no pathological request runs ("idle") and while one does ("during").
@@ -50,8 +51,15 @@ def in_process_target(config_path: Path):
     config = load_config(config_path)
     engine = build_engine(config.path(config.policies), Upstream(config).count_tokens)
     pool = ThreadPoolExecutor(config.server.detector_threads, thread_name_prefix="guardrails")
-    for future in [pool.submit(engine.screen_input, _messages(SMALL)) for _ in range(4)]:
-        future.result()  # every pool thread has built its analyzer
+    threads = config.server.detector_threads
+    barrier = threading.Barrier(threads)
+
+    def warm() -> None:  # every pool thread screens once (builds its analyzer), none twice
+        engine.screen_input(_messages(SMALL))
+        barrier.wait()
+
+    for future in [pool.submit(warm) for _ in range(threads)]:
+        future.result()
 
     def send(text: str) -> None:
         pool.submit(engine.screen_input, _messages(text)).result()
@@ -74,9 +82,14 @@ def http_target(url: str, key: str, model: str):
     return send
 
 
+_counter = iter(range(10**9))
+
+
 def _timed(send, text: str) -> float:
+    """Seconds to send ``text`` behind a unique prefix (so no scan cache answers it)."""
+    unique = f"Request {next(_counter)}. {text}"
     started = time.perf_counter()
-    send(text)
+    send(unique)
     return time.perf_counter() - started
 
 

@@ -115,8 +115,8 @@ def test_debug_log_never_holds_the_prompt(debug_proxy, upstream) -> None:
     chat(debug_proxy, f"Please repeat the phrase {canary} back to me.")
     assert canary in json.dumps(upstream.received()[-1])  # it went through litellm, openai, httpx
     log = debug_proxy.log()
-    assert " DEBUG openai._base_client: Request options: [redacted]" in log  # DEBUG is on, openai did log
     assert canary not in log
+    assert " DEBUG openai._base_client: Request options: [redacted]" in log  # DEBUG is on, openai did log
 
 
 def test_ledger_files_are_private_whatever_the_umask(debug_proxy) -> None:
