@@ -76,6 +76,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class LimitsConfig(_Strict):
+    """Admission control (docs/operations.md "Limits", :mod:`proxy.server.limits`).
+
+    Per key (per ``actor``) on ``POST /v1/chat/completions``: at most ``max_concurrent_per_key``
+    requests in flight and a token bucket of ``requests_per_second`` with ``burst`` (0 disables
+    either); over a limit → 429 ``rate_limit_exceeded`` with ``Retry-After`` (seconds).
+    Guardrail lanes: a request whose client-written text totals at least ``large_input_chars``
+    characters is screened in its own pool of ``large_input_threads`` threads (0 disables the
+    lane), so large inputs never hold the threads short ones need. Each lane admits its threads
+    plus ``max_queued_screens`` (small lane) / ``max_queued_large_screens`` (large lane) waiting
+    screens; beyond that → 503 ``overloaded`` with ``Retry-After``, never an unbounded wait.
+    """
+
+    max_concurrent_per_key: int = Field(16, ge=0)
+    requests_per_second: float = Field(20.0, ge=0)
+    burst: int = Field(40, ge=1)
+    large_input_chars: int = Field(8000, ge=1)
+    large_input_threads: int = Field(1, ge=0, le=16)
+    max_queued_screens: int = Field(64, ge=0)
+    max_queued_large_screens: int = Field(16, ge=0)
+
+
 class ServerConfig(_Strict):
     """HTTP server settings. Sizes in bytes, durations in seconds."""
 
@@ -87,6 +109,8 @@ class ServerConfig(_Strict):
     #: ``GET /metrics`` without a key. Off by default: the series name models, policies and
     #: traffic volumes; Prometheus sends a ``metrics`` (or ``admin``) key as a bearer token.
     public_metrics: bool = False
+    #: Per-key rate and concurrency limits and the guardrail lanes (:class:`LimitsConfig`).
+    limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig())
 
 
 class ModelRoute(BaseModel):
@@ -120,6 +144,19 @@ class ModelRoute(BaseModel):
         return bool(self.model_info.get("demo")) or "mock_response" in self.litellm_params
 
 
+class WitnessConfig(_Strict):
+    """A C2SP tlog-witness the proxy submits each new checkpoint to (docs/security.md "Witnesses").
+
+    ``url``: the witness's submission prefix (``POST <url>/add-checkpoint``); ``key``: its
+    cosigner verifier key ``name+<hex key ID>+<base64(0x04 ‖ key)>`` (``sonate witness --print-key``);
+    ``timeout_seconds``: per request.
+    """
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    key: str = Field(pattern=r"^[^\s+]+\+[0-9a-f]{8}\+[A-Za-z0-9+/=]+$")
+    timeout_seconds: float = Field(5.0, gt=0, le=120)
+
+
 class LedgerConfig(_Strict):
     """Where receipts are written, what happens when the store is down, and the ledger audit.
 
@@ -145,6 +182,8 @@ class LedgerConfig(_Strict):
     origin: str = Field("sonate-trust-proxy/ledger", min_length=1, max_length=200, pattern=r"^[^\s+]+$")
     checkpoint_every_entries: int = Field(256, ge=1)
     checkpoint_interval_seconds: float = Field(10.0, gt=0)
+    #: Witnesses that cosign each published checkpoint (C2SP tlog-witness; docs/security.md "Witnesses").
+    witnesses: list[WitnessConfig] = Field(default_factory=list)
 
     @field_validator("url")
     @classmethod

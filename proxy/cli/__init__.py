@@ -33,6 +33,8 @@ COMMANDS: dict[str, str] = {
     "report": "proxy.cli.report",
     "eval": "proxy.cli.evaluate",
     "train": "proxy.cli.train",
+    "witness": "proxy.cli.witness",
+    "models": "proxy.cli.models",
 }
 
 #: Loggers quieted to WARNING (or ERROR) whatever ``--log-level`` says.

@@ -8,6 +8,7 @@ Usage::
     sonate verify RECEIPT.json --inclusion PROOF.json --checkpoint CP.txt (--keys ... )
     sonate verify --consistency PROOF.json --checkpoint OLD.txt --checkpoint NEW.txt (--keys ...)
     sonate verify --ledger URL [--from H] [--to H] [--trusted-checkpoint CP.txt ...] (--keys PATH | --keys-url URL)
+    ... [--witness-key NAME+ID+KEY ...] [--witness-quorum N]   (any of the checkpoint forms above)
 
 The positional file's kind is detected: a JSON object with ``bundle_version``
 is an offline bundle (verified with its own keys unless ``--keys`` names the
@@ -17,6 +18,10 @@ over the whole ledger also audits the Merkle tree and every stored
 checkpoint; ``--trusted-checkpoint`` proves the ledger still extends a
 checkpoint saved earlier outside its database (catches a deleted tail or
 rewritten history: :func:`proxy.tlog.tree.verify_against_trusted_checkpoint`).
+``--witness-key`` (a cosigner vkey, ``sonate witness --print-key``; repeatable) additionally
+requires every checkpoint given (FILE, ``--checkpoint``, ``--trusted-checkpoint``) to carry
+valid C2SP ``cosignature/v1`` lines of at least ``--witness-quorum`` of those witnesses (default:
+all of them): :func:`proxy.tlog.checkpoint.verify_cosignatures`.
 Prints one line per failure (where, check, detail), then a
 summary. Exit status: 0 all valid, 1 any failure, 2 usage or I/O error. The
 rules are docs/architecture.md, "Trust receipts" (see :mod:`proxy.receipts.verify`,
@@ -35,7 +40,8 @@ from typing import Any, Sequence, TextIO
 from proxy.cli.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, fetch_key_document, report_usage_error
 from proxy.receipts.bundle import verify_bundle
 from proxy.receipts.canonical import json_hash
-from proxy.tlog.checkpoint import verify_checkpoint
+from proxy.tlog.checkpoint import COSIGNATURE_TYPE, CheckpointError, parse_verifier_key, verify_checkpoint, \
+    verify_cosignatures
 from proxy.tlog.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
 from proxy.storage.base import LedgerError, open_store
@@ -74,6 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trusted-checkpoint", action="append", metavar="CP.txt",
                         help="with --ledger: a signed checkpoint you saved earlier (GET /v1/ledger/checkpoint); "
                              "the ledger must still contain it (RFC 9162 consistency proof); repeatable")
+    parser.add_argument("--witness-key", action="append", metavar="VKEY",
+                        help="a witness's cosigner key <name>+<hex key ID>+<base64(0x04 ‖ key)> (sonate witness "
+                             "--print-key); checkpoints must carry its C2SP cosignature; repeatable")
+    parser.add_argument("--witness-quorum", type=int, metavar="N",
+                        help="with --witness-key: how many of the witnesses must have cosigned (default: all)")
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--keys", metavar="PATH", help="public keys: a GET /v1/keys JSON document or a signing key file")
     keys.add_argument("--keys-url", metavar="URL", help="fetch public keys from a proxy's GET /v1/keys")
@@ -93,6 +104,31 @@ def _load_keys(args: argparse.Namespace) -> dict[str, bytes]:
     if not keys:
         raise UsageError("the key document lists no keys")
     return keys
+
+
+def _witnesses(args: argparse.Namespace) -> tuple[dict[str, bytes], int]:
+    """``({witness name: 32-byte key}, quorum)`` from ``--witness-key`` / ``--witness-quorum``; UsageError when bad."""
+    witnesses: dict[str, bytes] = {}
+    for vkey in args.witness_key or []:
+        try:
+            name, kind, key = parse_verifier_key(vkey)
+        except CheckpointError as exc:
+            raise UsageError(f"--witness-key: {exc}") from None
+        if kind != COSIGNATURE_TYPE:
+            raise UsageError(f"--witness-key {name}: not a cosigner key (type 0x04); use `sonate witness --print-key`")
+        witnesses[name] = key
+    quorum = len(witnesses) if args.witness_quorum is None else args.witness_quorum
+    if args.witness_quorum is not None and not 1 <= quorum <= len(witnesses):
+        raise UsageError(f"--witness-quorum must be between 1 and the number of --witness-key ({len(witnesses)})")
+    return witnesses, quorum
+
+
+def _cosignature_failures(notes: Sequence[str], args: argparse.Namespace) -> list[Failure]:
+    """With ``--witness-key``: the failures of each checkpoint note's witness cosignatures (none without)."""
+    witnesses, quorum = _witnesses(args)
+    if not witnesses:
+        return []
+    return [failure for note in notes for failure in verify_cosignatures(note, witnesses, quorum)]
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -197,27 +233,29 @@ def _check_consistency(args: argparse.Namespace, stdin: TextIO) -> _Result:
     keys = _load_keys(args)
     proof = _read_json(args.consistency, stdin)
     old, new = (_read_text(path, stdin) for path in args.checkpoint)
-    return 1, verify_consistency_proof(proof, old, new, keys, args.origin), "consistency proof"
+    failures = verify_consistency_proof(proof, old, new, keys, args.origin) + _cosignature_failures([old, new], args)
+    return 1, failures, "consistency proof"
 
 
 def _check_checkpoint_files(args: argparse.Namespace, stdin: TextIO) -> _Result:
     """``--checkpoint CP.txt ...`` alone: each signed checkpoint note."""
     keys = _load_keys(args)
-    failures = [failure for path in args.checkpoint
-                for failure in verify_checkpoint(_read_text(path, stdin), keys, args.origin)]
-    return len(args.checkpoint), failures, "checkpoint(s)"
+    notes = [_read_text(path, stdin) for path in args.checkpoint]
+    failures = [failure for note in notes for failure in verify_checkpoint(note, keys, args.origin)]
+    return len(args.checkpoint), failures + _cosignature_failures(notes, args), "checkpoint(s)"
 
 
 def _check_checkpoint_note(note: str, args: argparse.Namespace) -> _Result:
     """FILE is a signed checkpoint note."""
     if args.inclusion or args.checkpoint or args.prev:
         raise UsageError("a checkpoint FILE takes none of --inclusion, --checkpoint, --prev")
-    return 1, verify_checkpoint(note, _load_keys(args), args.origin), "checkpoint"
+    failures = verify_checkpoint(note, _load_keys(args), args.origin) + _cosignature_failures([note], args)
+    return 1, failures, "checkpoint"
 
 
 def _check_bundle(bundle: dict[str, Any], args: argparse.Namespace) -> _Result:
     """FILE is an offline bundle: verified with ``--keys`` when given, else with the keys it carries."""
-    if args.inclusion or args.checkpoint or args.prev or args.request or args.response:
+    if args.inclusion or args.checkpoint or args.prev or args.request or args.response or args.witness_key:
         raise UsageError("a bundle is self-contained: it takes only --keys/--keys-url and --origin")
     trusted = _load_keys(args) if (args.keys or args.keys_url) else None
     noun = "bundle"
@@ -237,6 +275,7 @@ def _check_inclusion(receipt: Any, args: argparse.Namespace, stdin: TextIO) -> _
     proof = _read_json(args.inclusion, stdin)
     checkpoint = _read_text(args.checkpoint[0], stdin)
     failures = verify_receipt(receipt, keys) + verify_inclusion_proof(proof, receipt, checkpoint, keys, args.origin)
+    failures += _cosignature_failures([checkpoint], args)
     return 1, failures, "receipt with inclusion proof"
 
 
@@ -252,17 +291,22 @@ def _check_ledger(args: argparse.Namespace) -> _Result:
     _check_range(args)
     keys = _load_keys(args)
     trusted = [_read_text(path, sys.stdin) for path in args.trusted_checkpoint or []]
+    if args.witness_key and not trusted:
+        raise UsageError("--witness-key with --ledger checks the --trusted-checkpoint files: pass one")
     end = None if args.to_height is None else args.to_height + 1
     try:
         count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin, trusted))
     except (ValueError, LedgerError) as exc:
         raise UsageError(str(exc)) from None
-    return count, failures, "ledger receipts"
+    return count, failures + _cosignature_failures(trusted, args), "ledger receipts"
 
 
 def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _Result:
     """FILE is one receipt (optionally with ``--prev``, ``--request``, ``--response``) or a JSON array of them."""
     _check_range(args)
+    if args.witness_key:
+        raise UsageError("--witness-key applies to checkpoints (FILE, --checkpoint, --trusted-checkpoint), "
+                         "not to receipts")
     keys = _load_keys(args)
     previous = _read_json(args.prev, stdin) if args.prev else None
     if isinstance(document, list):

@@ -154,6 +154,12 @@ class GuardrailEngine:
             screen.notice = route.policy.notice.format(domain=route.domain, escalation_id=screen.escalation_id)
         return screen
 
+    def mask_messages(self, messages: list[Message]) -> list[Message]:
+        """``messages`` as the model would see them: the first input Privacy policy's placeholders
+        in place of personal data (unchanged when no policy masks). For what is stored outside the
+        request, e.g. the review item of a refused prompt (docs/security.md "Review")."""
+        return self._mask_input(messages)[0]
+
     def _mask_input(self, messages: list[Message]) -> tuple[list[Message], PiiMasker | None, Decision | None]:
         """(messages with PII replaced by placeholders, their masker, the mask decision).
 

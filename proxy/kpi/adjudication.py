@@ -18,13 +18,26 @@ policy breach, is the intent permissible, is the content harmful on re-inspectio
 *outcome* follows (:func:`outcome`): an apology is **unnecessary** when there was no verified
 breach, the intent is permissible and the content is non-harmful; a trigger without a breach
 is a **false positive**; an allowed interaction with a breach is a **false negative**.
+
+Verdict commitments (a hash commitment, e.g. Boneh & Shoup, *A Graduate Course in Applied
+Cryptography*, §8.12): each pass draws a fresh 32-byte nonce kept with the item, never in a
+receipt, and its receipt carries ``commitment = "sha256:" + hex(sha256(nonce ‖ canonical(verdict)))``
+(canonical = RFC 8785). Without the nonce the 8 possible boolean triples cannot be tried against
+the commitment (hiding); a committed verdict cannot be swapped later (binding). The receipt of
+the second pass reveals both passes' verdicts and nonces (:func:`reveal`), so anyone holding the
+two pass receipts checks the commitments with :func:`check_commitment`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
+
+import rfc8785
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +52,11 @@ __all__ = [
     "AdjudicationError",
     "Verdict",
     "agreement_by_domain",
+    "assigned",
+    "check_commitment",
+    "new_nonce",
+    "reveal",
+    "verdict_commitment",
     "final_outcome",
     "new_item",
     "outcome",
@@ -153,9 +171,58 @@ def outcome(item: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
             "false_negative": false_negative}
 
 
+NONCE_BYTES = 32
+
+
+def new_nonce() -> str:
+    """A fresh commitment nonce: 32 random bytes (``secrets``) as 64 lowercase hex characters."""
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def verdict_commitment(verdict: dict[str, Any], nonce: str) -> str:
+    """``"sha256:" + hex(sha256(nonce bytes ‖ RFC 8785 canonical(verdict)))``.
+
+    ``verdict`` is a :class:`Verdict` as a dict (all five fields), ``nonce`` 64 hex characters
+    (:func:`new_nonce`). Raises ValueError for a nonce that is not 32 bytes of hex.
+    """
+    raw = bytes.fromhex(nonce)
+    if len(raw) != NONCE_BYTES:
+        raise ValueError(f"a commitment nonce is {NONCE_BYTES} bytes ({2 * NONCE_BYTES} hex characters)")
+    return "sha256:" + hashlib.sha256(raw + rfc8785.dumps(verdict)).hexdigest()
+
+
+def check_commitment(commitment: str, verdict: dict[str, Any], nonce: str) -> bool:
+    """True when ``commitment`` (a pass receipt's ``verdict_commitment``) opens to ``verdict`` with
+    ``nonce`` (a later receipt's ``reveal``); False for a mismatch or a malformed nonce."""
+    try:
+        expected = verdict_commitment(verdict, nonce)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(expected, commitment)
+
+
+def reveal(item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The opening of every pass of ``item``: ``{pass: {"verdict", "nonce", "commitment"}}``.
+
+    Published in the receipt of the second pass, once blindness no longer matters.
+    """
+    return {name: {"verdict": p["verdict"], "nonce": p["nonce"], "commitment": p["commitment"]}
+            for name, p in sorted((item.get("passes") or {}).items())}
+
+
+def assigned(item: dict[str, Any], reviewer: str) -> bool:
+    """True when ``item`` is assigned to ``reviewer``: still open (they may give a pass) or they
+    gave one of its passes. Reviewers read only the items and receipts assigned to them."""
+    passes = item.get("passes") or {}
+    return item.get("status") in OPEN_STATUSES or any(p.get("reviewer") == reviewer for p in passes.values())
+
+
 def record_pass(item: dict[str, Any], *, reviewer: str, verdict: Verdict, ts: str,
-                requested_pass: str | None = None) -> tuple[dict[str, Any], str]:
+                requested_pass: str | None = None, nonce: str | None = None) -> tuple[dict[str, Any], str]:
     """Record a reviewer's pass; returns ``(new item, pass name)`` (the input is not modified).
+
+    The pass keeps the verdict, its commitment nonce (``nonce``, default :func:`new_nonce`) and
+    the commitment (:func:`verdict_commitment`).
 
     The pass is ``requested_pass`` or the first free one of A, B. After the second pass the item
     is ``agreed`` (same outcome label) with ``final`` set, or ``disputed``. Raises
@@ -173,7 +240,10 @@ def record_pass(item: dict[str, Any], *, reviewer: str, verdict: Verdict, ts: st
     name = requested_pass or next(p for p in PASSES if p not in passes)
     if name in passes:
         raise AdjudicationError(409, "pass_taken", f"Pass {name} of item '{item['id']}' is already recorded.")
-    passes[name] = {"reviewer": reviewer, "verdict": verdict.model_dump(), "ts": ts}
+    nonce = nonce or new_nonce()
+    dumped = verdict.model_dump()
+    passes[name] = {"reviewer": reviewer, "verdict": dumped, "ts": ts, "nonce": nonce,
+                    "commitment": verdict_commitment(dumped, nonce)}
     new = {**item, "passes": passes}
     if len(passes) == 1:
         new["status"] = "awaiting_b" if name == "A" else "awaiting_a"

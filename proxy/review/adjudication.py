@@ -5,9 +5,16 @@ Gwet's AC1): items are queued at request time (a :attr:`proxy.server.pipeline.Ga
 hook: every apology and guardrail trigger, and allowed requests sampled at ``review.sample_rate``),
 each reviewer pass and the lead's tie-break is a compare-and-set decision on the store's
 ``"adjudications"`` queue (:class:`proxy.review.queue.DecisionQueue`) and is receipted
-(``guardrail_action: "adjudicate"``, actor = the reviewer). A pass receipt carries a hash of the
-verdict (a commitment), not the verdict, so the other reviewer cannot read it from the ledger
-before giving their own; the receipt that makes an item final carries the outcome.
+(``guardrail_action: "adjudicate"``, actor = the reviewer). A pass receipt carries a salted
+commitment to the verdict (:func:`proxy.kpi.adjudication.verdict_commitment`: a fresh 32-byte
+nonce kept with the item), not the verdict, so nobody can recover it from the ledger before the
+other pass is given; the second pass's receipt reveals both verdicts and nonces, and the receipt
+that makes an item final carries the outcome.
+
+Reviewers see only what the model saw: the pipeline hands the hook masked messages and the
+masked answer (:meth:`proxy.server.pipeline.Gateway._review_view`), and a reviewer reads only the
+items and receipts assigned to them (:func:`proxy.kpi.adjudication.assigned`,
+:meth:`Adjudications.may_read_receipt`).
 """
 
 from __future__ import annotations
@@ -19,27 +26,34 @@ from typing import Any
 from proxy.kpi.adjudication import (
     FINAL_STATUSES,
     OPEN_STATUSES,
+    PASSES,
     AdjudicationError,
     Verdict,
     agreement_by_domain,
+    assigned,
     new_item,
     record_pass,
     resolve,
+    reveal,
     reviewer_view,
 )
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
 from proxy.review.queue import DecisionQueue
-from proxy.server.errors import Caller, GatewayError
+from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.metrics import Metrics
 from proxy.server.sink import ReceiptSink
-from proxy.storage.base import LedgerStore
+from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["QUEUE", "Adjudications"]
 
 QUEUE = "adjudications"
 #: Attempts at a pass when concurrent passes keep moving the item.
 _ATTEMPTS = 20
+#: Store pages read at most to fill one page of a reviewer's to-do list (bounded work per request).
+_MAX_SCANS = 10
+#: Items per store page when a whole queue is read (agreement).
+_PAGE = 1000
 
 
 class Adjudications:
@@ -73,21 +87,65 @@ class Adjudications:
         for reason in item["reasons"]:
             self.metrics.review_items_queued.labels(reason).inc()
 
-    async def list_items(self, caller: Caller, *, status: str, reason: str | None, limit: int) -> list[dict[str, Any]]:
-        """Items for ``caller``: ``status="todo"`` = open items they have not given a pass on (blind);
-        any other status (or ``all``) the full items, for a lead."""
-        if status == "todo":
-            items = [i for i in await self.queue.list() if i["status"] in OPEN_STATUSES
-                     and all(p.get("reviewer") != caller.actor for p in i.get("passes", {}).values())]
-        else:
-            items = await self.queue.list(None if status == "all" else status)
-        if reason:
-            items = [i for i in items if reason in i.get("reasons", [])]
-        return [reviewer_view(i, caller.actor, lead=status != "todo") for i in items[:limit]]
+    async def list_items(self, caller: Caller, *, status: str, reason: str | None, limit: int,
+                         after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of items for ``caller``, oldest first: ``status="todo"`` = open items they have
+        not given a pass on (blind); any other status (or ``all``) the full items, for a lead.
+
+        Returns ``(items, cursor)``: pass ``cursor`` as ``after`` for the next page; None when
+        the queue holds nothing further. Reads at most ``_MAX_SCANS`` store pages of ``limit``
+        (a page may hold fewer than ``limit`` items and still have a cursor). Raises GatewayError
+        400 for an unknown ``after`` id, 503 when the store fails.
+        """
+        statuses = OPEN_STATUSES if status == "todo" else None if status == "all" else (status,)
+        out: list[dict[str, Any]] = []
+        cursor = after
+        for _ in range(_MAX_SCANS):
+            page, cursor = await self.queue.page(statuses, after=cursor, limit=limit)
+            for n, item in enumerate(page):
+                passed = any(p.get("reviewer") == caller.actor for p in item.get("passes", {}).values())
+                if (status != "todo" or not passed) and (reason is None or reason in item.get("reasons", [])):
+                    out.append(reviewer_view(item, caller.actor, lead=status != "todo"))
+                if len(out) == limit:
+                    more = n < len(page) - 1 or cursor is not None
+                    return out, item["id"] if more else None
+            if cursor is None:
+                break
+        return out, cursor
 
     async def get_item(self, caller: Caller, item_id: str, *, lead: bool) -> dict[str, Any]:
-        """One item: the full item for a lead, the blind view for a reviewer."""
-        return reviewer_view(await self.queue.get(item_id, "review item"), caller.actor, lead=lead)
+        """One item: the full item for a lead, the blind view for a reviewer it is assigned to
+        (:func:`assigned`; 404 otherwise)."""
+        item = await self.queue.get(item_id, "review item")
+        if not lead and not assigned(item, caller.actor):
+            raise GatewayError(404, f"No review item with id '{item_id}'.", code="not_found")
+        return reviewer_view(item, caller.actor, lead=lead)
+
+    async def may_read_receipt(self, caller: Caller, receipt: dict[str, Any]) -> bool:
+        """Whether reviewer ``caller`` may read ``receipt``: their own (actor), or one of the
+        request receipts of an item assigned to them (:func:`assigned`). Another reviewer's pass
+        receipt, and any request nobody queued for review, stay hidden. 503 when the store fails.
+        """
+        if receipt.get("actor") == caller.actor:
+            return True
+        request_id = receipt.get("request_id")
+        if not isinstance(request_id, str):
+            return False
+        try:
+            item = await self.queue.store.get_item(QUEUE, "adj_" + request_id.removeprefix("req_"))
+        except LedgerError:
+            raise ledger_unavailable() from None
+        return (item is not None and receipt.get("receipt_id") in item.get("receipt_ids", [])
+                and assigned(item, caller.actor))
+
+    def check_verdict(self, verdict: Verdict) -> None:
+        """Raise GatewayError 400 (param ``expected_policy_id``) unless the verdict's
+        ``expected_policy_id`` is empty or names a loaded policy."""
+        expected = verdict.expected_policy_id
+        if expected and expected not in self.policy_ids:
+            raise GatewayError(400, f"expected_policy_id {expected!r} is not a loaded policy; use one of "
+                               f"{', '.join(sorted(self.policy_ids)) or '(none loaded)'}",
+                               param="expected_policy_id", code="invalid_value")
 
     async def give_pass(self, caller: Caller, item_id: str, verdict: Verdict, requested_pass: str | None,
                         raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -96,6 +154,7 @@ class Adjudications:
 
         Raises GatewayError 403/409 (:class:`AdjudicationError`), 404, 409 (kept changing), 503.
         """
+        self.check_verdict(verdict)
         for _ in range(_ATTEMPTS):
             item = await self.queue.get(item_id, "review item")
             try:
@@ -103,7 +162,9 @@ class Adjudications:
                                         requested_pass=requested_pass)
             except AdjudicationError as exc:
                 raise GatewayError(exc.status, exc.message, code=exc.code) from None
-            commitment = {"verdict_hash": json_hash(new["passes"][name]["verdict"])}
+            commitment: dict[str, Any] = {"verdict_commitment": new["passes"][name]["commitment"]}
+            if len(new["passes"]) == len(PASSES):  # the second pass: blindness is over, open both
+                commitment["reveal"] = reveal(new)
             receipt_id = await self._decide(item, new, caller, raw, stage=name, evidence=commitment)
             if receipt_id is not None:
                 self.metrics.adjudication_verdicts.labels(name, item["domain"]).inc()
@@ -115,6 +176,7 @@ class Adjudications:
     async def resolve_item(self, caller: Caller, item_id: str, verdict: Verdict,
                            raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The lead's tie-break of a disputed item; returns (the full item, receipt id)."""
+        self.check_verdict(verdict)
         item = await self.queue.get(item_id, "review item")
         try:
             new = resolve(item, lead=caller.actor, verdict=verdict, ts=utc_timestamp())
@@ -128,7 +190,13 @@ class Adjudications:
 
     async def agreement(self) -> dict[str, Any]:
         """Gwet's AC1 per domain over every double-rated item (:func:`agreement_by_domain`)."""
-        return agreement_by_domain(await self.queue.list())
+        rated: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:  # page by page; only double-rated items are kept
+            page, cursor = await self.queue.page(("agreed", "disputed", "resolved"), after=cursor, limit=_PAGE)
+            rated += page
+            if cursor is None:
+                return agreement_by_domain(rated)
 
     async def _decide(self, old: dict[str, Any], new: dict[str, Any], caller: Caller, raw: dict[str, Any],
                       *, stage: str, evidence: dict[str, Any]) -> str | None:
@@ -170,7 +238,7 @@ def _receipt(item: dict[str, Any], caller: Caller, raw: dict[str, Any], stage: s
     if final is not None:
         evidence["outcome"] = final["label"]
         evidence["decided_by"] = final["decided_by"]
-        evidence["pass_verdict_hashes"] = {p: json_hash(v["verdict"]) for p, v in item["passes"].items()}
+        evidence["pass_commitments"] = {p: v["commitment"] for p, v in sorted(item["passes"].items())}
     return new_receipt(
         request_id="req_" + uuid.uuid4().hex, actor=caller.actor, intent=item["domain"],
         inputs_hash=json_hash(raw), outputs_hash=json_hash({"id": item["id"], "status": item["status"]}),

@@ -8,6 +8,10 @@ Cases live in the store's ``"escalations"`` queue (:class:`proxy.review.queue.De
     {"id", "status": "pending"|"resolved"|"aborted", "created", "request_id", "actor", "model",
      "domain", "receipt_id", "messages", "resolution"?: {"decision", "note", "reviewer", "ts",
      "receipt_id"}}
+
+``messages`` are the messages as the model would have seen them: Privacy's placeholders in
+place of personal data (the placeholder mapping lives only in the request's memory; docs/security.md
+"Review").
 """
 
 from __future__ import annotations
@@ -71,9 +75,12 @@ class Escalations:
         """The case ``case_id``; GatewayError 404 when unknown, 503 when the store fails."""
         return await self.queue.get(case_id, "escalation")
 
-    async def list(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Cases (with ``status`` if given), oldest first; 503 when the store fails."""
-        return await self.queue.list(status)
+    async def list(self, status: str | None = None, *, after: str | None = None,
+                   limit: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of cases (with ``status`` if given), oldest first: ``(cases, cursor)``, the
+        cursor (the last case's id) None when no case follows; 400 for an unknown ``after``, 503
+        when the store fails."""
+        return await self.queue.page(None if status is None else (status,), after=after, limit=limit)
 
     async def resolve(self, case_id: str, reviewer: Caller, decision: str, note: str,
                       raw: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -12,7 +12,7 @@ decision stands without its receipt.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from proxy.server.errors import GatewayError, ledger_unavailable
 from proxy.server.metrics import Metrics
@@ -61,6 +61,19 @@ class DecisionQueue:
         """The entries (only those with ``status`` if given), oldest first."""
         try:
             return await self.store.list_items(self.queue, status)
+        except LedgerError:
+            raise ledger_unavailable() from None
+
+    async def page(self, statuses: Sequence[str] | None = None, *, after: str | None = None,
+                   limit: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of entries, oldest first (the store's :meth:`~proxy.storage.base.ReviewQueue.page_items`):
+        ``(entries, cursor)``, cursor None at the end. GatewayError 400 (param ``after``) for an
+        unknown cursor, 503 when the store fails."""
+        try:
+            return await self.store.page_items(self.queue, statuses, after=after, limit=limit)
+        except KeyError:
+            raise GatewayError(400, f"after: no entry with id '{after}' in this list", param="after",
+                               code="invalid_value") from None
         except LedgerError:
             raise ledger_unavailable() from None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from proxy.receipts.keyring import Keyring
 from proxy.receipts.signing import Signer
 from proxy.server import tasks
 from proxy.server.auth import Authenticator
+from proxy.server.limits import KeyLimiter, ScreenLanes
 from proxy.server.metrics import Metrics
 from proxy.server.middleware import error_middleware
 from proxy.server.pipeline import Gateway
@@ -61,6 +63,10 @@ class Services:
     executor: ThreadPoolExecutor
     keyring: Keyring | None = None
     """The signing keyring (active key + published history; docs/receipts.md "Keys and rotation")."""
+    limiter: KeyLimiter | None = None
+    """Per-key rate and concurrency limits of chat completions (server.limits; proxy.server.limits)."""
+    large_executor: ThreadPoolExecutor | None = None
+    """The large-input guardrail lane's threads (server.limits.large_input_threads; None: no lane)."""
 
 
 async def build_services(config: Config) -> Services:
@@ -90,13 +96,34 @@ async def build_services(config: Config) -> Services:
         return engine
 
     engine = await loop.run_in_executor(executor, load_engine)
+    limits = config.server.limits
+    large = _large_lane(limits.large_input_threads, engine)
+    lanes = ScreenLanes(executor, config.server.detector_threads + limits.max_queued_screens, large,
+                        limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars)
     metrics = Metrics()
     ledger = Ledger(store, signer, signer_source=keyring.current)
     gateway = Gateway(config, engine, upstream, ledger, metrics, executor,
-                      sink=build_sink(config, ledger, metrics))  # ledger.on_unavailable
+                      sink=build_sink(config, ledger, metrics), lanes=lanes)  # ledger.on_unavailable
     log.info("policies: %s", ", ".join(f"{p.id} ({p.kind}: {', '.join(p.stages)})" for p in policies))
     return Services(config, signer, store, ledger, engine, upstream, metrics, gateway,
-                    Authenticator(config.auth), executor, keyring=keyring)
+                    Authenticator(config.auth), executor, keyring=keyring, large_executor=large,
+                    limiter=KeyLimiter(limits.max_concurrent_per_key, limits.requests_per_second, limits.burst))
+
+
+def _large_lane(threads: int, engine: GuardrailEngine) -> ThreadPoolExecutor | None:
+    """The large-input lane's pool (None when ``threads`` is 0), each thread warmed (its own PII analyzer)."""
+    if not threads:
+        return None
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="guardrails-large")
+    barrier = threading.Barrier(threads)
+
+    def warm() -> None:  # every thread screens once (builds its analyzer), none twice
+        engine.screen_input([{"role": "user", "content": "Hello, my name is Ada. What is 2 + 2?"}])
+        barrier.wait(timeout=300)
+
+    for future in [pool.submit(warm) for _ in range(threads)]:
+        future.result()
+    return pool
 
 
 def create_app(services: Services) -> web.Application:
@@ -110,6 +137,8 @@ def create_app(services: Services) -> web.Application:
     async def close(_: web.Application) -> None:
         await services.store.close()
         services.executor.shutdown(wait=False, cancel_futures=True)
+        if services.large_executor is not None:
+            services.large_executor.shutdown(wait=False, cancel_futures=True)
 
     app.on_cleanup.append(close)
     return app

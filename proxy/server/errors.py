@@ -8,7 +8,7 @@ pipeline, the review workflows, the routes) raises these, and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["Caller", "GatewayError", "ledger_unavailable"]
 
@@ -19,7 +19,8 @@ class GatewayError(Exception):
 
     ``status``: the HTTP status; ``message``, ``type``, ``code``, ``param``: the fields of the
     OpenAI ``error`` object; ``result``: the label counted in ``sonate_requests_total{result}``
-    (client_error, auth_error, upstream_error, ledger_error).
+    (client_error, auth_error, upstream_error, ledger_error, rate_limited, overloaded); ``headers``:
+    extra response headers.
     """
 
     status: int
@@ -28,6 +29,8 @@ class GatewayError(Exception):
     code: str | None = None
     param: str | None = None
     result: str = "client_error"
+    #: Extra response headers (e.g. ``Retry-After`` on 429/503, proxy.server.limits).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

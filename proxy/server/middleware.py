@@ -1,7 +1,8 @@
 """The error middleware: every failure becomes an OpenAI error object, every request is counted.
 
 ``sonate_requests_total{route, result}``: ``result`` is ``ok``, ``client_error``, or the
-:attr:`GatewayError.result` of the failure (auth_error, upstream_error, ledger_error), or
+:attr:`GatewayError.result` of the failure (auth_error, upstream_error, ledger_error, rate_limited,
+overloaded), or
 ``server_error`` for an unexpected exception, which is logged and answered with a 500 that
 carries no traceback.
 """
@@ -57,7 +58,9 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return response
     except GatewayError as exc:
         metrics.requests.labels(route, exc.result).inc()
-        return json_error(exc.status, exc.message, exc.type, exc.code, exc.param)
+        response = json_error(exc.status, exc.message, exc.type, exc.code, exc.param)
+        response.headers.update(exc.headers)
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

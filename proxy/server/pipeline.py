@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from concurrent.futures import Executor
@@ -21,6 +22,7 @@ from typing import Any, Awaitable, Callable
 
 from proxy.config import Config, ModelRoute
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
+from proxy.guardrails.messages import map_tool_calls
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
@@ -29,6 +31,7 @@ from proxy.receipts.chain import Ledger
 from proxy.receipts.receipt import new_receipt
 from proxy.review.escalations import Escalations
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
+from proxy.server.limits import ScreenLanes, text_chars
 from proxy.server.metrics import Metrics
 from proxy.server.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
@@ -82,16 +85,37 @@ class _Exchange:
     stratum: dict[str, str] = field(default_factory=dict)
 
 
+def _remasker(mapping: dict[str, str]) -> Callable[[str], str]:
+    """A function replacing every original of ``mapping`` (placeholder → original) by its
+    placeholder in one left-to-right pass, longest original first (no replacement is rescanned)."""
+    by_original = {original: placeholder for placeholder, original in mapping.items() if original}
+    pattern = re.compile("|".join(re.escape(o) for o in sorted(by_original, key=len, reverse=True)))
+    return lambda text: pattern.sub(lambda m: by_original[m.group(0)], text) if by_original else text
+
+
+def _remask_message(message: dict[str, Any], remask: Callable[[str], str]) -> dict[str, Any]:
+    """``message`` with its content and tool calls (names, arguments) re-masked by ``remask``."""
+    out = dict(message)
+    if isinstance(out.get("content"), str):
+        out["content"] = remask(out["content"])
+    if out.get("tool_calls"):
+        out["tool_calls"] = map_tool_calls(out["tool_calls"], remask)
+    return out
+
+
 class Gateway:
     """Runs chat completions through guardrails, provider and ledger.
 
     ``executor`` runs CPU-bound guardrail work off the event loop (a thread pool; None: the
     loop's default). ``sink``: where receipts go (the ledger, or through a spool; default
-    :class:`LedgerSink`, fail_closed).
+    :class:`LedgerSink`, fail_closed). ``lanes``: where the input and output screens run
+    (:class:`proxy.server.limits.ScreenLanes`: a large-input lane, bounded queues → 503; default:
+    ``executor`` with no bound).
     """
 
     def __init__(self, config: Config, engine: GuardrailEngine, upstream: Upstream, ledger: Ledger,
-                 metrics: Metrics, executor: Executor | None = None, sink: ReceiptSink | None = None) -> None:
+                 metrics: Metrics, executor: Executor | None = None, sink: ReceiptSink | None = None,
+                 lanes: ScreenLanes | None = None) -> None:
         """Bind the services; no I/O."""
         self.config = config
         self.engine = engine
@@ -101,6 +125,7 @@ class Gateway:
         self.sink: ReceiptSink = sink or LedgerSink(ledger, metrics)
         self.metrics = metrics
         self.executor = executor
+        self.lanes = lanes or ScreenLanes(executor, small_slots=1 << 30)
         self.policies = {p.id: p for p in engine.policies}
         #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
         self.escalations = Escalations(ledger.store, self.sink, metrics)
@@ -158,9 +183,10 @@ class Gateway:
         return _Exchange(req, caller, route, declared, inputs_hash, req.message_dicts())
 
     async def _screen_input(self, x: _Exchange) -> InputScreen:
-        """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``)."""
+        """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
+        lane for the messages' size; GatewayError 503 ``overloaded`` when that lane is saturated."""
         t = time.perf_counter()
-        screen = x.screen = await self._run(self.engine.screen_input, x.messages)
+        screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, chars=text_chars(x.messages))
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
         x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
         return screen
@@ -208,7 +234,9 @@ class Gateway:
         choice = (result.response.get("choices") or [{}])[0]
         message = choice.get("message") or {}
         t = time.perf_counter()
-        out = await self._run(self.engine.screen_output, result.content, x.screen.masker, message.get("tool_calls"))
+        tool_calls = message.get("tool_calls")
+        out = await self.lanes.run(self.engine.screen_output, result.content, x.screen.masker, tool_calls,
+                                   chars=len(result.content or "") + text_chars(tool_calls), admit=False)
         self.metrics.guardrail_duration.labels("output").observe(time.perf_counter() - t)
         x.decisions.extend(out.decisions)
         x.triggers.extend(out.decisions)
@@ -277,12 +305,33 @@ class Gateway:
         assert x.screen is not None
         self._observe_request(x, appended.receipts, written=not appended.pending)
         x.headers["x-sonate-receipt-status"] = "pending" if appended.pending else "appended"
-        for hook in self.sealed_hooks:
+        try:
+            messages, body = await self._review_view(x) if self.sealed_hooks else ([], {})
+        except Exception:  # never hand a hook the unmasked text instead
+            log.exception("could not mask the review view of %s; post-receipt hooks skipped", x.request_id)
+            messages, body, hooks = [], {}, []
+        else:
+            hooks = self.sealed_hooks
+        for hook in hooks:
             try:
-                await hook(appended.receipts, x.screen.messages, x.body, x.model_apology)
+                await hook(appended.receipts, messages, body, x.model_apology)
             except Exception:
                 log.exception("post-receipt hook %r failed for %s", hook, x.request_id)
         x.headers["x-sonate-request-id"] = x.request_id
+
+    async def _review_view(self, x: _Exchange) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """(messages, body) as the model saw them, for the post-receipt hooks (review items keep no
+        personal data that Privacy hid; docs/security.md "Review"): the masked messages (a refused
+        prompt, never masked on its way, is masked here) and the response with Privacy's
+        placeholders put back in place of the originals the client got restored."""
+        assert x.screen is not None
+        if x.screen.action == "refuse":
+            return await self._run(self.engine.mask_messages, x.messages), x.body
+        if x.screen.masker is None or not x.screen.masker.mapping:
+            return x.screen.messages, x.body
+        remask = _remasker(x.screen.masker.mapping)
+        choices = [{**c, "message": _remask_message(c.get("message") or {}, remask)} for c in x.body.get("choices", [])]
+        return x.screen.messages, {**x.body, "choices": choices}
 
     # -- metrics ----------------------------------------------------------------------------------
     def _observe_upstream(self, model: str, result: UpstreamResult) -> None:

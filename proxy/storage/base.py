@@ -31,13 +31,16 @@ __all__ = [
     "LedgerError",
     "LedgerStore",
     "LedgerUnavailable",
+    "MAX_PAGE",
     "ReceiptLog",
     "ReviewQueue",
     "TreeStore",
     "TreeUpdate",
     "check_batch",
     "check_checkpoint",
+    "check_cosignature",
     "check_item",
+    "check_page",
     "check_queue",
     "check_tree_update",
     "open_store",
@@ -138,6 +141,33 @@ def check_checkpoint(tree_size: Any, note: Any) -> None:
 QUEUES = ("escalations", "adjudications")
 """The review queues a store keeps: escalation cases (``/v1/escalations``) and
 adjudication items (the blind two-pass review, :mod:`proxy.kpi.adjudication`)."""
+
+
+def check_cosignature(tree_size: Any, cosigner: Any, line: Any) -> None:
+    """Raise ``ValueError`` unless ``tree_size`` >= 1, ``cosigner`` a non-empty name, ``line`` one ``— <cosigner> ...\\n`` line."""
+    check_checkpoint(tree_size, "-")
+    if not isinstance(cosigner, str) or not cosigner or " " in cosigner or "\n" in cosigner:
+        raise ValueError("cosigner must be a non-empty name without spaces")
+    if not isinstance(line, str) or not line.startswith(f"\u2014 {cosigner} ") or not line.endswith("\n") \
+            or line.count("\n") != 1:
+        raise ValueError("a cosignature must be one signature line of its cosigner ending in a newline")
+
+
+MAX_PAGE = 1000
+"""The most review-queue items one :meth:`ReviewQueue.page_items` call returns."""
+
+
+def check_page(statuses: Any, limit: Any) -> tuple[str, ...] | None:
+    """The statuses of a page query as a tuple (None: every status); ``ValueError`` unless
+    ``limit`` is an int in 1..:data:`MAX_PAGE` and ``statuses`` None, a string or strings."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}")
+    if statuses is None:
+        return None
+    wanted = (statuses,) if isinstance(statuses, str) else tuple(statuses)
+    if not wanted or not all(isinstance(x, str) and x for x in wanted):
+        raise ValueError("statuses must be None, a status or a non-empty sequence of statuses")
+    return wanted
 
 
 def check_queue(queue: Any) -> None:
@@ -246,6 +276,18 @@ class TreeStore(abc.ABC):
     async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
         """Return the tree sizes with a stored checkpoint in ``start <= size < end``, ascending."""
 
+    @abc.abstractmethod
+    async def put_cosignature(self, tree_size: int, cosigner: str, line: str) -> None:
+        """Store (or replace) witness ``cosigner``'s cosignature ``line`` (``— name base64\\n``) on checkpoint ``tree_size``.
+
+        The caller verified the line (C2SP tlog-cosignature); one line per cosigner and size is kept.
+        Raises ``ValueError`` for an empty name or a line that is not one signature line.
+        """
+
+    @abc.abstractmethod
+    async def get_cosignatures(self, tree_size: int) -> list[str]:
+        """Return the stored cosignature lines of checkpoint ``tree_size``, ordered by cosigner name."""
+
 
 class ReviewQueue(abc.ABC):
     """Status compare-and-set queues of review items, one per name in :data:`QUEUES`.
@@ -267,6 +309,21 @@ class ReviewQueue(abc.ABC):
     @abc.abstractmethod
     async def list_items(self, queue: str, status: str | None = None) -> list[dict[str, Any]]:
         """Return the items of ``queue`` (only those with ``status`` if given), oldest first."""
+
+    @abc.abstractmethod
+    async def page_items(self, queue: str, statuses: str | Sequence[str] | None = None, *, after: str | None = None,
+                         limit: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of ``queue`` in creation order: ``(items, cursor)``.
+
+        ``statuses``: only items with one of these statuses (None: all). ``after``: the cursor
+        of the previous page (an item id: the page starts after that item in creation order,
+        whatever its status now). ``cursor`` is the id of the page's last item when more items
+        may follow, else None. Items inserted while a client pages come after every earlier
+        one (creation order is assigned atomically with the insert), so paging never skips or
+        repeats an item; an item whose status changes meanwhile may leave a filtered listing.
+        Raises ``ValueError`` (see :func:`check_page`), ``KeyError`` for an ``after`` id the
+        queue does not hold, :class:`LedgerUnavailable`.
+        """
 
     @abc.abstractmethod
     async def update_item(self, queue: str, item: dict[str, Any], *, expected_status: str | None = None) -> None:

@@ -10,6 +10,7 @@ Cluster slot (docs/architecture.md, "Trust receipts"). Keys::
     {ns}:t:<level>:<chunk>    string 65,536 node hashes of 32 bytes (zero = not stored)
     {ns}:cp                   hash   tree size -> checkpoint note
     {ns}:cp:sizes             zset   checkpoint tree sizes
+    {ns}:cosig:<size>         hash   witness name -> cosignature line on checkpoint <size>
     {ns}:cases                hash   escalation id -> JSON (queue "escalations")
     {ns}:cases:status         hash   id -> status
     {ns}:cases:seq            string creation counter
@@ -45,7 +46,9 @@ from proxy.storage.base import (
     TreeUpdate,
     check_batch,
     check_checkpoint,
+    check_cosignature,
     check_item,
+    check_page,
     check_queue,
     check_tree_update,
 )
@@ -145,6 +148,29 @@ return 1
 """
 
 
+# KEYS: items, items:all, then the index zsets to read (items:all or items:s:<status>...).
+# ARGV: the cursor id ("" for the first page), how many to return. One atomic snapshot: the
+# cursor's creation number, then the next ARGV[2] ids of the indexes merged in creation order.
+# Returns nil for an unknown cursor, else the bodies.
+_PAGE_ITEMS_LUA = """
+local start = '-inf'
+if ARGV[1] ~= '' then
+  local seq = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if not seq then return false end
+  start = '(' .. seq
+end
+local n = tonumber(ARGV[2])
+local picked = {}
+for i = 3, #KEYS do
+  local r = redis.call('ZRANGEBYSCORE', KEYS[i], start, '+inf', 'WITHSCORES', 'LIMIT', 0, n)
+  for j = 1, #r, 2 do table.insert(picked, {tonumber(r[j + 1]), r[j]}) end
+end
+table.sort(picked, function(a, b) return a[1] < b[1] end)
+local out = {}
+for j = 1, math.min(n, #picked) do out[j] = redis.call('HGET', KEYS[1], picked[j][2]) end
+return out
+"""
+
 @contextlib.asynccontextmanager
 async def _translate_errors() -> AsyncIterator[None]:
     """Map redis-py/OS errors to :class:`LedgerUnavailable` / :class:`LedgerConflict`."""
@@ -203,6 +229,7 @@ class RedisStore(LedgerStore):
         self._put_checkpoint = self._redis.register_script(_PUT_CHECKPOINT_LUA)
         self._put_item = self._redis.register_script(_PUT_ITEM_LUA)
         self._update_item = self._redis.register_script(_UPDATE_ITEM_LUA)
+        self._page_items = self._redis.register_script(_PAGE_ITEMS_LUA)
 
     def key(self, *parts: str | int) -> str:
         """Return the full key for ``parts``, e.g. ``key("r", 5)`` -> ``{ns}:r:5``."""
@@ -313,6 +340,18 @@ class RedisStore(LedgerStore):
             sizes = await self._redis.zrangebyscore(self.key("cp", "sizes"), start, upper)
         return [int(size) for size in sizes]
 
+    async def put_cosignature(self, tree_size: int, cosigner: str, line: str) -> None:
+        """Store (or replace) ``cosigner``'s cosignature line on checkpoint ``tree_size`` (HSET)."""
+        check_cosignature(tree_size, cosigner, line)
+        async with _translate_errors():
+            await self._redis.hset(self.key("cosig", tree_size), cosigner, line)
+
+    async def get_cosignatures(self, tree_size: int) -> list[str]:
+        """Return the cosignature lines stored for checkpoint ``tree_size``, by cosigner name."""
+        async with _translate_errors():
+            lines = await self._redis.hgetall(self.key("cosig", tree_size))
+        return [lines[name] for name in sorted(lines)]
+
     async def get_by_height(self, height: int) -> dict[str, Any] | None:
         """Return the receipt at ``height`` or None."""
         async with _translate_errors():
@@ -372,6 +411,21 @@ class RedisStore(LedgerStore):
                 out += [json.loads(b) for b in bodies if b is not None]
         # An item may change status between the two reads: filter on the body.
         return out if status is None else [i for i in out if i.get("status") == status]
+
+    async def page_items(self, queue: str, statuses: str | Sequence[str] | None = None, *, after: str | None = None,
+                         limit: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+        """One page in creation order, read atomically by one Lua script over the creation-ordered
+        index zsets (``ZRANGEBYSCORE (seq +inf LIMIT``); see :meth:`ReviewQueue.page_items`."""
+        check_queue(queue)
+        wanted = check_page(statuses, limit)
+        q = functools.partial(self._queue_keys, queue)
+        indexes = [q("all")] if wanted is None else [q("s", status) for status in dict.fromkeys(wanted)]
+        async with _translate_errors():
+            bodies = await self._page_items(keys=[q(), q("all"), *indexes], args=[after or "", limit + 1])
+        if bodies is None:
+            raise KeyError(after)
+        items = [json.loads(b) for b in bodies[:limit]]
+        return items, items[-1]["id"] if len(bodies) > limit else None
 
     async def update_item(self, queue: str, item: dict[str, Any], *, expected_status: str | None = None) -> None:
         """Replace an item; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch.

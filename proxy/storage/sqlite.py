@@ -35,7 +35,9 @@ from proxy.storage.base import (
     TreeUpdate,
     check_batch,
     check_checkpoint,
+    check_cosignature,
     check_item,
+    check_page,
     check_queue,
     check_tree_update,
 )
@@ -79,6 +81,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     tree_size INTEGER PRIMARY KEY,
     note      TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS checkpoint_cosignatures (
+    tree_size INTEGER NOT NULL,
+    cosigner  TEXT NOT NULL,
+    line      TEXT NOT NULL,
+    PRIMARY KEY (tree_size, cosigner)
+) WITHOUT ROWID;
 """
 
 
@@ -329,6 +337,22 @@ class SQLiteStore(LedgerStore):
             (start, stop)).fetchall())
         return [row[0] for row in rows]
 
+    async def put_cosignature(self, tree_size: int, cosigner: str, line: str) -> None:
+        """Store (or replace) ``cosigner``'s cosignature line on checkpoint ``tree_size``."""
+        check_cosignature(tree_size, cosigner, line)
+
+        def put(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO checkpoint_cosignatures (tree_size, cosigner, line) VALUES (?,?,?)",
+                         (tree_size, cosigner, line))
+
+        await self._run(put)
+
+    async def get_cosignatures(self, tree_size: int) -> list[str]:
+        """Return the cosignature lines stored for checkpoint ``tree_size``, by cosigner name."""
+        rows = await self._run(lambda c: c.execute(
+            "SELECT line FROM checkpoint_cosignatures WHERE tree_size = ? ORDER BY cosigner", (tree_size,)).fetchall())
+        return [row[0] for row in rows]
+
     async def get_by_height(self, height: int) -> dict[str, Any] | None:
         """Return the receipt at ``height`` or None."""
         row = await self._run(lambda c: c.execute("SELECT body FROM receipts WHERE height = ?", (height,)).fetchone())
@@ -383,6 +407,30 @@ class SQLiteStore(LedgerStore):
             query, params = f"SELECT body FROM {table} WHERE status = ? ORDER BY seq", (status,)
         rows = await self._run(lambda c: c.execute(query, params).fetchall())
         return [json.loads(row[0]) for row in rows]
+
+    async def page_items(self, queue: str, statuses: str | Sequence[str] | None = None, *, after: str | None = None,
+                         limit: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+        """One page in ``seq`` order (``WHERE seq > ? [AND status IN (...)] ORDER BY seq LIMIT limit+1``);
+        see :meth:`ReviewQueue.page_items`."""
+        check_queue(queue)
+        wanted = check_page(statuses, limit)
+        table = _QUEUE_TABLES[queue]
+
+        def page(conn: sqlite3.Connection) -> tuple[list[Any], bool]:
+            start = 0
+            if after is not None:
+                row = conn.execute(f"SELECT seq FROM {table} WHERE id = ?", (after,)).fetchone()
+                if row is None:
+                    raise KeyError(after)
+                start = row[0]
+            where = "" if wanted is None else f" AND status IN ({','.join('?' * len(wanted))})"
+            rows = conn.execute(f"SELECT body FROM {table} WHERE seq > ?{where} ORDER BY seq LIMIT ?",
+                                (start, *(wanted or ()), limit + 1)).fetchall()
+            return rows[:limit], len(rows) > limit
+
+        rows, more = await self._run(page)
+        items = [json.loads(row[0]) for row in rows]
+        return items, items[-1]["id"] if more else None
 
     async def update_item(self, queue: str, item: dict[str, Any], *, expected_status: str | None = None) -> None:
         """Replace an item in one transaction; ``KeyError`` if missing, :class:`LedgerConflict` on a status mismatch."""

@@ -46,6 +46,17 @@ __all__ = [
     "sign_checkpoint",
     "verifier_key",
     "verify_checkpoint",
+    # cosignatures (C2SP tlog-cosignature)
+    "COSIGNATURE_TYPE",
+    "Cosignature",
+    "append_signatures",
+    "cosign_checkpoint",
+    "cosignature_message",
+    "cosigner_key_hash",
+    "cosigner_verifier_key",
+    "parse_verifier_key",
+    "verified_cosignatures",
+    "verify_cosignatures",
 ]
 
 ED25519_SIGNATURE_TYPE = 0x01
@@ -281,4 +292,160 @@ def verify_checkpoint(text: Any, public_keys: Mapping[str, bytes], origin: str |
         trusted = ", ".join(sorted(public_keys)) or "none"
         fails.append(Failure(None, None, "checkpoint_signature",
                              f"no signature by a trusted key (signed by {names}; trusted: {trusted})", where=where))
+    return fails
+
+
+# -- cosignatures (https://c2sp.org/tlog-cosignature, Ed25519 cosignature/v1) --------------------
+
+COSIGNATURE_TYPE = 0x04
+"""Signed-note signature type byte of an Ed25519 ``cosignature/v1`` (C2SP tlog-cosignature, "Format")."""
+
+_COSIGNATURE_SIZE = 4 + 8 + 64  # key ID ‖ u64 big-endian timestamp ‖ Ed25519 signature
+_MAX_TIMESTAMP = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Cosignature:
+    """A verified cosignature: cosigner ``name`` and its ``timestamp`` (POSIX seconds)."""
+
+    name: str
+    timestamp: int
+
+
+def cosigner_key_hash(name: str, public_key: bytes) -> bytes:
+    """Key ID of an Ed25519 cosigner: ``SHA-256(name ‖ "\\n" ‖ 0x04 ‖ public key)[:4]`` (tlog-cosignature "Format")."""
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([COSIGNATURE_TYPE]) + bytes(public_key)).digest()[:4]
+
+
+def cosigner_verifier_key(name: str, public_key: bytes) -> str:
+    """The vkey of a cosigner: ``name+<hex key ID>+<base64(0x04 ‖ key)>`` (signed-note "Verifier keys")."""
+    _check_origin(name)
+    encoded = base64.b64encode(bytes([COSIGNATURE_TYPE]) + bytes(public_key)).decode("ascii")
+    return f"{name}+{cosigner_key_hash(name, public_key).hex()}+{encoded}"
+
+
+def parse_verifier_key(vkey: Any) -> tuple[str, int, bytes]:
+    """Split a signed-note verifier key ``<name>+<hex key ID>+<base64(type ‖ key)>``; return ``(name, type, key)``.
+
+    Accepts Ed25519 log keys (type 0x01) and Ed25519 cosigner keys (type
+    0x04), both 32-byte keys. Raises :class:`CheckpointError` for a bad
+    name, a key ID that is not the first 4 bytes of
+    ``SHA-256(name ‖ "\\n" ‖ type ‖ key)`` (signed-note "Verifier keys"), or
+    another type or length.
+    """
+    if not isinstance(vkey, str) or vkey.count("+") < 2:
+        raise CheckpointError("a verifier key is '<name>+<hex key ID>+<base64 key>'")
+    name, hex_id, encoded = vkey.split("+", 2)  # base64 may contain '+'; names may not
+    _check_origin(name)
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+        wanted = bytes.fromhex(hex_id)
+    except (binascii.Error, ValueError):
+        raise CheckpointError(f"verifier key {name!r}: key ID is not hex or key is not base64") from None
+    if len(raw) != 33 or raw[0] not in (ED25519_SIGNATURE_TYPE, COSIGNATURE_TYPE):
+        raise CheckpointError(f"verifier key {name!r}: expected type 0x01 or 0x04 and a 32-byte Ed25519 key")
+    digest = hashlib.sha256(name.encode("utf-8") + b"\n" + raw).digest()[:4]
+    if len(wanted) != 4 or wanted != digest:
+        raise CheckpointError(f"verifier key {name!r}: key ID {hex_id} does not match the key (expected {digest.hex()})")
+    return name, raw[0], raw[1:]
+
+
+def cosignature_message(body: str, timestamp: int) -> bytes:
+    """The signed message of an Ed25519 cosignature (tlog-cosignature "Ed25519 signed message").
+
+    ``cosignature/v1\\n`` ‖ ``time <timestamp>\\n`` ‖ the checkpoint note
+    text (with its final newline, without signature lines). Raises
+    :class:`CheckpointError` for a timestamp outside ``0 .. 2**63-1``.
+    """
+    if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp <= _MAX_TIMESTAMP:
+        raise CheckpointError(f"cosignature timestamp must be an integer in 0..2**63-1, got {timestamp!r}")
+    return f"cosignature/v1\ntime {timestamp}\n{body}".encode("utf-8")
+
+
+def cosign_checkpoint(note: str, signer: Any, name: str, timestamp: int) -> str:
+    """Return one cosignature line ``— <name> base64(key ID ‖ u64 BE timestamp ‖ signature)\\n`` on ``note``.
+
+    ``note``: a checkpoint body or signed note (only its text is signed);
+    ``signer``: a :class:`proxy.receipts.signing.Signer`; ``name``: the
+    cosigner name; ``timestamp``: POSIX seconds. Raises
+    :class:`CheckpointError` for a malformed note or name.
+    """
+    parse_checkpoint(note)
+    body = parse_note(note)[0] if "\n\n" in note else note
+    _check_origin(name)
+    signature = b64url_decode(signer.sign(cosignature_message(body, timestamp)))
+    blob = cosigner_key_hash(name, signer.public_key) + timestamp.to_bytes(8, "big") + signature
+    return f"{_SIG_PREFIX}{name} {base64.b64encode(blob).decode('ascii')}\n"
+
+
+def append_signatures(note: str, lines: str) -> str:
+    """``note`` with the signature ``lines`` (each ``— ...\\n``) appended, skipping lines it already has.
+
+    The client's way to merge a witness's response into its checkpoint
+    (tlog-witness "add-checkpoint": "the client MAY concatenate it to the
+    checkpoint"). Raises :class:`CheckpointError` when the result is not a
+    signed note.
+    """
+    present = set(note.splitlines())
+    extra = "".join(line + "\n" for line in lines.splitlines() if line and line not in present)
+    merged = note + extra
+    parse_note(merged)
+    return merged
+
+
+def _check_cosignature(body: str, sig: NoteSignature, public_key: bytes) -> int | None:
+    """The timestamp of ``sig`` when it is a valid cosignature of ``body`` by ``public_key``, else None."""
+    if len(sig.signature) != _COSIGNATURE_SIZE - 4:
+        return None
+    timestamp = int.from_bytes(sig.signature[:8], "big")
+    if timestamp > _MAX_TIMESTAMP:
+        return None
+    if not _verify_ed25519(public_key, cosignature_message(body, timestamp), sig.signature[8:]):
+        return None
+    return timestamp
+
+
+def verified_cosignatures(note: str, cosigners: Mapping[str, bytes]) -> tuple[list[Cosignature], list[str]]:
+    """Check the cosignature lines of ``note`` by the trusted ``cosigners`` (``{name: 32-byte key}``).
+
+    Returns ``(valid, bad)``: one :class:`Cosignature` per trusted cosigner
+    with a verifying line, and the names of trusted cosigners whose line
+    (name and key ID match) does not verify. Lines of unknown names or key
+    IDs are ignored (tlog-witness: "The client MUST ignore any cosignatures
+    from unknown keys"). Raises :class:`CheckpointError` for a malformed note.
+    """
+    body, signatures = parse_note(note)
+    parse_checkpoint(body)
+    valid, bad = [], []
+    for name, public_key in cosigners.items():
+        wanted = cosigner_key_hash(name, public_key)
+        lines = [s for s in signatures if s.name == name and s.key_hash == wanted]
+        times = [t for t in (_check_cosignature(body, s, public_key) for s in lines) if t is not None]
+        if times:
+            valid.append(Cosignature(name, max(times)))
+        elif lines:
+            bad.append(name)
+    return valid, bad
+
+
+def verify_cosignatures(note: Any, cosigners: Mapping[str, bytes], quorum: int) -> list[Failure]:
+    """Failures (empty = valid) unless at least ``quorum`` trusted ``cosigners`` cosigned ``note``.
+
+    ``cosigners``: ``{cosigner name: 32-byte Ed25519 key}`` (from vkeys,
+    :func:`parse_verifier_key`). Check names: ``checkpoint`` (malformed
+    note), ``cosignature`` (a trusted cosigner's line does not verify, or
+    fewer than ``quorum`` valid cosignatures). Never raises.
+    """
+    try:
+        checkpoint = parse_checkpoint(note)
+        valid, bad = verified_cosignatures(note, cosigners)
+    except CheckpointError as exc:
+        return [Failure(None, None, "checkpoint", str(exc), where="checkpoint")]
+    where = f"checkpoint (tree size {checkpoint.tree_size})"
+    fails = [Failure(None, None, "cosignature", f"the cosignature by witness {name} does not verify", where=where)
+             for name in bad]
+    if len(valid) < quorum:
+        got = ", ".join(c.name for c in valid) or "none"
+        fails.append(Failure(None, None, "cosignature", f"{len(valid)} of the {quorum} witness cosignature(s) "
+                             f"required (valid: {got}; trusted: {', '.join(sorted(cosigners))})", where=where))
     return fails

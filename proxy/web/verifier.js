@@ -4,8 +4,8 @@
 // proxy/receipts/receipt.py and verify.py): RFC 8785 canonical JSON, SHA-256 references
 // "sha256:<hex>", Ed25519 (RFC 8032) over the canonical receipt without ed25519_sig, the key's
 // validity window (not_after by ts, not_before_height by ledger height), the
-// prev_hash chain from the genesis hash, RFC 9162 §2.1 Merkle inclusion proofs and C2SP
-// tlog-checkpoint signed notes. No DOM and no network: verify.js is the page around it.
+// prev_hash chain from the genesis hash, RFC 9162 §2.1 Merkle inclusion and consistency proofs
+// and C2SP tlog-checkpoint signed notes. No DOM and no network: verify.js is the page around it.
 //
 // Requires a secure context (https:, or http://localhost / 127.0.0.1) for crypto.subtle.
 
@@ -38,6 +38,12 @@ export const CHECK_LABELS = Object.freeze({
   checkpoint: 'Checkpoint note format (C2SP)',
   checkpoint_signature: 'Checkpoint signed by a trusted key',
   inclusion: 'Merkle inclusion proof (RFC 9162)',
+  consistency: 'Merkle consistency proof (RFC 9162 §2.1.4)',
+  trusted_checkpoint: 'Saved checkpoint note format (C2SP)',
+  trusted_checkpoint_signature: 'Saved checkpoint signed by a trusted key',
+  current_checkpoint: 'Current checkpoint from the server (C2SP)',
+  current_checkpoint_signature: 'Current checkpoint signed by a trusted key',
+  truncated: 'The ledger still holds every entry of the saved checkpoint',
 });
 
 const L = 0x1000000000000000000000000000000014def9dea2f79cd65812631a5cf5d3edn; // Ed25519 group order
@@ -641,6 +647,73 @@ export async function verifyInclusion(leafIndex, treeSize, leaf, proof, root) {
   return { ok: true, detail: `leaf ${leafIndex} of ${treeSize} reaches the checkpoint root` };
 }
 
+const HASH_SIZE = 32;
+
+function sizeBigInt(value) {
+  if (typeof value === 'bigint') return value >= 0n ? value : null;
+  return Number.isSafeInteger(value) && value >= 0 ? BigInt(value) : null;
+}
+
+function isHash(value) {
+  return value instanceof Uint8Array && value.length === HASH_SIZE;
+}
+
+/**
+ * RFC 9162 §2.1.4.2: does `proof` (array of 32-byte Uint8Array) show that the tree of `first`
+ * leaves with root `firstRoot` is a prefix of the tree of `second` leaves with root `secondRoot`?
+ * The same algorithm, step for step, as proxy/tlog/merkle.py verify_consistency_path: first ==
+ * second needs an empty proof and equal roots, first == 0 an empty proof and the empty root
+ * SHA-256(""); when first is a power of two its root is the proof's implicit first node. Sizes:
+ * Number (safe integer) or BigInt. Returns {ok, detail}; never throws for malformed input.
+ */
+export async function verifyConsistency(first, second, firstRoot, secondRoot, proof) {
+  const no = (detail) => ({ ok: false, detail });
+  let fn = sizeBigInt(first);
+  let sn = sizeBigInt(second);
+  if (!Array.isArray(proof) || !proof.every(isHash)) return no('the proof must be a list of 32-byte hashes');
+  if (!isHash(firstRoot) || !isHash(secondRoot)) return no('the roots must be 32-byte hashes');
+  if (fn === null || sn === null) return no(`tree sizes must be integers >= 0, got ${first} and ${second}`);
+  if (fn > sn) return no(`the first tree (${fn} leaves) is larger than the second (${sn}): the log shrank`);
+  if (fn === 0n) {
+    const ok = !proof.length && equalBytes(firstRoot, await sha256(new Uint8Array(0)));
+    return ok ? { ok, detail: 'the empty tree is a prefix of every tree' } : no('an empty first tree needs an empty proof and the empty root');
+  }
+  if (fn === sn) {
+    if (proof.length) return no(`equal tree sizes (${fn}) need an empty proof, got ${proof.length} hashes`);
+    return equalBytes(firstRoot, secondRoot) ? { ok: true, detail: `both trees are the same tree of ${fn} leaves` }
+      : no(`two different roots for the same tree size ${fn}: the log was rewritten`);
+  }
+  if (!proof.length) return no('an empty proof cannot prove that a smaller tree is a prefix of a larger one');
+  const hashes = (fn & (fn - 1n)) === 0n ? [firstRoot, ...proof] : proof;
+  fn -= 1n;
+  sn -= 1n;
+  while ((fn & 1n) === 1n) {
+    fn >>= 1n;
+    sn >>= 1n;
+  }
+  let fr = hashes[0];
+  let sr = hashes[0];
+  for (const c of hashes.slice(1)) {
+    if (sn === 0n) return no('the proof has more hashes than the trees have levels');
+    if ((fn & 1n) === 1n || fn === sn) {
+      fr = await nodeHash(c, fr);
+      sr = await nodeHash(c, sr);
+      while ((fn & 1n) === 0n && fn !== 0n) {
+        fn >>= 1n;
+        sn >>= 1n;
+      }
+    } else {
+      sr = await nodeHash(sr, c);
+    }
+    fn >>= 1n;
+    sn >>= 1n;
+  }
+  if (sn !== 0n) return no('the proof has too few hashes for these tree sizes');
+  if (!equalBytes(fr, firstRoot)) return no(`the proof leads to first root ${b64Encode(fr)}, the first checkpoint says ${b64Encode(firstRoot)}`);
+  if (!equalBytes(sr, secondRoot)) return no(`the proof leads to second root ${b64Encode(sr)}, the second checkpoint says ${b64Encode(secondRoot)}`);
+  return { ok: true, detail: `the tree of ${first} leaves is a prefix of the tree of ${second}` };
+}
+
 // ---------------------------------------------------------------------------------------------
 // C2SP signed notes and tlog checkpoints
 
@@ -791,6 +864,22 @@ function pyNumber(value) {
   return value;
 }
 
+/**
+ * A proof's JSON list of hashes (standard padded base64 of 32 bytes, RFC 4648 §4) as
+ * Uint8Arrays, like proofs.py parse_hashes. Throws InputError naming the bad item.
+ */
+export function parseProofHashes(values) {
+  if (!Array.isArray(values)) throw new InputError('hashes must be a list of base64 strings');
+  return values.map((h, i) => {
+    try {
+      if (typeof h !== 'string' || h.length !== 44) throw new InputError('not a base64 SHA-256 hash (44 characters)');
+      return b64Decode(h);
+    } catch (err) {
+      throw new InputError(`hashes[${i}]: ${err.message}`);
+    }
+  });
+}
+
 function proofSize(value, minimum) {
   return isInt(value) && value >= minimum ? value : null;
 }
@@ -810,15 +899,7 @@ export async function verifyInclusionProof(proof, receipt, checkpoint) {
   }
   let hashes;
   try {
-    if (!Array.isArray(proof.hashes)) throw new InputError('hashes must be a list of base64 strings');
-    hashes = proof.hashes.map((h, i) => {
-      try {
-        if (typeof h !== 'string' || h.length !== 44) throw new InputError('not a base64 SHA-256 hash (44 characters)');
-        return b64Decode(h);
-      } catch (err) {
-        throw new InputError(`hashes[${i}]: ${err.message}`);
-      }
-    });
+    hashes = parseProofHashes(proof.hashes);
   } catch (err) {
     return { failures: [fail(err.message)], leaf: null };
   }
@@ -849,6 +930,162 @@ export async function verifyInclusionProof(proof, receipt, checkpoint) {
   const verdict = await verifyInclusion(index, size, leaf, hashes, checkpoint.rootHash);
   if (!verdict.ok) failures.push(fail(verdict.detail));
   return { failures, leaf };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consistency between checkpoints (proofs.py verify_consistency_proof, tree.py
+// verify_against_trusted_checkpoint)
+
+/**
+ * 'consistency' failures of a proof document {first, second, hashes} between two parsed
+ * checkpoint bodies ([old, new], or null when one did not parse), in the checks and order of
+ * proofs.py verify_consistency_proof after its checkpoint checks.
+ */
+async function consistencyFailures(proof, pair) {
+  const fail = (detail) => failure('consistency', detail);
+  if (!isPlainObject(proof)) return [fail('the proof must be a JSON object')];
+  const first = proofSize(proof.first, 0);
+  const second = proofSize(proof.second, 0);
+  if (first === null || second === null || first > second) {
+    return [fail(`need 0 <= first <= second, got first=${shortRepr(proof.first)} second=${shortRepr(proof.second)}`)];
+  }
+  let hashes;
+  try {
+    hashes = parseProofHashes(proof.hashes);
+  } catch (err) {
+    return [fail(err.message)];
+  }
+  if (!pair) return [];
+  const [old, current] = pair;
+  const failures = [];
+  if (old.origin !== current.origin) failures.push(fail(`the checkpoints are of different logs (${shortRepr(old.origin)}, ${shortRepr(current.origin)})`));
+  if (BigInt(first) !== old.treeSize || BigInt(second) !== current.treeSize) {
+    failures.push(fail(`proof is for sizes ${first} -> ${second}, the checkpoints are ${old.treeSize} -> ${current.treeSize}`));
+    return failures;
+  }
+  const verdict = await verifyConsistency(first, second, old.rootHash, current.rootHash, hashes);
+  if (!verdict.ok) failures.push(fail(`${verdict.detail} (RFC 9162 §2.1.4.2)`));
+  return failures;
+}
+
+/**
+ * Verify a consistency proof document {first, second, hashes} (GET /v1/ledger/proof/consistency)
+ * between two signed checkpoint notes, like proofs.py verify_consistency_proof: both notes'
+ * format and signatures by `keys` ('checkpoint', 'checkpoint_signature'), then 'consistency'.
+ * Returns {failures, first, second} (parsed checkpoint bodies, or null).
+ */
+export async function verifyConsistencyProof(proof, firstText, secondText, keys, backend = 'auto') {
+  const failures = [];
+  const parsed = [];
+  for (const text of [firstText, secondText]) {
+    const checked = await verifyCheckpointNote(text, keys, backend);
+    failures.push(...checked.failures);
+    parsed.push(checked.body);
+  }
+  const both = parsed.every(Boolean) ? parsed : null;
+  failures.push(...await consistencyFailures(proof, both));
+  return { failures, first: parsed[0], second: parsed[1] };
+}
+
+async function resolveBackend(backend) {
+  if (backend !== 'auto') return backend;
+  return (await webCryptoHasEd25519()) ? 'webcrypto' : 'noble';
+}
+
+function checkpointFact(body) {
+  return { origin: body.origin, tree_size: body.treeSize.toString(), root_hash: b64Encode(body.rootHash) };
+}
+
+/** A checkpoint note checked with `keys`, its check names prefixed ('trusted_' or 'current_'). */
+async function namedCheckpoint(text, keys, backend, prefix) {
+  if (text instanceof Error) return { body: null, failures: [failure(`${prefix}_checkpoint`, text.message)] };
+  const checked = await verifyCheckpointNote(text, keys, backend);
+  const failures = checked.failures.map((f) => ({ ...f, check: `${prefix}_${f.check}` }));
+  return { body: checked.note ? checked.body : null, failures };
+}
+
+/**
+ * Does the log still extend a checkpoint the user saved earlier? The browser side of
+ * `sonate verify --ledger URL --trusted-checkpoint FILE` (tree.py verify_against_trusted_checkpoint,
+ * docs/security.md). `savedText`: the signed note kept outside the ledger; `currentText`: the
+ * server's latest (GET /v1/ledger/checkpoint); `fetchProof(first, second)`: resolves to the proof
+ * document of GET /v1/ledger/proof/consistency?from=first&to=second (the only network access,
+ * injected by the page; `keysText` or `currentText` may be an Error when fetching it failed). Checks: 'keys', 'trusted_checkpoint[_signature]', 'current_checkpoint[_signature]',
+ * 'truncated' (the current tree is smaller than the saved one: entries deleted), 'consistency'
+ * (the saved root is not a prefix of the current tree, RFC 9162 §2.1.4.2: history rewritten).
+ * Returns the verifyText result shape, kind 'ledger', with saved / current facts and a summary.
+ */
+export async function verifyLedgerText(savedText, currentText, keysText, fetchProof, options = {}) {
+  const backend = options.backend || 'auto';
+  const order = ['keys', 'trusted_checkpoint', 'trusted_checkpoint_signature', 'current_checkpoint',
+    'current_checkpoint_signature', 'truncated', 'consistency'];
+  const extra = { backend: null, key_source: options.keySource || 'pasted', trusted_key_ids: [] };
+  const done = (failures, ran, summary) => summarize('ledger', failures, ran, { ...extra, summary },
+    order.filter((id) => !ran.includes(id)));
+  let keys;
+  try {
+    subtle();
+    if (keysText instanceof Error) throw keysText;
+    if (typeof keysText !== 'string' || !keysText.trim()) throw new InputError('none given');
+    keys = await loadPublicKeys(parseJson(keysText).value);
+  } catch (err) {
+    return done([failure('keys', `trusted keys: ${err.message}`)], ['keys']);
+  }
+  extra.trusted_key_ids = [...keys.keys()];
+  extra.backend = await resolveBackend(backend);
+  const saved = await namedCheckpoint(savedText, keys, backend, 'trusted');
+  const current = await namedCheckpoint(currentText, keys, backend, 'current');
+  const failures = [...saved.failures, ...current.failures];
+  if (saved.body) extra.saved = checkpointFact(saved.body);
+  if (current.body) extra.current = checkpointFact(current.body);
+  if (!saved.body || !current.body) return done(failures, order.slice(0, 5));
+  const [m, n] = [saved.body.treeSize, current.body.treeSize];
+  if (n < m) {
+    failures.push(failure('truncated', `the server's current checkpoint commits to ${n} entries, fewer than the ${m} ` +
+      'of the checkpoint you saved: entries were deleted (or this is another log)'));
+    return done(failures, order.slice(0, 6), `Ledger NOT consistent: truncated from ${m} to ${n} entries.`);
+  }
+  let proof;
+  try {
+    proof = m === 0n ? { first: 0, second: Number(n), hashes: [] } : await fetchProof(Number(m), Number(n));
+  } catch (err) {
+    return done([...failures, failure('consistency', `could not fetch the consistency proof: ${err.message}`)], order);
+  }
+  extra.proof_hashes = Array.isArray(proof && proof.hashes) ? proof.hashes.length : null;
+  failures.push(...await consistencyFailures(proof, [saved.body, current.body]));
+  const ok = !failures.length;
+  return done(failures, order, ok
+    ? `Ledger consistent: the checkpoint you saved (tree size ${m}) is a prefix of the current tree (size ${n}).`
+    : failures.some((f) => f.check === 'consistency')
+      ? `Ledger NOT consistent: the current tree (size ${n}) does not extend the saved one (size ${m}): history was rewritten.`
+      : undefined);
+}
+
+/**
+ * Verify the JSON text of a consistency test document {first_checkpoint, second_checkpoint,
+ * proof} (tests/vectors/consistency.json) with trusted keys text: verifyConsistencyProof as a
+ * verifyText-shaped result, kind 'consistency'.
+ */
+export async function verifyConsistencyText(documentText, keysText, options = {}) {
+  const backend = options.backend || 'auto';
+  const order = ['keys', 'checkpoint', 'checkpoint_signature', 'consistency'];
+  let doc;
+  let keys;
+  try {
+    subtle();
+    doc = parseJson(documentText).value;
+    if (!isPlainObject(doc)) throw new InputError('expected {first_checkpoint, second_checkpoint, proof}');
+  } catch (err) {
+    return summarize('consistency', [failure('input', err.message)], ['input'], {});
+  }
+  try {
+    keys = await loadPublicKeys(parseJson(keysText).value);
+  } catch (err) {
+    return summarize('consistency', [failure('keys', `trusted keys: ${err.message}`)], ['keys'], {}, order.slice(1));
+  }
+  const result = await verifyConsistencyProof(doc.proof, doc.first_checkpoint, doc.second_checkpoint, keys, backend);
+  return summarize('consistency', result.failures, order,
+    { backend: await resolveBackend(backend), trusted_key_ids: [...keys.keys()] });
 }
 
 // ---------------------------------------------------------------------------------------------

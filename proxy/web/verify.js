@@ -1,9 +1,12 @@
-// The verify page: reads the form, runs verifier.js, shows one pass/fail badge per check.
+// The verify page: reads the forms, runs verifier.js, shows one pass/fail badge per check.
+// The ledger form fetches (same origin only) /v1/keys when no keys are pasted, the current checkpoint
+// and a consistency proof, and checks them against the saved checkpoint (verifyLedgerText).
 //
 // ?fallback=1 forces the vendored noble Ed25519 path even where WebCrypto has Ed25519.
 // window.sonateVerifier exposes the same verification for scripted use (and the test suite).
 
-import { CHECK_LABELS, verifyText, webCryptoHasEd25519 } from './verifier.js';
+import { CHECK_LABELS, verifyConsistencyText, verifyLedgerText, verifyText, webCryptoHasEd25519 }
+  from './verifier.js';
 
 const params = new URLSearchParams(location.search);
 const forcedBackend = params.get('fallback') === '1' ? 'noble' : params.get('backend');
@@ -33,12 +36,14 @@ function render(result) {
 
   const verdict = $('verdict');
   verdict.className = `verdict ${result.valid ? 'pass' : 'fail'}`;
-  const what = { receipt: 'Receipt', bundle: 'Bundle', chain: 'Receipt chain', unknown: 'Input' }[result.kind];
+  const what = { receipt: 'Receipt', bundle: 'Bundle', chain: 'Receipt chain', ledger: 'Ledger',
+    consistency: 'Consistency proof', unknown: 'Input' }[result.kind];
+  const count = result.failed_checks.length;
   verdict.replaceChildren(
     element('span', { 'aria-hidden': 'true' }, result.valid ? '✔' : '✘'),
-    element('span', {}, result.valid
+    element('span', {}, result.summary || (result.valid
       ? `${what} verified: every check passed.`
-      : `${what} NOT verified: ${result.failed_checks.length} check${result.failed_checks.length === 1 ? '' : 's'} failed.`),
+      : `${what} NOT verified: ${count} check${count === 1 ? '' : 's'} failed.`)),
   );
 
   const list = $('checks');
@@ -54,11 +59,16 @@ function render(result) {
     return item;
   }));
 
+  const keysFrom = { bundle: 'the bundle itself (self-consistency only)', server: `${location.origin}/v1/keys` };
   const facts = [
     ['Ed25519 engine', describeBackend(result.backend)],
-    ['Keys from', result.key_source === 'bundle' ? 'the bundle itself (self-consistency only)' : 'the keys field'],
+    ['Keys from', keysFrom[result.key_source] || 'the keys field'],
     ['Trusted key ids', (result.trusted_key_ids || []).join(', ') || 'none'],
   ];
+  for (const [label, cp] of [['Saved', result.saved], ['Current', result.current]]) {
+    if (cp) facts.push([`${label} tree size`, cp.tree_size], [`${label} root hash`, cp.root_hash]);
+  }
+  if (typeof result.proof_hashes === 'number') facts.push(['Consistency proof hashes', String(result.proof_hashes)]);
   if (result.entry_hash) facts.push(['Entry hash', result.entry_hash]);
   if (result.leaf_hash) facts.push(['Merkle leaf hash', result.leaf_hash]);
   if (result.checkpoint) {
@@ -103,6 +113,64 @@ async function onFile(event) {
   if (file) $('document').value = await file.text();
 }
 
+/** GET a same-origin path: its text, or an Error naming the path and the server's message. */
+async function fetchText(path) {
+  try {
+    const response = await fetch(new URL(path, location.origin), { credentials: 'omit', cache: 'no-store' });
+    const text = await response.text();
+    if (response.ok) return text;
+    let message = '';
+    try {
+      message = JSON.parse(text).error.message;
+    } catch {
+      message = text.slice(0, 200);
+    }
+    return new Error(`could not fetch ${path}: HTTP ${response.status} ${message}`.trim());
+  } catch (err) {
+    return new Error(`could not fetch ${path}: ${err.message}`);
+  }
+}
+
+async function onCheckLedger(event) {
+  event.preventDefault();
+  const button = $('check-ledger');
+  button.disabled = true;
+  button.textContent = 'Checking…';
+  try {
+    const pasted = $('keys').value.trim() !== '';
+    const keysText = pasted ? $('keys').value : await fetchText('/v1/keys');
+    const current = await fetchText('/v1/ledger/checkpoint');
+    const fetchProof = async (first, second) => {
+      const text = await fetchText(`/v1/ledger/proof/consistency?from=${first}&to=${second}`);
+      if (text instanceof Error) throw text;
+      return JSON.parse(text);
+    };
+    render(await verifyLedgerText($('saved-checkpoint').value, current, keysText, fetchProof,
+      { backend, keySource: pasted ? 'pasted' : 'server' }));
+  } finally {
+    button.disabled = false;
+    button.textContent = 'Check the ledger';
+  }
+}
+
+async function fetchCurrent() {
+  const status = $('current-status');
+  const box = $('current-checkpoint');
+  const text = await fetchText('/v1/ledger/checkpoint');
+  if (text instanceof Error) {
+    status.textContent = text.message;
+    return;
+  }
+  box.value = text;
+  box.hidden = false;
+  status.textContent = `Tree size ${text.split('\n')[1]}: save this text where this server cannot change it.`;
+}
+
+async function onSavedFile(event) {
+  const file = event.target.files[0];
+  if (file) $('saved-checkpoint').value = await file.text();
+}
+
 async function showEngine() {
   const native = await webCryptoHasEd25519().catch(() => false);
   const used = backend === 'auto' ? (native ? 'webcrypto' : 'noble') : backend;
@@ -114,6 +182,9 @@ async function showEngine() {
 $('verify-form').addEventListener('submit', onSubmit);
 $('fetch-keys').addEventListener('click', fetchKeys);
 $('document-file').addEventListener('change', onFile);
+$('ledger-form').addEventListener('submit', onCheckLedger);
+$('fetch-current').addEventListener('click', fetchCurrent);
+$('saved-checkpoint-file').addEventListener('change', onSavedFile);
 $('verdict').tabIndex = -1;
 
 window.sonateVerifier = {
@@ -124,6 +195,12 @@ window.sonateVerifier = {
   verifyAll: async (items, options = {}) => {
     const out = [];
     for (const item of items) out.push(await verifyText(item.document, item.keys, { backend, ...options }));
+    return out;
+  },
+  /** Run many {document, keys} consistency documents ({first_checkpoint, second_checkpoint, proof}). */
+  verifyConsistencyAll: async (items, options = {}) => {
+    const out = [];
+    for (const item of items) out.push(await verifyConsistencyText(item.document, item.keys, { backend, ...options }));
     return out;
   },
 };

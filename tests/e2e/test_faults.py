@@ -199,12 +199,16 @@ class TestProxyKilled:
         namespace = ledger_url.split("namespace=", 1)[1]
         raw = redis.Redis.from_url(ledger_url.split("?", 1)[0], decode_responses=True)
         head = int(raw.hget(f"{{{namespace}}}:head", "height"))
-        receipt = json.loads(raw.get(f"{{{namespace}}}:r:{head}"))  # the newest is sampled every round
+        original = raw.get(f"{{{namespace}}}:r:{head}")  # the newest is sampled every round
+        receipt = json.loads(original)
         receipt["outputs_hash"] = "sha256:" + "0" * 64
         raw.set(f"{{{namespace}}}:r:{head}", canonical(receipt).decode())
-        raw.close()
-        wait_until(lambda: metric_value(scrape(proxy), "sonate_ledger_verifications_total",
-                                        {"result": "fail_signature"}) > 0, 30, "the audit job to see the tampering")
+        try:
+            wait_until(lambda: metric_value(scrape(proxy), "sonate_ledger_verifications_total",
+                                            {"result": "fail_signature"}) > 0, 30, "the audit job to see the tampering")
+        finally:  # the class's other tests verify this ledger, in any order (pytest-randomly)
+            raw.set(f"{{{namespace}}}:r:{head}", original)
+            raw.close()
 
 
 # --------------------------------------------------------------------------------------------

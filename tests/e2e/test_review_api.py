@@ -7,6 +7,8 @@ follow. Only the LLM provider is a stub.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import re
 import subprocess
@@ -17,6 +19,9 @@ import urllib.request
 import openai
 import pytest
 
+from proxy.kpi.adjudication import Verdict, check_commitment
+from proxy.receipts.canonical import json_hash
+from proxy.storage.base import open_store
 from tests.support.stub_upstream import Reply
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
@@ -91,9 +96,11 @@ def test_refusal_two_blind_passes_lead_resolution(review_proxy, upstream, tmp_pa
     status, _, seen_by_b = call(review_proxy, "GET", f"/v1/review/items/{item_id}", key=REVIEWER_B)
     assert status == 200 and seen_by_b["open_passes"] == ["B"] and "passes" not in seen_by_b
     assert "fiction" not in json.dumps(seen_by_b)
-    _, _, receipt_a = call(review_proxy, "GET", f"/v1/receipts/{pass_a_receipt}", key=REVIEWER_B)
+    status, _, _ = call(review_proxy, "GET", f"/v1/receipts/{pass_a_receipt}", key=REVIEWER_B)
+    assert status == 404  # another reviewer's pass receipt is not assigned to B
+    _, _, receipt_a = call(review_proxy, "GET", f"/v1/receipts/{pass_a_receipt}", key=ADMIN_KEY)
     assert receipt_a["actor"] == "reviewer-ann" and receipt_a["guardrail_action"] == "adjudicate"
-    assert "verdict_hash" in receipt_a["evidence"] and "breach" not in json.dumps(receipt_a["evidence"])
+    assert "verdict_commitment" in receipt_a["evidence"] and "breach" not in json.dumps(receipt_a["evidence"])
     assert receipt_a["evidence"]["adjudicated_receipt_id"] == refusal_receipt
     status, headers, view = call(review_proxy, "POST", f"/v1/review/items/{item_id}/verdicts", JUSTIFIED, key=REVIEWER_B)
     assert status == 201 and view["status"] == "passes_complete" and view["your_pass"] == "B"
@@ -123,7 +130,7 @@ def test_refusal_two_blind_passes_lead_resolution(review_proxy, upstream, tmp_pa
     assert metric(review_proxy, r'sonate_receipts_written_total\{action="adjudicate"\}') >= 3
     _, _, receipt_lead = call(review_proxy, "GET", f"/v1/receipts/{lead_receipt}", key=ADMIN_KEY)
     assert receipt_lead["actor"] == "reviewer-rita" and receipt_lead["evidence"]["outcome"] == "unnecessary_apology"
-    assert set(receipt_lead["evidence"]["pass_verdict_hashes"]) == {"A", "B"}
+    assert set(receipt_lead["evidence"]["pass_commitments"]) == {"A", "B"}
 
     # AC1 per domain over double-rated items (one disagreement so far).
     status, _, agreement = call(review_proxy, "GET", "/v1/review/agreement", key=ADMIN_KEY)
@@ -167,3 +174,131 @@ def test_reviewer_api_errors(review_proxy) -> None:
     assert status == 400 and error["error"]["code"] == "invalid_json"
     status, _, error = call(review_proxy, "GET", "/v1/review/items?limit=0")
     assert status == 400 and error["error"]["param"] == "limit"
+
+
+PII_NAME, PII_EMAIL = "John Smith", "john.smith@example.com"
+PII = f" I am {PII_NAME}, write to {PII_EMAIL}."
+LEGAL = "Can I sue my landlord for keeping my security deposit, and which court should I file in?"
+
+
+def stored(proxy, queue: str, item_id: str) -> dict:
+    """The item exactly as the ledger's store holds it (what anyone with database access reads)."""
+    async def read() -> dict:
+        store = open_store(proxy.ledger_url)
+        try:
+            return await store.get_item(queue, item_id)
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+def ask(proxy, content: str):
+    client = openai.OpenAI(base_url=proxy.v1, api_key=CLIENT_KEY)
+    return client.chat.completions.with_raw_response.create(model="stub", messages=[{"role": "user", "content": content}])
+
+
+def item_of(raw) -> str:
+    return "adj_" + raw.headers["x-sonate-request-id"].removeprefix("req_")
+
+
+def test_review_items_hold_masked_text_only(review_proxy, upstream) -> None:
+    """Issue 15: a refused prompt's item held the raw messages, a masked request's the restored answer."""
+    refused = ask(review_proxy, HARMFUL + PII)
+    assert refused.headers["x-sonate-guardrail-action"] == "refuse"
+    masked = ask(review_proxy, "Please confirm my booking." + PII)  # the stub echoes what it saw
+    assert masked.headers["x-sonate-guardrail-action"] == "mask"
+    assert PII_EMAIL in masked.parse().choices[0].message.content  # the client still gets its data back
+    escalated = ask(review_proxy, LEGAL + PII)
+    assert escalated.headers["x-sonate-guardrail-action"] == "escalate"
+    for raw in (refused, masked, escalated):
+        in_store = json.dumps(stored(review_proxy, "adjudications", item_of(raw)))
+        status, _, seen = call(review_proxy, "GET", f"/v1/review/items/{item_of(raw)}", key=ADMIN_KEY)
+        assert status == 200
+        for text in (in_store, json.dumps(seen)):
+            assert PII_EMAIL not in text and PII_NAME not in text
+            assert "<EMAIL_ADDRESS_1>" in text and "<PERSON_1>" in text
+    assert "Stub answer:" in json.dumps(stored(review_proxy, "adjudications", item_of(masked))["response"])
+    case = stored(review_proxy, "escalations", escalated.headers["x-sonate-escalation-id"])
+    assert PII_EMAIL not in json.dumps(case) and "<EMAIL_ADDRESS_1>" in json.dumps(case["messages"])
+
+
+def test_verdict_commitments_are_salted_and_revealed(review_proxy) -> None:
+    """Issue 15: an unsalted hash of three booleans was recoverable from 8 candidates."""
+    item_id = item_of(ask(review_proxy, HARMFUL))
+    quiet = {"breach": True, "intent_permissible": False, "content_harmful": True}  # no note: 8 candidates
+    status, headers_a, _ = call(review_proxy, "POST", f"/v1/review/items/{item_id}/verdicts", quiet)
+    assert status == 201
+    _, _, receipt_a = call(review_proxy, "GET", f"/v1/receipts/{headers_a['x-sonate-receipt-id']}", key=ADMIN_KEY)
+    published = json.dumps(receipt_a["evidence"])
+    for a, b, c in itertools.product((False, True), repeat=3):  # the attack on the ledger
+        guess = Verdict(breach=a, intent_permissible=b, content_harmful=c).model_dump()
+        assert json_hash(guess) not in published
+    assert "nonce" not in published and "reveal" not in receipt_a["evidence"]
+    status, headers_b, _ = call(review_proxy, "POST", f"/v1/review/items/{item_id}/verdicts", quiet, key=REVIEWER_B)
+    assert status == 201
+    _, _, receipt_b = call(review_proxy, "GET", f"/v1/receipts/{headers_b['x-sonate-receipt-id']}", key=ADMIN_KEY)
+    opened = receipt_b["evidence"]["reveal"]
+    assert opened["A"]["verdict"]["breach"] is True
+    assert check_commitment(receipt_a["evidence"]["verdict_commitment"], opened["A"]["verdict"], opened["A"]["nonce"])
+    assert check_commitment(receipt_b["evidence"]["verdict_commitment"], opened["B"]["verdict"], opened["B"]["nonce"])
+
+
+def test_reviewers_read_only_receipts_of_items_assigned_to_them(review_proxy) -> None:
+    """Issue 15: a reviewer read every receipt (other reviewers' passes, any client's requests)."""
+    open_raw = ask(review_proxy, HARMFUL)
+    request_receipt = open_raw.headers["x-sonate-receipt-id"]
+    assert call(review_proxy, "GET", f"/v1/receipts/{request_receipt}")[0] == 200  # open: assigned to every reviewer
+    done_id = item_of(ask(review_proxy, HARMFUL + " Now."))
+    done_receipt = stored(review_proxy, "adjudications", done_id)["receipt_id"]
+    _, headers_b, _ = call(review_proxy, "POST", f"/v1/review/items/{done_id}/verdicts", JUSTIFIED, key=REVIEWER_B)
+    _, headers_r, _ = call(review_proxy, "POST", f"/v1/review/items/{done_id}/verdicts", JUSTIFIED, key=ADMIN_KEY)
+    assert stored(review_proxy, "adjudications", done_id)["status"] == "agreed"
+    # Reviewer A gave no pass on the finished item: neither it nor its receipts are theirs.
+    for path in (f"/v1/receipts/{done_receipt}", f"/v1/receipts/{headers_b['x-sonate-receipt-id']}",
+                 f"/v1/receipts/{headers_r['x-sonate-receipt-id']}", f"/v1/review/items/{done_id}"):
+        status, _, error = call(review_proxy, "GET", path)
+        assert status == 404 and error["error"]["code"] == "not_found", path
+    # Reviewer B gave a pass: the item's request receipts and B's own receipt stay readable.
+    for receipt_id in (done_receipt, headers_b["x-sonate-receipt-id"]):
+        assert call(review_proxy, "GET", f"/v1/receipts/{receipt_id}", key=REVIEWER_B)[0] == 200
+    escalated = ask(review_proxy, LEGAL)
+    case_id = escalated.headers["x-sonate-escalation-id"]
+    _, headers_res, _ = call(review_proxy, "POST", f"/v1/admin/escalations/{case_id}/resolve",
+                             {"decision": "approve"}, key=ADMIN_KEY)
+    assert call(review_proxy, "GET", f"/v1/receipts/{headers_res['x-sonate-receipt-id']}")[0] == 404
+    assert call(review_proxy, "GET", f"/v1/receipts/{headers_res['x-sonate-receipt-id']}", key=ADMIN_KEY)[0] == 200
+
+
+def test_expected_policy_id_must_name_a_loaded_policy(review_proxy) -> None:
+    item_id = item_of(ask(review_proxy, HARMFUL))
+    body = {**NEEDLESS, "breach": True, "expected_policy_id": "policy.made-up"}
+    status, _, error = call(review_proxy, "POST", f"/v1/review/items/{item_id}/verdicts", body)
+    assert status == 400 and error["error"]["param"] == "expected_policy_id" and "policy.made-up" in error["error"]["message"]
+    status, _, _ = call(review_proxy, "POST", f"/v1/review/items/{item_id}/verdicts",
+                        {**body, "expected_policy_id": "safety.harm"})
+    assert status == 201
+
+
+def test_lists_are_paginated_with_a_cursor(review_proxy, upstream) -> None:
+    """Issue 15: the lists loaded the whole queue before ``limit``; now pages with after/has_more/last_id."""
+    made = []
+    for n in range(5):
+        upstream.queue(Reply(text="ok"))
+        made.append(item_of(ask(review_proxy, f"What is {n} + {n}?")))
+    pages, after = [], None
+    while True:
+        query = "/v1/review/items?status=all&reason=sample&limit=2" + (f"&after={after}" if after else "")
+        status, _, page = call(review_proxy, "GET", query, key=ADMIN_KEY)
+        assert status == 200 and page["object"] == "list" and len(page["data"]) <= 2
+        pages.append([i["id"] for i in page["data"]])
+        if not page["has_more"]:
+            break
+        after = page["last_id"]
+    seen = sum(pages, [])
+    assert len(seen) == len(set(seen)) and [i for i in seen if i in made] == made
+    for query, param in (("/v1/review/items?limit=1001", "limit"), ("/v1/review/items?after=adj_nope", "after"),
+                         ("/v1/admin/escalations?limit=0", "limit")):
+        status, _, error = call(review_proxy, "GET", query, key=ADMIN_KEY)
+        assert status == 400 and error["error"]["param"] == param, query
+    status, _, page = call(review_proxy, "GET", "/v1/admin/escalations?status=all&limit=1", key=ADMIN_KEY)
+    assert status == 200 and len(page["data"]) == 1 and "has_more" in page and page["last_id"] == page["data"][0]["id"]

@@ -3,21 +3,28 @@
 Every cross-language vector (tests/vectors/*.json, including the key-window ones: a receipt
 re-signed below its key's not_before_height after a rotation) goes through the page's verifier twice —
 with WebCrypto's Ed25519 and with the vendored @noble/ed25519 fallback (?fallback=1) — and
-the browser's verdict must equal the vector's and the Python verifier's. A person's path is
-driven too: paste a live receipt and a bundle, fetch /v1/keys, click Verify, read the badges.
+the browser's verdict must equal the vector's and the Python verifier's; so does every consistency
+vector (tests/vectors/consistency.json). A person's path is driven too: paste a live receipt and a
+bundle, fetch /v1/keys, click Verify, read the badges; and save a checkpoint, then check the ledger
+against it after it grew, after its tail was deleted and after that tail was written anew
+(issue 15: truncation and rewrite caught by anyone who saved a checkpoint).
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
 
-from tests.support.proxy import CLIENT_KEY
-from tests.unit.test_vectors import VECTORS, python_verdict
+from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
+from tests.unit.test_vectors import CONSISTENCY_VECTORS, VECTORS, python_verdict
 
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -214,3 +221,111 @@ def test_bad_input_is_reported_not_thrown(browser, proxy):
     badges = _verify_click(browser)
     assert badges["keys"] == "✘ FAIL"
     assert "private" in browser.find_element(By.CSS_SELECTOR, "li[data-check='keys'] .check-details").text
+
+
+def test_every_consistency_vector_agrees(browser, proxy):
+    """RFC 9162 §2.1.4.2 in verifier.js: the same verdict as the vector and as proofs.py, both Ed25519 engines."""
+    items = [{"document": json.dumps(v["document"]), "keys": json.dumps(v["keys"])} for v in CONSISTENCY_VECTORS]
+    for query in ("", "?fallback=1"):
+        open_page(browser, proxy, query)
+        results = browser.execute_async_script(
+            """
+            const [items, done] = arguments;
+            window.sonateVerifier.verifyConsistencyAll(items)
+              .then((results) => done(results.map((r) => ({valid: r.valid, failed_checks: r.failed_checks}))))
+              .catch((err) => done({error: String(err && err.stack || err)}));
+            """, items)
+        assert isinstance(results, list), results
+        wrong = [f"{v['id']}: browser {r}, expected {v['expected']}" for v, r in zip(CONSISTENCY_VECTORS, results)
+                 if r != v["expected"] or python_verdict(v) != r]
+        assert not wrong, "\n".join(wrong)
+
+
+# -- a saved checkpoint against a ledger that grows, is truncated, then rewritten ---------------------
+
+
+def _demo_requests(running: RunningProxy, count: int) -> None:
+    body = json.dumps({"model": "demo", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}).encode()
+    for _ in range(count):
+        request = urllib.request.Request(f"{running.v1}/chat/completions", data=body, method="POST", headers={
+            "Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 200
+
+
+def _wait_for_checkpoint(running: RunningProxy, size: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{running.v1}/ledger/checkpoint", timeout=5) as response:
+                if response.read().decode().split("\n")[1] == str(size):
+                    return
+        except urllib.error.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint of size {size} was published")
+
+
+def _check_ledger(browser, running: RunningProxy, saved: str) -> tuple[dict[str, str], str]:
+    """A person's check: open the page, paste the saved checkpoint, no keys (fetched), click; badges and verdict."""
+    open_page(browser, running)
+    _paste(browser, "saved-checkpoint", saved)
+    browser.find_element(By.ID, "check-ledger").click()
+    badges = _badges(browser)
+    return badges, browser.find_element(By.ID, "verdict").text
+
+
+def _truncate(db, keep: int) -> None:
+    """The operator deletes every receipt from height ``keep`` on, the tree, and the later checkpoints
+    (as tests/integration/test_tamper.py), then rebuilds the tree with `sonate ledger reindex`."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM receipts WHERE height >= ?", (keep,))
+        conn.execute("DELETE FROM tree_nodes")
+        conn.execute("DELETE FROM ledger_meta WHERE name = 'tree_size'")
+        conn.execute("DELETE FROM checkpoints WHERE tree_size > ?", (keep,))
+    subprocess.run([sys.executable, "-m", "proxy", "ledger", "reindex", "--ledger", f"sqlite:///{db}"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+
+
+def test_saved_checkpoint_catches_truncation_and_rewrite(browser, stub, tmp_path):
+    directory, db = tmp_path / "ledger-proxy", tmp_path / "ledger.db"
+    ledger = {"ledger": {"url": f"sqlite:///{db}", "checkpoint_every_entries": 1, "checkpoint_interval_seconds": 0.2}}
+    running = start_proxy(directory, stub.url, f"sqlite:///{db}", overrides=ledger)
+    try:
+        _demo_requests(running, 6)
+        _wait_for_checkpoint(running, 6)
+        open_page(browser, running)  # the person saves the current checkpoint through the page
+        browser.find_element(By.ID, "fetch-current").click()
+        WebDriverWait(browser, 10).until(EC.text_to_be_present_in_element((By.ID, "current-status"), "Tree size 6"))
+        saved = browser.find_element(By.ID, "current-checkpoint").get_attribute("value")
+        assert saved.split("\n")[1] == "6" and "\n\n\u2014 " in saved
+
+        _demo_requests(running, 3)
+        _wait_for_checkpoint(running, 9)
+        badges, verdict = _check_ledger(browser, running, saved)
+        assert badges == {check: "✔ PASS" for check in (
+            "keys", "trusted_checkpoint", "trusted_checkpoint_signature", "current_checkpoint",
+            "current_checkpoint_signature", "truncated", "consistency")}, badges
+        assert "Ledger consistent" in verdict and "tree size 6" in verdict and "size 9" in verdict
+    finally:
+        stop_proxy(running)
+
+    _truncate(db, keep=4)  # 9 receipts -> 4
+    running = start_proxy(directory, stub.url, f"sqlite:///{db}", policies=directory / "policies", overrides=ledger)
+    try:
+        _wait_for_checkpoint(running, 4)
+        badges, verdict = _check_ledger(browser, running, saved)
+        assert badges["truncated"] == "✘ FAIL" and badges["consistency"] == "– NOT RUN", badges
+        assert badges["trusted_checkpoint_signature"] == "✔ PASS"  # the saved note is genuine
+        assert "truncated from 6 to 4" in verdict
+        details = browser.find_element(By.CSS_SELECTOR, "li[data-check='truncated'] .check-details").text
+        assert "fewer than the 6" in details
+
+        _demo_requests(running, 5)  # the tail written anew: 9 receipts again, heights 4..8 different
+        _wait_for_checkpoint(running, 9)
+        badges, verdict = _check_ledger(browser, running, saved)
+        assert badges["truncated"] == "✔ PASS" and badges["consistency"] == "✘ FAIL", badges
+        assert "history was rewritten" in verdict and "NOT consistent" in verdict
+        assert "RFC 9162" in browser.find_element(By.CSS_SELECTOR, "li[data-check='consistency'] .check-details").text
+    finally:
+        stop_proxy(running)

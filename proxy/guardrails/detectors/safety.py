@@ -4,12 +4,18 @@ Configured by the ``detector:`` block of a safety policy::
 
     detector:
       toxicity:
-        model: original                 # detoxify model_type
-        checkpoint: null                # optional local detoxify checkpoint
-        huggingface_config_path: null   # optional local HF config/tokenizer dir for it
-        fallback: profanity-check       # used (with a WARNING) when detoxify cannot load; null = fail
+        model: profanity-check          # shipped in the alt-profanity-check wheel; or a manifest model id
+        manifest: null                  # a JSON model manifest (default proxy/guardrails/models.json)
+        models_dir: null                # default $SONATE_MODELS_DIR or ~/.cache/sonate/models
+        fallback: null                  # profanity-check: used when the model is missing or mismatched
       harmful_intent:
         artefact: harm-minilm-svm-v2     # in proxy/guardrails/artefacts, or a path
+
+A manifest model (e.g. ``detoxify-original``) is loaded only after every file matched its
+pinned sha256 (:func:`proxy.guardrails.models.verify_model`); it is never downloaded here. When
+it cannot be used, start-up fails with a message naming ``sonate models fetch <id>`` — unless
+the operator configured ``fallback``, which is then used, logged as a WARNING, named in the
+detector's name and version (so in every Safety receipt's ``detector``) and in ``/readyz``.
 
 Models load once in :func:`load_safety_detector`; ``SafetyDetector.score`` never loads or downloads.
 """
@@ -21,29 +27,33 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import DEFAULT_ARTEFACT, HarmClassifier, load_harm_classifier
 from proxy.guardrails.detectors.toxicity import (
     FALLBACKS,
     ToxicityDetector,
-    ToxicityUnavailableError,
     load_detoxify,
 )
+from proxy.guardrails.models import ModelError, load_manifest, models_dir, verify_model
 
 HARMFUL_INTENT = "harmful_intent"
+#: The registry-shipped toxicity detector (its model is inside the alt-profanity-check wheel).
+PROFANITY_CHECK = "profanity-check"
+#: Manifest loaders → the function that reads a verified model directory.
+LOADERS = {"detoxify": load_detoxify}
 
 
 class ToxicityConfig(BaseModel):
-    """detoxify settings and the explicit fallback (see module docstring)."""
+    """Which toxicity model, where its pinned files are, and the operator's fallback (module docstring)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: Literal["original", "unbiased", "multilingual", "original-small", "unbiased-small"] = "original"
-    checkpoint: Path | None = None
-    huggingface_config_path: Path | None = None
-    fallback: Literal["profanity-check"] | None = "profanity-check"
+    model: str = Field(PROFANITY_CHECK, min_length=1)
+    manifest: Path | None = None
+    models_dir: Path | None = None
+    fallback: Literal["profanity-check"] | None = None
 
 
 class HarmfulIntentConfig(BaseModel):
@@ -70,7 +80,9 @@ class SafetyDetector:
         name: active detectors, e.g. ``"profanity-check+harm-minilm-svm"``.
         version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-svm-v2@sha256:..."``.
         components: ``[{"name", "version"}, ...]`` for receipt evidence: the toxicity model, the
-            harm classifier and the embedding model it reads.
+            harm classifier and the embedding model it reads; the toxicity entry carries
+            ``"fallback_for": <model id>`` when the operator's fallback replaced the configured model.
+        fallback: None, or ``{"model", "reason"}`` when the configured fallback is in use (``/readyz``).
         categories: score keys returned per text (toxicity categories + ``"harmful_intent"``).
 
     Thread-safe; CPU-bound (run it in an executor from async code).
@@ -82,8 +94,12 @@ class SafetyDetector:
         self.harm = harm
         self.name = f"{toxicity.name}+{harm.name}"
         self.version = f"{toxicity.version}+{harm.version}"
+        self.fallback = getattr(toxicity, "fallback_for", None)
+        toxicity_component = {"name": toxicity.name, "version": toxicity.version}
+        if self.fallback is not None:
+            toxicity_component["fallback_for"] = self.fallback["model"]
         self.components = [
-            {"name": toxicity.name, "version": toxicity.version},
+            toxicity_component,
             {"name": harm.name, "version": harm.version},
             {"name": embeddings.MODEL_NAME, "version": embeddings.model_version()},
         ]
@@ -116,23 +132,40 @@ class SafetyDetector:
         self.score(["warm up"])
 
 
+def _load_manifest_model(config: ToxicityConfig) -> ToxicityDetector:
+    """Verify a manifest model's files against their pins, then load it. Raises ModelError."""
+    specs = load_manifest(config.manifest)
+    spec = specs.get(config.model)
+    if spec is None:
+        raise ModelError(f"toxicity model {config.model!r} is neither {PROFANITY_CHECK!r} nor in the model "
+                         f"manifest {config.manifest or 'proxy/guardrails/models.json'} "
+                         f"(known: {', '.join(sorted(specs)) or 'none'})")
+    if spec.loader not in LOADERS:
+        raise ModelError(f"model {spec.id!r}: unknown loader {spec.loader!r} (known: {', '.join(LOADERS)})")
+    directory = verify_model(spec, models_dir(config.models_dir))
+    return LOADERS[spec.loader](spec, directory)
+
+
 def _load_toxicity(config: ToxicityConfig, log: logging.Logger) -> ToxicityDetector:
+    """The configured toxicity detector, or the configured fallback (named as such) when it fails.
+
+    Raises ModelError (ToxicityUnavailableError included) when the model cannot be used and no
+    fallback is configured.
+    """
+    if config.model == PROFANITY_CHECK:
+        return FALLBACKS[PROFANITY_CHECK]()
     try:
-        return load_detoxify(config.model, config.checkpoint, config.huggingface_config_path)
-    except Exception as exc:  # detoxify surfaces URLError/OSError/ValueError/RuntimeError alike
-        reason = f"{type(exc).__name__}: {exc}"
+        return _load_manifest_model(config)
+    except ModelError as exc:
         if config.fallback is None:
-            raise ToxicityUnavailableError(
-                f"detoxify ({config.model}, checkpoint={config.checkpoint}) could not be loaded and "
-                f"no fallback is configured: {reason}"
-            ) from exc
-        fallback = FALLBACKS[config.fallback]()
-        log.warning(
-            "toxicity detector: using fallback %s (%s) because detoxify %s (checkpoint=%s) "
-            "could not be loaded: %s",
-            fallback.name, fallback.version, config.model, config.checkpoint, reason,
-        )
-        return fallback
+            raise
+        reason = str(exc)
+    fallback = FALLBACKS[config.fallback]()
+    fallback.fallback_for = {"model": config.model, "reason": reason}
+    fallback.version = f"{fallback.version} (configured fallback for {config.model})"
+    log.warning("toxicity detector: using the configured fallback %s (%s) instead of %s: %s",
+                fallback.name, fallback.version, config.model, reason)
+    return fallback
 
 
 def load_safety_detector(
@@ -143,11 +176,13 @@ def load_safety_detector(
 
     Args:
         config: the policy's ``detector:`` block.
-        log: receives an INFO line naming the active detectors, and a WARNING when the toxicity
-            fallback replaces detoxify (with the reason).
+        log: receives an INFO line naming the active detectors, and a WARNING when the configured
+            toxicity fallback replaces the configured model (with the reason).
 
     Raises:
-        ToxicityUnavailableError: detoxify failed and ``fallback`` is null.
+        proxy.guardrails.models.ModelError: the toxicity model is unknown, unpinned, missing, fails its
+            sha256 or is refused by ``torch.load(weights_only=True)`` (ToxicityUnavailableError), and
+            no ``fallback`` is configured; the message names ``sonate models fetch <id>``.
         proxy.guardrails.detectors.harm.ArtefactError: the harm artefact is missing or invalid.
     """
     harm = load_harm_classifier(config.harmful_intent.artefact)

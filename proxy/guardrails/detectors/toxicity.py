@@ -1,9 +1,9 @@
-"""Toxic-language detectors: detoxify (primary) and alt-profanity-check (explicit fallback).
+"""Toxic-language detectors: alt-profanity-check (shipped in its wheel) and detoxify (pinned, opt-in).
 
-- detoxify (unitaryai/detoxify; Jigsaw toxic-comment models) is loaded through its own loading
-  code, ``detoxify.Detoxify(model_type, checkpoint, device, huggingface_config_path)``. Without a
-  local ``checkpoint`` it downloads the weights from GitHub releases, which fails on offline
-  machines.
+- detoxify (unitaryai/detoxify; Jigsaw toxic-comment models): files pinned by sha256 in a model
+  manifest (:mod:`proxy.guardrails.models`), fetched only by ``sonate models fetch``, read with
+  ``torch.load(weights_only=True)`` and assembled with detoxify's ``get_model_and_tokenizer``
+  from the local config directory. Never downloaded at start.
 - alt-profanity-check ships a trained linear SVM (calibrated) over a bag-of-words vectoriser
   (trained on, among others, Davidson et al. 2017 tweets); ``profanity_check.predict_prob``.
 
@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from proxy import offline  # noqa: F401  (HF_HUB_OFFLINE before transformers/detoxify)
+from proxy.guardrails.models import ModelError
 
 # detoxify's "unbiased" model also predicts identity *mentions* (male, muslim, black, ...):
 # those say who a text is about, not whether it is toxic, so they are not reported as scores.
@@ -31,8 +32,8 @@ IDENTITY_MENTION_CLASSES = frozenset({
 DETOXIFY_BATCH = 32
 
 
-class ToxicityUnavailableError(RuntimeError):
-    """No toxicity detector could be loaded (detoxify failed and no fallback is configured)."""
+class ToxicityUnavailableError(ModelError):
+    """No toxicity detector could be loaded (a checkpoint was refused, or no fallback is configured)."""
 
 
 class ToxicityDetector(Protocol):
@@ -57,9 +58,8 @@ class DetoxifyToxicity:
     """detoxify model wrapper: batched, thread-safe scoring.
 
     Attributes:
-        name: ``"detoxify:<model_type>"`` or ``"detoxify:checkpoint"``.
-        version: ``"detoxify==<pkg>; <weights file>[@sha256:<12 hex>]"`` — the weights file is the
-            release asset name (carries its own hash) or the local checkpoint with its sha256 prefix.
+        name: ``"detoxify:<manifest model id>"``.
+        version: ``"detoxify==<pkg>; <checkpoint file>@sha256:<12 hex>"``.
         categories: class names reported (detoxify's names, identity mentions removed).
     """
 
@@ -104,10 +104,13 @@ class ProfanityCheckToxicity:
 
     Attributes:
         name: ``"profanity-check"``.
-        version: ``"alt-profanity-check==<version>"`` (the weights ship inside the wheel).
+        version: ``"alt-profanity-check==<version>"`` (the weights ship inside the wheel); with
+            `` (configured fallback for <model id>)`` appended when it stands in for another model.
+        fallback_for: None, or ``{"model", "reason"}`` when used as the operator's fallback.
     """
 
     name = "profanity-check"
+    fallback_for: dict[str, str] | None = None
 
     def __init__(self) -> None:
         """Import the package (loads its vectoriser and model from the wheel, ~1.5 s).
@@ -128,38 +131,65 @@ class ProfanityCheckToxicity:
         return {"toxicity": np.asarray(self._predict_prob(list(texts)), dtype=np.float64)}
 
 
-def load_detoxify(
-    model_type: str = "original",
-    checkpoint: Path | None = None,
-    huggingface_config_path: Path | None = None,
-) -> DetoxifyToxicity:
-    """Load detoxify through its own loading code on CPU.
+#: detoxify's class-name standardisation (detoxify/detoxify.py, ``load_checkpoint``).
+_DETOXIFY_NAMES = {"toxic": "toxicity", "identity_hate": "identity_attack", "severe_toxic": "severe_toxicity"}
 
-    Args:
-        model_type: detoxify model type (``original``, ``unbiased``, ``multilingual``, ...); used to
-            pick the release download when ``checkpoint`` is None.
-        checkpoint: local detoxify checkpoint (``torch.save`` of ``{"config": ..., "state_dict": ...}``).
-        huggingface_config_path: local directory with the HF config + tokenizer for the checkpoint.
+
+def _read_checkpoint(path: Path) -> dict:
+    """``torch.load`` a detoxify checkpoint with ``weights_only=True`` (tensors and plain data only).
+
+    A checkpoint that needs any other pickled object (a class, a callable: code) is refused;
+    PyTorch docs, "torch.load" (``weights_only``).
 
     Raises:
-        Whatever detoxify/torch/transformers raise (URLError offline, OSError, ValueError, ...);
-        ToxicityUnavailableError if the model lacks a ``toxicity`` class.
+        ToxicityUnavailableError: unpickling was refused, or ``config``/``state_dict`` is missing.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        raise ToxicityUnavailableError(f"{path}: refused to load (weights_only=True): {exc}") from None
+    if not isinstance(loaded, dict) or "config" not in loaded or "state_dict" not in loaded:
+        raise ToxicityUnavailableError(f"{path}: a detoxify checkpoint holds {{'config', 'state_dict'}}")
+    return loaded
+
+
+def load_detoxify(spec, model_dir: Path) -> DetoxifyToxicity:
+    """Load a verified detoxify model (:func:`proxy.guardrails.models.verify_model` first) on CPU.
+
+    Reads the checkpoint with ``weights_only=True`` (never detoxify's own ``load_checkpoint``,
+    which unpickles with ``weights_only=False`` and downloads when given no file), then builds
+    the network and tokenizer with detoxify's ``get_model_and_tokenizer`` from the local
+    Hugging Face config directory only (``local_files_only``; no hub look-up).
+
+    Args:
+        spec: the manifest entry (:class:`proxy.guardrails.models.ModelSpec`); its options name
+            ``checkpoint`` (file) and ``huggingface_config`` (directory), relative to ``model_dir``.
+        model_dir: the verified model directory.
+
+    Raises:
+        ToxicityUnavailableError: the checkpoint is refused, malformed, or has no toxicity class;
+        transformers' errors (OSError, ValueError) for an unusable config or tokenizer.
     """
     import detoxify
-    from detoxify.detoxify import MODEL_URLS
+    from detoxify.detoxify import get_model_and_tokenizer
 
-    model = detoxify.Detoxify(
-        model_type=model_type,
-        checkpoint=str(checkpoint) if checkpoint is not None else None,
-        device="cpu",
-        huggingface_config_path=str(huggingface_config_path) if huggingface_config_path is not None else None,
-    )
-    package = f"detoxify=={importlib.metadata.version('detoxify')}"
-    if checkpoint is not None:
-        path = Path(checkpoint)
-        return DetoxifyToxicity(model, "detoxify:checkpoint", f"{package}; {path.name}@sha256:{_short_sha256(path)}")
-    weights = MODEL_URLS.get(model_type, model_type).rsplit("/", 1)[-1]
-    return DetoxifyToxicity(model, f"detoxify:{model_type}", f"{package}; {weights}")
+    checkpoint = model_dir / spec.options["checkpoint"]
+    hf_dir = model_dir / spec.options["huggingface_config"]
+    loaded = _read_checkpoint(checkpoint)
+    args = dict(loaded["config"]["arch"]["args"])
+    args["model_type"] = str(hf_dir)  # read the pinned local config, never the hub
+    model, tokenizer = get_model_and_tokenizer(**args, state_dict=loaded["state_dict"],
+                                               huggingface_config_path=str(hf_dir))
+    wrapper = detoxify.Detoxify.__new__(detoxify.Detoxify)  # detoxify's predict() over our loaded parts
+    wrapper.model, wrapper.tokenizer, wrapper.device = model.to("cpu"), tokenizer, "cpu"
+    wrapper.class_names = [_DETOXIFY_NAMES.get(c, c) for c in loaded["config"]["dataset"]["args"]["classes"]]
+    version = (f"detoxify=={importlib.metadata.version('detoxify')}; "
+               f"{checkpoint.name}@sha256:{_short_sha256(checkpoint)}")
+    return DetoxifyToxicity(wrapper, f"detoxify:{spec.id}", version)
 
 
 FALLBACKS = {"profanity-check": ProfanityCheckToxicity}

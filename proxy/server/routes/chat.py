@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from proxy.server.errors import Caller
 from proxy.server.requests import caller, read_model, services
 from proxy.server.wire import ChatCompletionRequest, stream_events
 
@@ -16,8 +17,19 @@ __all__ = ["chat_completions", "register"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/chat/completions``."""
+    """``POST /v1/chat/completions``: authenticate, admit under the caller's limits (429 with
+    ``Retry-After``, :class:`proxy.server.limits.KeyLimiter`; the slot is held until the answer is
+    sent), then :func:`_answer`. A refused request writes no receipt: nothing was screened or forwarded."""
     who = caller(request)
+    limiter = services(request).limiter
+    if limiter is None:
+        return await _answer(request, who)
+    with limiter.acquire(who.actor):
+        return await _answer(request, who)
+
+
+async def _answer(request: web.Request, who: Caller) -> web.StreamResponse:
+    """Parse the body, run :meth:`Gateway.chat`, send JSON or SSE."""
     req, raw = await read_model(request, ChatCompletionRequest)
     result = await services(request).gateway.chat(raw, req, who, request.headers.get("x-sonate-complexity"))
     headers = {"x-sonate-receipt-id": result.receipt_id, "x-sonate-guardrail-action": result.action,

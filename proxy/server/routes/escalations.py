@@ -4,6 +4,7 @@ Routes::
 
   GET  /v1/escalations/{id}                 status of one's own escalated request (no messages)
   GET  /v1/admin/escalations                review queue (admin)   ?status=pending|resolved|aborted|all
+                                            ?limit=N (1..1000, default 100) ?after=<id of the last case seen>
   POST /v1/admin/escalations/{id}/resolve   record a reviewer decision (admin), receipted
 
 The workflow is :mod:`proxy.review.escalations`.
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from proxy.review.escalations import STATUSES
 from proxy.server.errors import GatewayError
 from proxy.server.requests import ADMIN, caller, read_model, services
+from proxy.server.routes.review import list_page, page_query
 
 __all__ = ["ResolveRequest", "register"]
 
@@ -42,13 +44,16 @@ async def get_escalation(request: web.Request) -> web.Response:
 
 
 async def list_escalations(request: web.Request) -> web.Response:
-    """``GET /v1/admin/escalations?status=``: the cases with that status (default pending)."""
+    """``GET /v1/admin/escalations?status=&limit=&after=``: one page of the cases with that status
+    (default pending), OpenAI list style."""
     caller(request, ADMIN)
     status = request.query.get("status", "pending")
     if status not in (*STATUSES, "all"):
         raise GatewayError(400, "status must be pending, resolved, aborted or all", param="status")
-    cases = await services(request).gateway.escalations.list(None if status == "all" else status)
-    return web.json_response({"object": "list", "data": cases})
+    limit, after = page_query(request)
+    cases, cursor = await services(request).gateway.escalations.list(
+        None if status == "all" else status, after=after, limit=limit)
+    return web.json_response(list_page(cases, cursor))
 
 
 async def resolve_escalation(request: web.Request) -> web.Response:

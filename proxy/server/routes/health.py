@@ -4,7 +4,8 @@ Routes::
 
   GET /healthz   {"status": "ok", "version"}: the process answers
   GET /readyz    200 when requests can be answered with receipts (ledger reachable, or the spool
-                 takes them), else 503; with the checks and the loaded detectors
+                 takes them), else 503; with the checks, the loaded detectors and, when an operator-
+                 configured model fallback is in use, ``fallbacks``: policy id → {model, reason, used}
   GET /metrics   Prometheus text format (a ``metrics`` or ``admin`` key unless ``server.public_metrics``)
 """
 
@@ -39,8 +40,13 @@ async def readyz(request: web.Request) -> web.Response:
         checks["spool"] = f"{spool.depth} receipt(s) pending"
         ready = True
     detectors = {pid: getattr(d, "name", None) for pid, d in svc.engine.detectors.items() if d is not None}
-    return web.json_response({"status": "ready" if ready else "not_ready", "checks": checks,
-                              "detectors": detectors}, status=200 if ready else 503)
+    # an operator-configured model fallback in use (safety policy detector.toxicity.fallback)
+    fallbacks = {pid: {**d.fallback, "used": d.toxicity.name}
+                 for pid, d in svc.engine.detectors.items() if getattr(d, "fallback", None)}
+    body = {"status": "ready" if ready else "not_ready", "checks": checks, "detectors": detectors}
+    if fallbacks:
+        body["fallbacks"] = fallbacks
+    return web.json_response(body, status=200 if ready else 503)
 
 
 #: Roles that may read ``/metrics`` when it is not public: the scraper's own role, and admins.

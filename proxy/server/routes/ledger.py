@@ -100,6 +100,10 @@ async def get_checkpoint(request: web.Request) -> web.Response:
     if note is None:
         what = "has been published yet" if size is None else f"is stored for tree size {size}"
         raise GatewayError(404, f"No checkpoint {what}.", code="not_found", param=None if size is None else "tree_size")
+    try:  # witness cosignatures stored beside the note (C2SP tlog-cosignature; proxy.server.publisher)
+        note += "".join(await store.get_cosignatures(parse_checkpoint(note).tree_size))
+    except LedgerError as exc:
+        raise _unavailable(exc) from None
     headers = {"Cache-Control": "no-cache" if size is None else "public, max-age=31536000, immutable"}
     return web.Response(text=note, content_type="text/plain", charset="utf-8", headers=headers)
 
@@ -199,7 +203,8 @@ def register(app: web.Application) -> None:
                 metrics.ledger_checkpoints_published.inc()
                 metrics.ledger_checkpoint_tree_size.set(size)
         publisher = CheckpointPublisher(svc.ledger, config.origin, config.checkpoint_every_entries,
-                                        config.checkpoint_interval_seconds, on_publish=on_publish)
+                                        config.checkpoint_interval_seconds, on_publish=on_publish,
+                                        witnesses=config.witnesses)
         app[_PUBLISHER] = publisher
         try:
             stored, head = await svc.store.tree_size(), await svc.store.head()

@@ -2,7 +2,8 @@
 
 Routes::
 
-  GET /v1/receipts/{receipt_id}[?bundle=1]   a trust receipt (own receipts; admins/reviewers: all);
+  GET /v1/receipts/{receipt_id}[?bundle=1]   a trust receipt (clients: their own; reviewers: their own
+                                             and those of review items assigned to them; admins: all);
                                              202 while it waits in the spool; ?bundle=1: the offline
                                              bundle (:func:`proxy.server.routes.ledger.bundle_response`)
   GET /v1/keys                               public verify keys by key_id, with validity windows
@@ -15,9 +16,10 @@ from typing import Any
 from aiohttp import web
 
 from proxy.receipts.signing import public_key_entry
-from proxy.server.errors import GatewayError, ledger_unavailable
+from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.requests import caller, services
 from proxy.server.routes import ledger as ledger_routes
+from proxy.server.routes.review import ADJUDICATIONS
 from proxy.storage.base import LedgerError
 
 __all__ = ["get_keys", "get_receipt", "public_key_entries", "register"]
@@ -32,8 +34,17 @@ def public_key_entries(svc: Any) -> list[dict[str, Any]]:
     return [public_key_entry(svc.signer)]
 
 
+async def _may_read(request: web.Request, who: Caller, receipt: dict[str, Any]) -> bool:
+    """Admins read every receipt, clients their own, reviewers their own and the receipts of review
+    items assigned to them (:meth:`proxy.review.adjudication.Adjudications.may_read_receipt`)."""
+    if who.role == "admin" or receipt.get("actor") == who.actor:
+        return True
+    adjudications = request.app.get(ADJUDICATIONS)
+    return who.role == "reviewer" and adjudications is not None and await adjudications.may_read_receipt(who, receipt)
+
+
 async def get_receipt(request: web.Request) -> web.Response:
-    """``GET /v1/receipts/{receipt_id}``: 404 for another client's receipt or an unknown id."""
+    """``GET /v1/receipts/{receipt_id}``: 404 for an unknown id or one the caller may not read."""
     who = caller(request)
     receipt_id = request.match_info["receipt_id"]
     bundle = ledger_routes.wants_bundle(request)
@@ -44,10 +55,10 @@ async def get_receipt(request: web.Request) -> web.Response:
         raise ledger_unavailable() from None
     if receipt is None:  # fault policy "spool": still waiting in this process's spool?
         pending = svc.gateway.sink.pending(receipt_id)
-        if pending is not None and (who.role != "client" or pending.get("actor") == who.actor):
+        if pending is not None and await _may_read(request, who, pending):
             return web.json_response({"receipt_id": receipt_id, "status": "pending", "receipt": pending},
                                      status=202, headers={"x-sonate-receipt-status": "pending"})
-    if receipt is None or (who.role == "client" and receipt.get("actor") != who.actor):
+    if receipt is None or not await _may_read(request, who, receipt):
         raise GatewayError(404, f"No receipt with id '{receipt_id}'.", code="not_found")
     if bundle:
         return await ledger_routes.bundle_response(request, receipt, public_key_entries(svc))

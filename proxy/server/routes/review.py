@@ -3,14 +3,18 @@
 Routes (role ``reviewer`` or ``admin``; the lead is an ``admin``)::
 
   GET  /v1/review/items                      items the caller can still give a pass on (blind)
-       ?reason=apology|trigger|sample  ?limit=N (default 100, max 1000)
+       ?reason=apology|trigger|sample  ?limit=N (default 100, max 1000)  ?after=<last_id of the previous page>
        ?status=disputed|agreed|resolved|all  (admin only: the full items with every verdict)
-  GET  /v1/review/items/{id}                 one item (blind for reviewers)
+  GET  /v1/review/items/{id}                 one item (blind; reviewers: only items assigned to them)
   POST /v1/review/items/{id}/verdicts        {"pass"?: "A"|"B", "breach", "intent_permissible",
                                               "content_harmful", "expected_policy_id"?, "note"?}
   POST /v1/review/items/{id}/resolve         lead tie-break of a disputed item (admin), same body
                                               without "pass"
   GET  /v1/review/agreement                  Gwet's AC1 between passes, per domain (admin)
+
+Lists are pages in OpenAI's list style, paginated in the store (never the whole queue):
+``{"object": "list", "data": [...], "first_id", "last_id", "has_more"}``; pass ``last_id`` as
+``after`` for the next page while ``has_more``.
 
 The workflow (queueing, passes, receipts) is :mod:`proxy.review.adjudication`; this module only
 authenticates, validates and answers.
@@ -25,8 +29,9 @@ from proxy.kpi.adjudication import Verdict
 from proxy.review.adjudication import Adjudications
 from proxy.server.errors import GatewayError
 from proxy.server.requests import ADMIN, REVIEWERS, SERVICES, caller, read_model
+from proxy.storage.base import MAX_PAGE
 
-__all__ = ["ADJUDICATIONS", "PassRequest", "register"]
+__all__ = ["ADJUDICATIONS", "PassRequest", "list_page", "page_query", "register"]
 
 ADJUDICATIONS: web.AppKey[Adjudications] = web.AppKey("adjudications", Adjudications)
 """The app's adjudication workflow (set by :func:`register`)."""
@@ -41,8 +46,8 @@ class PassRequest(Verdict):
     pass_: str | None = Field(None, alias="pass", pattern="^[AB]$")
 
 
-def _list_query(request: web.Request, lead: bool) -> tuple[str, str | None, int]:
-    """(status, reason, limit) of ``GET /v1/review/items``; 400 when bad, 403 for a reviewer's status."""
+def _list_query(request: web.Request, lead: bool) -> tuple[str, str | None, int, str | None]:
+    """(status, reason, limit, after) of ``GET /v1/review/items``; 400 when bad, 403 for a reviewer's status."""
     status = request.query.get("status", "todo")
     if status not in _STATUSES:
         raise GatewayError(400, "status must be todo, pending, awaiting_a, awaiting_b, disputed, agreed, "
@@ -53,19 +58,38 @@ def _list_query(request: web.Request, lead: bool) -> tuple[str, str | None, int]
     reason = request.query.get("reason")
     if reason not in (None, "apology", "trigger", "sample"):
         raise GatewayError(400, "reason must be apology, trigger or sample", param="reason", code="invalid_value")
+    limit, after = page_query(request)
+    return status, reason, limit, after
+
+
+def page_query(request: web.Request) -> tuple[int, str | None]:
+    """(limit, after) of a paginated list: ``limit`` 1..1000 (default 100), ``after`` an item id
+    of at most 200 characters (None: from the start). GatewayError 400 naming the parameter."""
     raw_limit = request.query.get("limit", "100")
-    if not (len(raw_limit) <= 4 and raw_limit.isascii() and raw_limit.isdigit() and 1 <= int(raw_limit) <= 1000):
-        raise GatewayError(400, "limit must be an integer from 1 to 1000", param="limit", code="invalid_value")
-    limit = int(raw_limit)
-    return status, reason, limit
+    if not (len(raw_limit) <= 4 and raw_limit.isascii() and raw_limit.isdigit() and 1 <= int(raw_limit) <= MAX_PAGE):
+        raise GatewayError(400, f"limit must be an integer from 1 to {MAX_PAGE}", param="limit", code="invalid_value")
+    after = request.query.get("after")
+    if after is not None and not 1 <= len(after) <= 200:
+        raise GatewayError(400, "after must be the last_id of the previous page", param="after", code="invalid_value")
+    return int(raw_limit), after
+
+
+def list_page(data: list[dict], cursor: str | None) -> dict:
+    """An OpenAI-style list page: ``{"object": "list", "data", "first_id", "last_id", "has_more"}``;
+    ``last_id`` is the cursor to pass as ``after`` (the last entry read, which a filtered page
+    may not show)."""
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": cursor if cursor is not None else (data[-1]["id"] if data else None),
+            "has_more": cursor is not None}
 
 
 async def list_items(request: web.Request) -> web.Response:
     """``GET /v1/review/items``."""
     who = caller(request, REVIEWERS)
-    status, reason, limit = _list_query(request, lead=who.role in ADMIN)
-    items = await request.app[ADJUDICATIONS].list_items(who, status=status, reason=reason, limit=limit)
-    return web.json_response({"object": "list", "data": items})
+    status, reason, limit, after = _list_query(request, lead=who.role in ADMIN)
+    items, cursor = await request.app[ADJUDICATIONS].list_items(who, status=status, reason=reason, limit=limit,
+                                                                after=after)
+    return web.json_response(list_page(items, cursor))
 
 
 async def get_item(request: web.Request) -> web.Response:

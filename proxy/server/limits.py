@@ -1,0 +1,208 @@
+"""Admission control: per-key rate and concurrency limits, and bounded guardrail lanes (issue 15,
+"Bounded regex work"; docs/operations.md "Limits").
+
+- :class:`TokenBucket`: ``rate`` tokens per second up to ``burst`` (the classic token bucket,
+  e.g. RFC 2697 §1's committed burst / rate; the same model as OpenAI's documented request
+  limits). A request takes one token; without one, the wait until the next token is the
+  ``Retry-After``.
+- :class:`KeyLimiter`: one bucket and one concurrency count per caller actor; over either limit
+  → :func:`rate_limited` (HTTP 429, OpenAI's ``rate_limit_exceeded`` error, ``Retry-After``).
+- :class:`ScreenLanes`: the guardrail thread pools. Requests whose client-written text totals
+  at least ``large_input_chars`` characters run in their own small pool (the "large lane"), so
+  large inputs never occupy the threads short requests need; each lane admits at most its
+  threads plus a bounded queue, beyond which a screen is refused with :func:`overloaded` (503,
+  ``Retry-After``) instead of an unbounded wait.
+
+Clocks are injected (``clock``: a monotonic seconds function) so the arithmetic is testable.
+Everything here runs on the event loop (no locks): admission is decided before any ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.server.errors import GatewayError
+
+__all__ = ["KeyLimiter", "Lease", "ScreenLanes", "TokenBucket", "overloaded", "rate_limited", "text_chars"]
+
+
+def _retry_after(seconds: float) -> str:
+    """``Retry-After`` delay-seconds (RFC 9110 §10.2.3: a non-negative integer), rounded up, at least 1."""
+    return str(max(1, math.ceil(seconds - 1e-9)))
+
+
+def rate_limited(message: str, seconds: float) -> GatewayError:
+    """HTTP 429 in OpenAI's documented shape (type ``requests``, code ``rate_limit_exceeded``) with a
+    ``Retry-After`` of ``seconds`` rounded up; counted as ``sonate_requests_total{result="rate_limited"}``."""
+    wait = _retry_after(seconds)
+    return GatewayError(429, f"{message} Please try again in {wait}s.", "requests", "rate_limit_exceeded",
+                        result="rate_limited", headers={"Retry-After": wait})
+
+
+def overloaded(message: str, seconds: float = 1.0) -> GatewayError:
+    """HTTP 503 (type ``server_error``, code ``overloaded``) with ``Retry-After``; counted as
+    ``sonate_requests_total{result="overloaded"}``."""
+    wait = _retry_after(seconds)
+    return GatewayError(503, f"{message} Please try again in {wait}s.", "server_error", "overloaded",
+                        result="overloaded", headers={"Retry-After": wait})
+
+
+class TokenBucket:
+    """``rate`` tokens per second (> 0), at most ``burst`` (>= 1) stored; starts full.
+
+    :meth:`take` removes one token and returns 0.0, or, when none is available, removes nothing
+    and returns the seconds until one will be.
+    """
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        """Raise ValueError unless ``rate > 0`` and ``burst >= 1``."""
+        if rate <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate > 0 and burst >= 1")
+        self.rate, self.burst, self.clock = float(rate), float(burst), clock
+        self.tokens = float(burst)
+        self.updated = clock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.updated) * self.rate)
+        self.updated = now
+
+    def take(self) -> float:
+        """Take one token: 0.0 when taken, else the seconds until one is available (nothing taken)."""
+        self._refill()
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+    @property
+    def full(self) -> bool:
+        """True when the bucket holds ``burst`` tokens (it can be forgotten without changing anything)."""
+        self._refill()
+        return self.tokens >= self.burst
+
+
+@dataclass
+class Lease:
+    """One admitted request's concurrency slot; :meth:`release` (or leaving the ``with``) frees it once."""
+
+    limiter: "KeyLimiter | None"
+    actor: str
+    released: bool = field(default=False)
+
+    def release(self) -> None:
+        """Give the slot back (idempotent)."""
+        if not self.released and self.limiter is not None:
+            self.limiter._release(self.actor)
+        self.released = True
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class KeyLimiter:
+    """Per-actor limits: at most ``max_concurrent`` requests in flight and a token bucket of
+    ``rate`` requests/s with ``burst`` (0 disables either limit).
+
+    Actors are the names of configured keys (a bounded set); a full, idle bucket is dropped.
+    """
+
+    def __init__(self, max_concurrent: int, rate: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """No I/O. ``rate`` in requests per second; ``burst`` in requests."""
+        self.max_concurrent, self.rate, self.burst, self.clock = max_concurrent, rate, max(1, burst), clock
+        self.active: dict[str, int] = {}
+        self.buckets: dict[str, TokenBucket] = {}
+
+    def acquire(self, actor: str) -> Lease:
+        """Admit one request of ``actor``: a :class:`Lease` to release when it is answered.
+
+        Raises GatewayError 429 (:func:`rate_limited`) when ``actor`` already has ``max_concurrent``
+        requests in flight (Retry-After: 1) or its bucket is empty (Retry-After: until the next token).
+        A refused request takes no token.
+        """
+        if self.max_concurrent and self.active.get(actor, 0) >= self.max_concurrent:
+            raise rate_limited(f"Too many concurrent requests for this key (limit {self.max_concurrent}).", 1.0)
+        if self.rate:
+            bucket = self.buckets.get(actor)
+            if bucket is None:
+                bucket = self.buckets[actor] = TokenBucket(self.rate, self.burst, self.clock)
+            wait = bucket.take()
+            if wait:
+                raise rate_limited(f"Rate limit reached for this key ({self.rate:g} requests/s, "
+                                   f"burst {self.burst}).", wait)
+        self.active[actor] = self.active.get(actor, 0) + 1
+        return Lease(self, actor)
+
+    def _release(self, actor: str) -> None:
+        left = self.active.get(actor, 0) - 1
+        if left > 0:
+            self.active[actor] = left
+        else:
+            self.active.pop(actor, None)
+            bucket = self.buckets.get(actor)
+            if bucket is not None and bucket.full:
+                del self.buckets[actor]
+
+
+def text_chars(value: Any) -> int:
+    """Total length in characters of every string (keys included) in a JSON-like ``value``."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + text_chars(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(text_chars(v) for v in value)
+    return 0
+
+
+@dataclass
+class _Lane:
+    name: str
+    executor: Executor | None
+    slots: int
+    busy: int = 0
+
+
+class ScreenLanes:
+    """Where guardrail work runs: the ``small`` pool, or the ``large`` one for texts of at least
+    ``large_chars`` characters (``large=None``: one lane).
+
+    A lane admits ``small_slots`` / ``large_slots`` screens at once (its threads plus its queue);
+    :meth:`run` with ``admit=True`` raises :func:`overloaded` beyond that, with ``admit=False``
+    (the output screen of a request already admitted) it queues.
+    """
+
+    def __init__(self, small: Executor | None, small_slots: int, large: Executor | None = None,
+                 large_slots: int = 1, large_chars: int = 0) -> None:
+        """No I/O; the executors belong to the caller (it shuts them down)."""
+        self.small = _Lane("small", small, small_slots)
+        self.large = _Lane("large", large, large_slots) if large is not None else None
+        self.large_chars = large_chars
+
+    def lane(self, chars: int) -> _Lane:
+        """The lane for work on ``chars`` characters of text."""
+        if self.large is not None and self.large_chars and chars >= self.large_chars:
+            return self.large
+        return self.small
+
+    async def run(self, fn: Callable[..., Any], *args: Any, chars: int, admit: bool = True) -> Any:
+        """``fn(*args)`` in the lane for ``chars`` characters; GatewayError 503 when ``admit`` and the
+        lane is full (no unbounded queue behind busy detector threads)."""
+        lane = self.lane(chars)
+        if admit and lane.busy >= lane.slots:
+            raise overloaded(f"The guardrail detectors are saturated ({lane.name} inputs).")
+        lane.busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(lane.executor, fn, *args)
+        finally:
+            lane.busy -= 1

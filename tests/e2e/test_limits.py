@@ -1,0 +1,126 @@
+"""Per-key limits (issue 15, "Bounded regex work"), against the real proxy with tiny limits.
+
+The proxy allows each key a burst of 2 requests refilled at 0.1 request/s and 1 request in
+flight. Over a limit the real `openai` client (no retries) gets a 429 in OpenAI's error shape
+(`rate_limit_exceeded`, type `requests`) with an integer `Retry-After`; after waiting that long
+the key is served again. A refused request writes no receipt (nothing was screened or
+forwarded) and is counted as `sonate_requests_total{result="rate_limited"}`.
+Only the LLM provider is a stub (tests/support/stub_upstream.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from proxy.storage.sqlite import SQLiteStore
+from tests.support.ledger import sqlite_url
+from tests.support.proxy import (
+    ADMIN_KEY,
+    CLIENT_KEY,
+    OTHER_KEY,
+    RunningProxy,
+    spawn_proxy,
+    start_proxy,  # noqa: F401  (conftest marks a module importing a launcher `models`)
+    stop_proxy,
+    wait_until_up,
+    write_config,
+)
+from tests.support.redis_server import free_port
+from tests.support.stub_upstream import Reply, StubUpstream
+
+LIMITS = {"max_concurrent_per_key": 1, "requests_per_second": 0.1, "burst": 2}
+CAROL_KEY = "sk-test-carol-0009-padded-to-32-chars"
+ROUTE = "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
+    directory = tmp_path_factory.mktemp("limited")
+    port = free_port()
+    server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 10,
+              "limits": LIMITS}
+    ledger = sqlite_url(directory / "ledger.db")
+    config = write_config(directory, stub.url, ledger, port, overrides={"server": server},
+                          extra_keys=[{"key": CAROL_KEY, "actor": "carol", "role": "client"}])
+    running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+                            "/readyz", timeout=180)
+    yield running
+    stop_proxy(running)
+
+
+def _client(proxy: RunningProxy, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.v1, api_key=key, max_retries=0, timeout=30)
+
+
+def _ask(client: openai.OpenAI, text: str = "What is the capital of Portugal?"):
+    return client.chat.completions.create(model="stub", messages=[{"role": "user", "content": text}])
+
+
+def _receipts(proxy: RunningProxy) -> int:
+    async def count() -> int:
+        store = SQLiteStore(Path(proxy.ledger_url[len("sqlite:///"):]))
+        try:
+            head = await store.head()
+            return 0 if head is None else head.height + 1
+        finally:
+            await store.close()
+    return asyncio.run(count())
+
+
+def _requests_metric(proxy: RunningProxy, result: str) -> float:
+    request = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+    pattern = rf'^sonate_requests_total{{route="{re.escape(ROUTE)}",result="{result}"}} (\S+)$'
+    found = re.search(pattern, text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_rate_limit_answers_429_with_retry_after_then_serves_again(limited: RunningProxy, upstream) -> None:
+    client = _client(limited, CLIENT_KEY)
+    _ask(client), _ask(client)  # the burst
+    receipts, refused_before, forwarded = _receipts(limited), _requests_metric(limited, "rate_limited"), \
+        len(upstream.received())
+    with pytest.raises(openai.RateLimitError) as refused:
+        _ask(client)
+    response = refused.value.response
+    assert response.status_code == 429
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("requests", "rate_limit_exceeded", None)
+    assert "Rate limit reached" in error["message"]
+    retry_after = response.headers["retry-after"]
+    assert retry_after.isdigit() and 1 <= int(retry_after) <= 10  # one token per 10 s, rounded up
+    assert _receipts(limited) == receipts  # no receipt for a refused request...
+    assert len(upstream.received()) == forwarded  # ...which never reached the provider
+    assert _requests_metric(limited, "rate_limited") == refused_before + 1
+    time.sleep(int(retry_after))
+    assert _ask(client).choices[0].message.content
+    assert _receipts(limited) == receipts + 1
+
+
+def test_second_concurrent_request_of_a_key_gets_429_and_other_keys_are_unaffected(
+        limited: RunningProxy, upstream) -> None:
+    upstream.queue(Reply(text="A slow answer.", delay=2.0))
+    bob = _client(limited, OTHER_KEY)
+    slow: dict = {}
+    in_flight = threading.Thread(target=lambda: slow.update(answer=_ask(bob, "Tell me slowly.")))
+    in_flight.start()
+    deadline = time.monotonic() + 10
+    while not upstream.received() and time.monotonic() < deadline:  # bob's first request is at the provider
+        time.sleep(0.02)
+    with pytest.raises(openai.RateLimitError) as refused:
+        _ask(bob)
+    assert refused.value.response.headers["retry-after"] == "1"
+    assert "concurrent" in refused.value.response.json()["error"]["message"]
+    assert _ask(_client(limited, CAROL_KEY)).choices[0].message.content  # carol is another key
+    in_flight.join(30)
+    assert slow["answer"].choices[0].message.content == "A slow answer."
+    assert _ask(bob).choices[0].message.content  # the refusal took no token: bob's second one is left

@@ -1,0 +1,152 @@
+"""proxy.server.limits: token bucket and per-key limiter arithmetic on an injected clock, and the
+guardrail lanes' admission (a real thread pool; no detectors needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from proxy.config import LimitsConfig, ServerConfig
+from proxy.server.errors import GatewayError
+from proxy.server.limits import KeyLimiter, ScreenLanes, TokenBucket, text_chars
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bucket_spends_its_burst_then_waits_one_token_time() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=2.0, burst=3, clock=clock)
+    assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take() == pytest.approx(0.5)  # one token every 1/rate s
+    clock.now += 0.2
+    assert bucket.take() == pytest.approx(0.3)  # a refused take spends nothing
+    clock.now += 0.3
+    assert bucket.take() == 0.0
+    assert bucket.take() == pytest.approx(0.5)
+
+
+def test_bucket_refills_to_burst_and_no_further() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=10.0, burst=2, clock=clock)
+    bucket.take(), bucket.take()
+    clock.now += 3600
+    assert bucket.full
+    assert [bucket.take() for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
+
+
+def test_bucket_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0, burst=1)
+    with pytest.raises(ValueError):
+        TokenBucket(rate=1, burst=0)
+
+
+def test_rate_limit_429_in_openai_shape_with_retry_after_rounded_up() -> None:
+    clock = Clock()
+    limiter = KeyLimiter(max_concurrent=0, rate=0.25, burst=1, clock=clock)  # one request per 4 s
+    limiter.acquire("alice").release()
+    with pytest.raises(GatewayError) as refused:
+        limiter.acquire("alice")
+    error = refused.value
+    assert (error.status, error.type, error.code, error.result) == (429, "requests", "rate_limit_exceeded",
+                                                                    "rate_limited")
+    assert error.headers == {"Retry-After": "4"}
+    clock.now += 2.5
+    with pytest.raises(GatewayError) as again:
+        limiter.acquire("alice")
+    assert again.value.headers == {"Retry-After": "2"}  # 1.5 s left → 2 (never 0, never early)
+    limiter.acquire("bob").release()  # keys are independent
+    clock.now += 1.5
+    limiter.acquire("alice").release()
+
+
+def test_concurrency_limit_counts_in_flight_requests_per_key() -> None:
+    limiter = KeyLimiter(max_concurrent=2, rate=0, burst=1)
+    first, second = limiter.acquire("alice"), limiter.acquire("alice")
+    with pytest.raises(GatewayError) as refused:
+        limiter.acquire("alice")
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}
+    assert "concurrent" in refused.value.message
+    limiter.acquire("bob").release()
+    first.release()
+    first.release()  # idempotent: does not free a second slot
+    with limiter.acquire("alice"):
+        with pytest.raises(GatewayError):
+            limiter.acquire("alice")
+    second.release()
+    assert limiter.active == {}
+
+
+def test_concurrency_refusal_takes_no_token() -> None:
+    clock = Clock()
+    limiter = KeyLimiter(max_concurrent=1, rate=1.0, burst=1, clock=clock)
+    held = limiter.acquire("alice")  # the only token
+    clock.now += 1.0  # a token is back
+    with pytest.raises(GatewayError):
+        limiter.acquire("alice")  # refused for concurrency...
+    held.release()
+    limiter.acquire("alice").release()  # ...so the token is still there
+
+
+def test_idle_full_buckets_are_forgotten() -> None:
+    clock = Clock()
+    limiter = KeyLimiter(max_concurrent=4, rate=1.0, burst=2, clock=clock)
+    limiter.acquire("alice").release()
+    assert "alice" in limiter.buckets  # a token short: kept
+    lease = limiter.acquire("alice")
+    clock.now += 5  # refilled while the request ran
+    lease.release()
+    assert limiter.buckets == {} and limiter.active == {}
+
+
+def test_limits_config_defaults_and_validation() -> None:
+    limits = ServerConfig().limits
+    assert limits.max_concurrent_per_key > 0 and limits.requests_per_second > 0 and limits.burst >= 1
+    assert ServerConfig(limits={"burst": 3}).limits.burst == 3
+    with pytest.raises(ValueError):
+        LimitsConfig(bogus=1)
+    with pytest.raises(ValueError):
+        LimitsConfig(requests_per_second=-1)
+
+
+def test_text_chars_counts_every_string() -> None:
+    assert text_chars([{"role": "user", "content": "abc"}]) == len("role") + 4 + len("content") + 3
+    assert text_chars({"a": [1, None, "xy"]}) == 3
+
+
+async def test_lanes_route_by_size_and_refuse_beyond_the_queue() -> None:
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, small_slots=2, large=large, large_slots=1, large_chars=100)
+    gate = threading.Event()
+
+    def blocked() -> str:
+        gate.wait(10)
+        return threading.current_thread().name
+
+    try:
+        running = asyncio.ensure_future(lanes.run(blocked, chars=500))
+        await asyncio.sleep(0.05)
+        with pytest.raises(GatewayError) as refused:
+            await lanes.run(blocked, chars=200)  # the large lane's one slot is taken
+        assert (refused.value.status, refused.value.code, refused.value.result) == (503, "overloaded", "overloaded")
+        assert refused.value.headers == {"Retry-After": "1"}
+        # a small request still runs while the large lane is busy
+        assert (await lanes.run(threading.current_thread, chars=10)).name.startswith("small")
+        queued = asyncio.ensure_future(lanes.run(blocked, chars=200, admit=False))  # output screens queue
+        gate.set()
+        assert (await running).startswith("large") and (await queued).startswith("large")
+        assert lanes.large.busy == 0 and lanes.small.busy == 0
+    finally:
+        gate.set()
+        small.shutdown(), large.shutdown()
