@@ -81,6 +81,7 @@ def _requests_metric(proxy: RunningProxy, result: str) -> float:
         text = response.read().decode()
     pattern = rf'^sonate_requests_total{{route="{re.escape(ROUTE)}",result="{result}"}} (\S+)$'
     found = re.search(pattern, text, re.MULTILINE)
+    print([line for line in text.splitlines() if "requests_total" in line])
     return float(found.group(1)) if found else 0.0
 
 
