@@ -11,20 +11,32 @@ Two targets:
 - default, in-process: the input guardrails as the proxy runs them (``build_engine`` on the
   config's policies; ``GuardrailEngine.screen_input`` in a thread pool of
   ``server.detector_threads`` threads), nothing else started;
-- ``--url URL --key KEY``: a running proxy, ``POST /v1/chat/completions`` with ``--model``.
+- ``--url URL --key KEY``: a running proxy, ``POST /v1/chat/completions`` with ``--model``;
+- ``--serve``: starts one itself (``python -m proxy serve`` through tests/support/proxy.py, the
+  shipped policies, a SQLite ledger in a temporary directory, the stub provider of
+  tests/support/stub_upstream.py as model ``stub``) and runs the ``--url`` client against it.
+  Per-key rate limits are off there (the small client sends back to back; ``server.limits``
+  otherwise as shipped); ``--no-lane`` also turns the large-input lane off, for comparison.
+
+Over HTTP, every answer that is not a 200 is counted and printed by status.
 
 Usage: ``.venv/bin/python bench/pathological.py [--config config.yaml] [--repeat 5]``
 or ``.venv/bin/python bench/pathological.py --url http://127.0.0.1:8080 --key sk-... --model stub``
+or ``.venv/bin/python bench/pathological.py --serve [--no-lane]``
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import statistics
 import sys
+import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,8 +79,13 @@ def in_process_target(config_path: Path):
     return send
 
 
+#: HTTP statuses other than 200 seen by :func:`http_target`, by (text kind, status).
+FAILURES: collections.Counter = collections.Counter()
+
+
 def http_target(url: str, key: str, model: str):
-    """A ``send(text) -> None`` posting one chat completion to a running proxy (any HTTP status counts)."""
+    """A ``send(text) -> None`` posting one chat completion to a running proxy (a non-200 answer is
+    timed too, and counted in :data:`FAILURES`)."""
     def send(text: str) -> None:
         body = json.dumps({"model": model, "messages": _messages(text)}).encode()
         request = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", data=body, method="POST",
@@ -78,8 +95,33 @@ def http_target(url: str, key: str, model: str):
                 response.read()
         except urllib.error.HTTPError as error:
             error.read()
+            FAILURES["pathological" if PATHOLOGICAL in text else "small", error.code] += 1
 
     return send
+
+
+@contextlib.contextmanager
+def served_proxy(lane: bool):
+    """A real proxy (``python -m proxy serve``) on a free port over the stub provider: yields its base URL
+    and client key. The tests' launcher and stub (tests/support) do the starting; stopped on exit."""
+    from tests.support.proxy import CLIENT_KEY, spawn_proxy, stop_proxy, wait_until_up, write_config
+    from tests.support.redis_server import free_port
+    from tests.support.stub_upstream import StubUpstream
+
+    stub = StubUpstream().start()
+    with tempfile.TemporaryDirectory(prefix="sonate-bench-") as tmp:
+        directory, port = Path(tmp), free_port()
+        ledger = f"sqlite:///{directory / 'ledger.db'}"
+        limits = {"requests_per_second": 0, "max_concurrent_per_key": 0, **({} if lane else {"large_input_threads": 0})}
+        server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 1 << 20, "limits": limits}
+        config = write_config(directory, stub.url, ledger, port, overrides={"server": server})
+        proxy = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+                              "/readyz", timeout=300)
+        try:
+            yield proxy.url, CLIENT_KEY
+        finally:
+            stop_proxy(proxy)
+            stub.stop()
 
 
 _counter = iter(range(10**9))
@@ -127,6 +169,8 @@ def run(send, repeat: int, idle_count: int) -> None:
           + ", ".join(f"{t:.2f} s" for t in pathological) + f"  (max {max(pathological):.2f} s)")
     print(f"small requests idle:   {_percentiles(idle)}")
     print(f"small requests during: {_percentiles(during) if during else 'none sent'}")
+    if FAILURES:
+        print("non-200 answers: " + ", ".join(f"{kind} {status}: {n}" for (kind, status), n in sorted(FAILURES.items())))
 
 
 def main() -> int:
@@ -135,11 +179,19 @@ def main() -> int:
     parser.add_argument("--url", help="a running proxy's base URL (else in-process)")
     parser.add_argument("--key", help="API key for --url")
     parser.add_argument("--model", default="demo", help="model name for --url (default demo)")
+    parser.add_argument("--serve", action="store_true", help="start a proxy over the stub provider and use it")
+    parser.add_argument("--no-lane", action="store_true", help="--serve: without the large-input lane")
     parser.add_argument("--repeat", type=int, default=5, help="pathological requests (default 5)")
     parser.add_argument("--idle", type=int, default=30, help="idle small requests (default 30)")
     args = parser.parse_args()
     if args.url and not args.key:
         parser.error("--url needs --key")
+    if args.serve:
+        with served_proxy(lane=not args.no_lane) as (url, key):
+            print(f"target: a proxy started here at {url} (model stub; large-input lane "
+                  f"{'off' if args.no_lane else 'on'})")
+            run(http_target(url, key, "stub"), args.repeat, args.idle)
+        return 0
     send = http_target(args.url, args.key, args.model) if args.url else in_process_target(args.config)
     print(f"target: {args.url or 'in-process GuardrailEngine.screen_input'}")
     run(send, args.repeat, args.idle)

@@ -216,15 +216,14 @@ class CheckpointPublisher:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sonate-checkpoints")
 
     async def stop(self) -> None:
-        """Stop the task (idempotent)."""
+        """Stop the task and close the witness HTTP session (idempotent)."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        with contextlib.suppress(ValueError):
-            self.ledger.listeners.remove(self._on_append)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if task is not None:
+            with contextlib.suppress(ValueError):
+                self.ledger.listeners.remove(self._on_append)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._session is not None:
             await self._session.close()
             self._session = None

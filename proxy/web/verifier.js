@@ -676,7 +676,8 @@ export async function verifyConsistency(first, second, firstRoot, secondRoot, pr
   if (fn > sn) return no(`the first tree (${fn} leaves) is larger than the second (${sn}): the log shrank`);
   if (fn === 0n) {
     const ok = !proof.length && equalBytes(firstRoot, await sha256(new Uint8Array(0)));
-    return ok ? { ok, detail: 'the empty tree is a prefix of every tree' } : no('an empty first tree needs an empty proof and the empty root');
+    return ok ? { ok, detail: 'the empty tree is a prefix of every tree' }
+      : no('an empty first tree needs an empty proof and the empty root');
   }
   if (fn === sn) {
     if (proof.length) return no(`equal tree sizes (${fn}) need an empty proof, got ${proof.length} hashes`);
@@ -709,8 +710,12 @@ export async function verifyConsistency(first, second, firstRoot, secondRoot, pr
     sn >>= 1n;
   }
   if (sn !== 0n) return no('the proof has too few hashes for these tree sizes');
-  if (!equalBytes(fr, firstRoot)) return no(`the proof leads to first root ${b64Encode(fr)}, the first checkpoint says ${b64Encode(firstRoot)}`);
-  if (!equalBytes(sr, secondRoot)) return no(`the proof leads to second root ${b64Encode(sr)}, the second checkpoint says ${b64Encode(secondRoot)}`);
+  if (!equalBytes(fr, firstRoot)) {
+    return no(`the proof leads to first root ${b64Encode(fr)}, the first checkpoint says ${b64Encode(firstRoot)}`);
+  }
+  if (!equalBytes(sr, secondRoot)) {
+    return no(`the proof leads to second root ${b64Encode(sr)}, the second checkpoint says ${b64Encode(secondRoot)}`);
+  }
   return { ok: true, detail: `the tree of ${first} leaves is a prefix of the tree of ${second}` };
 }
 
@@ -958,7 +963,9 @@ async function consistencyFailures(proof, pair) {
   if (!pair) return [];
   const [old, current] = pair;
   const failures = [];
-  if (old.origin !== current.origin) failures.push(fail(`the checkpoints are of different logs (${shortRepr(old.origin)}, ${shortRepr(current.origin)})`));
+  if (old.origin !== current.origin) {
+    failures.push(fail(`the checkpoints are of different logs (${shortRepr(old.origin)}, ${shortRepr(current.origin)})`));
+  }
   if (BigInt(first) !== old.treeSize || BigInt(second) !== current.treeSize) {
     failures.push(fail(`proof is for sizes ${first} -> ${second}, the checkpoints are ${old.treeSize} -> ${current.treeSize}`));
     return failures;

@@ -79,10 +79,11 @@ def _requests_metric(proxy: RunningProxy, result: str) -> float:
     request = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         text = response.read().decode()
-    pattern = rf'^sonate_requests_total{{route="{re.escape(ROUTE)}",result="{result}"}} (\S+)$'
-    found = re.search(pattern, text, re.MULTILINE)
-    print([line for line in text.splitlines() if "requests_total" in line])
-    return float(found.group(1)) if found else 0.0
+    for line in text.splitlines():
+        found = re.fullmatch(r"sonate_requests_total\{(.*)\} (\S+)", line)
+        if found and set(found.group(1).split(",")) == {f'route="{ROUTE}"', f'result="{result}"'}:
+            return float(found.group(2))
+    return 0.0
 
 
 def test_rate_limit_answers_429_with_retry_after_then_serves_again(limited: RunningProxy, upstream) -> None:

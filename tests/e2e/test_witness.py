@@ -103,7 +103,7 @@ def chat(proxy, text: str) -> None:
 
 
 def current_size(proxy) -> int:
-    """The proxy's Merkle tree size (from the latest inclusion proof route's default: the tree of the latest receipt)."""
+    """The latest checkpoint's tree size (waits up to 20 s for the first one)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:

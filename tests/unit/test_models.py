@@ -61,7 +61,7 @@ def test_missing_and_unexpected_files_are_refused(tiny, tmp_path):
         _load(copy)
     copy = _copy(tiny, tmp_path / "second")
     (copy["model_dir"] / "hf" / "added_tokens.json").write_text("{\"kill\": 1}")  # transformers reads it
-    with pytest.raises(ModelError, match=r"hf/tokenizer.json \(unexpected\)"):
+    with pytest.raises(ModelError, match=r"hf/added_tokens.json \(unexpected\)"):
         _load(copy)
 
 

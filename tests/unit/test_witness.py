@@ -6,13 +6,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 
 import nacl.signing
 import pytest
 
 from proxy.cli import build_parser
 from proxy.cli.verify import run as verify_run
-from proxy.receipts import Signer
+from proxy.receipts import Ledger, Signer
+from proxy.server.publisher import CheckpointPublisher
+from proxy.storage.base import LedgerStore
 from proxy.tlog import merkle
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
@@ -40,6 +43,7 @@ from proxy.tlog.witness import (
     state_to_json,
     WitnessError,
 )
+from tests.support.ledger import STORE_KINDS, keys, ledger_url, make_receipt, signer, store  # noqa: F401
 
 ORIGIN = "example.test/log"
 NAME = "witness.test/w1"
@@ -240,3 +244,84 @@ def test_verify_requires_the_witness_cosignature(tmp_path):
     log_vkey = verifier_key(ORIGIN, LOG_KEY.public_key)
     assert verify([str(cosigned), "--keys", str(keys), "--witness-key", log_vkey])[0] == 2  # not a cosigner key
     assert verify([str(cosigned), "--keys", str(keys), "--witness-key", vkey, "--witness-quorum", "2"])[0] == 2
+
+
+# -- storage of cosignatures and the publisher against a witness over HTTP (real stores) -----------
+
+both = pytest.mark.parametrize("ledger_url", STORE_KINDS, indirect=True)
+
+
+@both
+async def test_stores_keep_one_cosignature_per_witness_and_size(store: LedgerStore) -> None:
+    first = f"\u2014 {NAME} AAAA\n"
+    await store.put_cosignature(3, NAME, first)
+    await store.put_cosignature(3, "a.test/w0", "\u2014 a.test/w0 BBBB\n")
+    await store.put_cosignature(3, NAME, f"\u2014 {NAME} CCCC\n")  # a newer cosignature replaces the older
+    assert await store.get_cosignatures(3) == ["\u2014 a.test/w0 BBBB\n", f"\u2014 {NAME} CCCC\n"]
+    assert await store.get_cosignatures(4) == []
+    for size, name, line in ((0, NAME, first), (3, NAME, "\u2014 other.test/w AAAA\n"), (3, NAME, first * 2)):
+        with pytest.raises(ValueError):
+            await store.put_cosignature(size, name, line)
+
+
+async def _serve_witness(tmp_path, logs) -> tuple[object, str]:
+    from aiohttp import web
+
+    from proxy.cli.witness import build_app
+
+    runner = web.AppRunner(build_app(Witness(NAME, WITNESS_KEY, logs), tmp_path / "state.json", {}))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@both
+async def test_publisher_gets_checkpoints_cosigned_and_learns_the_witness_size(store: LedgerStore, signer: Signer,
+                                                                             tmp_path) -> None:
+    from types import SimpleNamespace
+
+    runner, url = await _serve_witness(tmp_path, {"o.test/log": {"log": signer.public_key}})
+    config = SimpleNamespace(url=url, key=cosigner_verifier_key(NAME, WITNESS_KEY.public_key), timeout_seconds=5)
+    ledger = Ledger(store, signer)
+    publisher = CheckpointPublisher(ledger, "o.test/log", every_entries=1, interval_s=30, witnesses=[config])
+    restarted = CheckpointPublisher(ledger, "o.test/log", every_entries=1, interval_s=30, witnesses=[config])
+    try:
+        await ledger.append([make_receipt() for _ in range(3)])
+        note = await publisher.publish_now()
+        assert len(await store.get_cosignatures(3)) == 1
+        await ledger.append([make_receipt() for _ in range(4)])
+        note = await restarted.publish_now()  # believes the witness is empty: 409 "3", then a proof 3 -> 7
+        lines = await store.get_cosignatures(7)
+        assert restarted.witnesses[0].size == 7 and len(lines) == 1
+        assert verify_cosignatures(note + lines[0], {NAME: WITNESS_KEY.public_key}, 1) == []
+        state = state_from_json(json.loads((tmp_path / "state.json").read_text()))
+        assert state["o.test/log"].size == 7
+    finally:
+        await publisher.stop()
+        await restarted.stop()
+        await runner.cleanup()
+
+
+@both
+async def test_publisher_stores_nothing_when_the_witness_refuses(store: LedgerStore, signer: Signer, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    runner, url = await _serve_witness(tmp_path, {"o.test/log": {"log": Signer.generate().public_key}})  # 403
+    config = SimpleNamespace(url=url, key=cosigner_verifier_key(NAME, WITNESS_KEY.public_key), timeout_seconds=5)
+    unreachable = SimpleNamespace(url="http://127.0.0.1:9", key=cosigner_verifier_key("w2.test/w", bytes(32)),
+                                  timeout_seconds=1)
+    ledger = Ledger(store, signer)
+    publisher = CheckpointPublisher(ledger, "o.test/log", every_entries=1, interval_s=30,
+                                    witnesses=[config, unreachable])
+    try:
+        await ledger.append([make_receipt()])
+        assert await publisher.publish_now() is not None  # the checkpoint is published all the same
+        assert await store.get_cosignatures(1) == []
+    finally:
+        await publisher.stop()
+        await runner.cleanup()
+    with pytest.raises(ValueError, match="not a cosigner key"):
+        CheckpointPublisher(ledger, "o.test/log", 1, 30, witnesses=[SimpleNamespace(
+            url=url, key=verifier_key("o.test/log", signer.public_key), timeout_seconds=1)])

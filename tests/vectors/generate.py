@@ -678,12 +678,14 @@ def consistency_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [vector(f"consistency/valid/{m}-to-{n}", "consistency", f"tree of {m} is a prefix of the tree of {n}",
                   _consistency_doc(cp(m), cp(n), proof(m, n)), TRUSTED, expect())
            for m, n in [(1, 2), (1, 8), (2, 8), (3, 7), (4, 8), (5, 8), (6, 7), (7, 8), (8, 8)]]
-    out.append(vector("consistency/valid/rotated-key", "consistency", "the newer checkpoint signed by the rotated key B",
+    out.append(vector("consistency/valid/rotated-key", "consistency",
+                      "the newer checkpoint signed by the rotated key B",
                       _consistency_doc(cp(3), cp(8, signer=KEY_B), proof(3, 8)), TRUSTED, expect()))
     base = proof(3, 8)
     flipped = _edited_proof(base, lambda h: [flip_b64_bit(h[0])] + h[1:])
     cases = [
-        ("rewritten", "saved checkpoint of 5; the log rewritten from height 3 and its proof 5 -> 8 from the forged tree",
+        ("rewritten", "saved checkpoint of 5; the log rewritten from height 3 and its proof 5 -> 8 from the "
+         "forged tree",
          _consistency_doc(cp(5), forged.checkpoint(8), forged.consistency(5, 8)), ("consistency",)),
         ("rewritten-same-size", "saved checkpoint of 8 and a rewritten log of 8: two roots for one size",
          _consistency_doc(cp(8), forged.checkpoint(8), proof(8, 8)), ("consistency",)),
