@@ -10,7 +10,8 @@ Target (issue 15): pathological < 1 s; "during" close to "idle".
 Two targets:
 - default, in-process: the input guardrails as the proxy runs them (``build_engine`` on the
   config's policies; ``GuardrailEngine.screen_input`` in a thread pool of
-  ``server.detector_threads`` threads), nothing else started;
+  ``server.detector_threads`` threads, large inputs in the large-input lane's pool unless
+  ``--no-lane``), nothing else started;
 - ``--url URL --key KEY``: a running proxy, ``POST /v1/chat/completions`` with ``--model``;
 - ``--serve``: starts one itself (``python -m proxy serve`` through tests/support/proxy.py, the
   shipped policies, a SQLite ledger in a temporary directory, the stub provider of
@@ -54,27 +55,40 @@ def _messages(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-def in_process_target(config_path: Path):
-    """A ``send(text) -> None`` running the proxy's input screen in its detector thread pool."""
-    from proxy.config import load_config
-    from proxy.evaluation.guardrails import build_engine
-    from proxy.server.upstream import Upstream
-
-    config = load_config(config_path)
-    engine = build_engine(config.path(config.policies), Upstream(config).count_tokens)
-    pool = ThreadPoolExecutor(config.server.detector_threads, thread_name_prefix="guardrails")
-    threads = config.server.detector_threads
+def _warmed_pool(engine, threads: int, name: str) -> ThreadPoolExecutor:
+    """A pool of ``threads`` threads, each of which has screened once (built its analyzer)."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
     barrier = threading.Barrier(threads)
 
-    def warm() -> None:  # every pool thread screens once (builds its analyzer), none twice
+    def warm() -> None:
         engine.screen_input(_messages(SMALL))
         barrier.wait()
 
     for future in [pool.submit(warm) for _ in range(threads)]:
         future.result()
+    return pool
+
+
+def in_process_target(config_path: Path, lane: bool = True):
+    """A ``send(text) -> None`` running the proxy's input screen in its detector thread pool, or (``lane``
+    and ``server.limits.large_input_threads``) in the large-input lane's pool when the messages reach
+    ``server.limits.large_input_chars`` (as :class:`proxy.server.limits.ScreenLanes` chooses)."""
+    from proxy.config import load_config
+    from proxy.evaluation.guardrails import build_engine
+    from proxy.server.limits import text_chars
+    from proxy.server.upstream import Upstream
+
+    config = load_config(config_path)
+    limits = config.server.limits
+    engine = build_engine(config.path(config.policies), Upstream(config).count_tokens)
+    pool = _warmed_pool(engine, config.server.detector_threads, "guardrails")
+    large = _warmed_pool(engine, limits.large_input_threads, "guardrails-large") \
+        if lane and limits.large_input_threads else pool
 
     def send(text: str) -> None:
-        pool.submit(engine.screen_input, _messages(text)).result()
+        messages = _messages(text)
+        chosen = large if text_chars(messages) >= limits.large_input_chars else pool
+        chosen.submit(engine.screen_input, messages).result()
 
     return send
 
@@ -141,32 +155,43 @@ def _percentiles(values: list[float]) -> str:
     return f"p50 {statistics.median(ms):7.1f} ms  p99 {p99:7.1f} ms  (n={len(ms)})"
 
 
-def run(send, repeat: int, idle_count: int) -> None:
-    """Idle small-request latencies, then ``repeat`` pathological requests with small ones alongside."""
+def run(send, repeat: int, idle_count: int, attackers: int = 1) -> None:
+    """Idle small-request latencies, then ``attackers`` clients each sending ``repeat`` pathological
+    requests (one at a time, 0.2 s apart) with a small-request client alongside; "during" counts the small
+    requests that started while a pathological one was in flight."""
     idle = [_timed(send, SMALL) for _ in range(idle_count)]
-    busy = threading.Event()
-    stop = threading.Event()
+    lock, stop = threading.Lock(), threading.Event()
+    in_flight = [0]
     during: list[float] = []
+    pathological: list[float] = []
 
     def small_client() -> None:
         while not stop.is_set():
-            started_busy = busy.is_set()
+            started_busy = in_flight[0] > 0
             latency = _timed(send, SMALL)
             if started_busy:
                 during.append(latency)
 
+    def attacker() -> None:
+        for _ in range(repeat):
+            with lock:
+                in_flight[0] += 1
+            pathological.append(_timed(send, PATHOLOGICAL))
+            with lock:
+                in_flight[0] -= 1
+            time.sleep(0.2)
+
     client = threading.Thread(target=small_client)
     client.start()
-    pathological = []
-    for _ in range(repeat):
-        busy.set()
-        pathological.append(_timed(send, PATHOLOGICAL))
-        busy.clear()
-        time.sleep(0.2)
+    senders = [threading.Thread(target=attacker) for _ in range(attackers)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
     stop.set()
     client.join()
-    print(f"pathological prompt ({len(PATHOLOGICAL)} chars): "
-          + ", ".join(f"{t:.2f} s" for t in pathological) + f"  (max {max(pathological):.2f} s)")
+    print(f"pathological prompt ({len(PATHOLOGICAL)} chars, {attackers} concurrent client(s)): "
+          + ", ".join(f"{t:.2f} s" for t in sorted(pathological)) + f"  (max {max(pathological):.2f} s)")
     print(f"small requests idle:   {_percentiles(idle)}")
     print(f"small requests during: {_percentiles(during) if during else 'none sent'}")
     if FAILURES:
@@ -180,9 +205,11 @@ def main() -> int:
     parser.add_argument("--key", help="API key for --url")
     parser.add_argument("--model", default="demo", help="model name for --url (default demo)")
     parser.add_argument("--serve", action="store_true", help="start a proxy over the stub provider and use it")
-    parser.add_argument("--no-lane", action="store_true", help="--serve: without the large-input lane")
+    parser.add_argument("--no-lane", action="store_true", help="without the large-input lane (--serve or in-process)")
     parser.add_argument("--repeat", type=int, default=5, help="pathological requests (default 5)")
     parser.add_argument("--idle", type=int, default=30, help="idle small requests (default 30)")
+    parser.add_argument("--attackers", type=int, default=1,
+                        help="concurrent clients sending the pathological prompt (default 1)")
     args = parser.parse_args()
     if args.url and not args.key:
         parser.error("--url needs --key")
@@ -190,11 +217,12 @@ def main() -> int:
         with served_proxy(lane=not args.no_lane) as (url, key):
             print(f"target: a proxy started here at {url} (model stub; large-input lane "
                   f"{'off' if args.no_lane else 'on'})")
-            run(http_target(url, key, "stub"), args.repeat, args.idle)
+            run(http_target(url, key, "stub"), args.repeat, args.idle, args.attackers)
         return 0
-    send = http_target(args.url, args.key, args.model) if args.url else in_process_target(args.config)
-    print(f"target: {args.url or 'in-process GuardrailEngine.screen_input'}")
-    run(send, args.repeat, args.idle)
+    send = http_target(args.url, args.key, args.model) if args.url else in_process_target(args.config, not args.no_lane)
+    print(f"target: {args.url or 'in-process GuardrailEngine.screen_input'}"
+          + ("" if args.url else f" (large-input lane {'off' if args.no_lane else 'on'})"))
+    run(send, args.repeat, args.idle, args.attackers)
     return 0
 
 

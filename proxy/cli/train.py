@@ -3,6 +3,12 @@
 Example::
 
     sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts
+    sonate train privacy-rows --data-dir ../shared/data
+
+``safety`` writes the artefact's weights (.npz), metadata (.json) and the hashes of the rows it
+was trained on (.rows.json, :mod:`proxy.evaluation.provenance`). ``privacy-rows`` records which
+presidio rows the privacy policy's comments quote (the rows its patterns were tuned on) in
+``proxy/guardrails/artefacts/privacy-tuning.rows.json``.
 
 The training itself is :func:`proxy.evaluation.training.train_harm_classifier`; this module holds
 its options and prints the cross-validation summary. Exit codes: 0 written, 2 a data error (one
@@ -49,10 +55,34 @@ def run_safety(args: argparse.Namespace) -> int:
     except DataError as exc:
         raise UsageError(str(exc)) from None
     print(summary(metadata))
-    print(f"wrote {Path(args.out) / ARTEFACT_VERSION}.npz and .json")
+    print(f"wrote {Path(args.out) / ARTEFACT_VERSION}.npz, .json and .rows.json")
+    return 0
+
+
+def add_privacy_rows_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``sonate train privacy-rows`` on ``parser``."""
+    from proxy.evaluation.training import PRIVACY_ROWS
+
+    parser.add_argument("--data-dir", type=Path, required=True, help="development data with presidio/*.json")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2],
+                        help="project directory holding the commented files (default: this checkout)")
+    parser.add_argument("--out", type=Path, default=PRIVACY_ROWS, help=f"rows file (default {PRIVACY_ROWS})")
+
+
+def run_privacy_rows(args: argparse.Namespace) -> int:
+    """Write the privacy patterns' rows file and print how many rows were quoted. Returns 0."""
+    from proxy.evaluation.training import DataError, privacy_tuning_rows
+
+    try:
+        document = privacy_tuning_rows(args.data_dir, args.root, args.out)
+    except (DataError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {args.out}: {len(document['quoted_rows'])} presidio rows quoted by the privacy comments")
     return 0
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "safety": ("the harmful-intent classifier of the Safety policy", add_safety_arguments, run_safety),
+    "privacy-rows": ("record the presidio rows the privacy patterns were tuned on (quoted by their comments)",
+                     add_privacy_rows_arguments, run_privacy_rows),
 }

@@ -54,12 +54,13 @@ from pathlib import Path
 
 import numpy as np
 
-from proxy.evaluation.data import DataError, Example, load_exemplars, load_training_examples
+from proxy.evaluation import provenance
+from proxy.evaluation.data import SOURCES, DataError, Example, load_exemplars, load_training_examples
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
 
 __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose_thresholds", "cross_validate", "fit_platt",
-           "summary", "train_harm_classifier", "type_pair_holdout"]
+           "privacy_tuning_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
 ARTEFACT_VERSION = "harm-minilm-svm-v2"
@@ -70,6 +71,13 @@ EXEMPLAR_GROUPS = ("exemplar_harmful", "exemplar_benign")
 EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive")
 EMBED_BATCH = 64
 GRID = np.round(np.arange(0.01, 1.0, 0.01), 2)
+#: Training group -> the ``sonate eval guardrails`` row (dataset/subset) its out-of-fold rate describes.
+REPORT_ROWS = {"advbench": "advbench/harmful", "xstest_unsafe": "xstest/unsafe", "xstest_safe": "xstest/safe",
+               "davidson_neither": "davidson/neither"}
+#: Files whose comments quote the presidio rows the privacy patterns were tuned on.
+PRIVACY_COMMENT_FILES = ("policies/privacy.yaml", "proxy/guardrails/detectors/pii.py",
+                         "proxy/guardrails/detectors/patterns.py")
+PRIVACY_ROWS = ARTEFACT_DIR / f"privacy-tuning{provenance.ROWS_SUFFIX}"
 
 def _embed(texts: list[str], progress: bool) -> np.ndarray:
     """Embed in batches with a tqdm bar; float64 (n, 384)."""
@@ -371,7 +379,71 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
              "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}}
     metadata = _metadata(npz_path, final, sources, groups_fit, hyper, toxicity_threshold, recommended, cv)
     npz_path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    flags = (harm_all >= recommended) | toxic
+    _write_training_rows(npz_path, d, _out_of_fold(flags, d.groups_all, d.train_mask, recommended))
     return metadata
+
+
+def _out_of_fold(flags: np.ndarray, groups_all: np.ndarray, train_mask: np.ndarray,
+                 threshold: float) -> dict[str, dict]:
+    """Out-of-fold rate of the combined decision per cross-validated group, keyed by report row
+    (:data:`REPORT_ROWS`): ``{"k", "n", "rate", "threshold", "group"}``."""
+    out = {}
+    for group, row in REPORT_ROWS.items():
+        mask = (groups_all == group) & train_mask
+        if mask.any():
+            k, n = int(flags[mask].sum()), int(mask.sum())
+            out[row] = {"group": group, "k": k, "n": n, "rate": round(k / n, 6), "threshold": f"{threshold:.2f}"}
+    return out
+
+
+def _write_training_rows(npz_path: Path, d: _Design, out_of_fold: dict[str, dict]) -> Path:
+    """``<artefact>.rows.json``: hashes of every row of the final fit, by group (see :mod:`.provenance`)."""
+    groups: dict[str, list[str]] = {}
+    trained = [e for e, keep in zip(d.examples, d.train_mask) if keep] + list(d.extra)
+    for example in trained:
+        groups.setdefault(example.group, []).append(example.text)
+    json_path = npz_path.with_suffix(".json")
+    document = provenance.rows_document(
+        ARTEFACT_VERSION, "safety", "trained", groups,
+        artefact_files={npz_path.name: sha256_file(npz_path), json_path.name: sha256_file(json_path)},
+        out_of_fold=out_of_fold,
+        note="rows of the final fit (cross-validated groups and the exemplars, which are in every fold); "
+             "out_of_fold: combined decision (harm >= threshold OR profanity-check >= its threshold) of "
+             "the repeated k-fold, averaged over repeats")
+    return provenance.write_rows(npz_path.with_name(f"{ARTEFACT_VERSION}{provenance.ROWS_SUFFIX}"), document)
+
+
+def privacy_tuning_rows(data_dir: Path, root: Path, out: Path = PRIVACY_ROWS,
+                        comment_files: tuple[str, ...] = PRIVACY_COMMENT_FILES) -> dict:
+    """Write the rows file of the privacy patterns: the presidio rows their comments quote.
+
+    A row of ``<data_dir>/presidio/*.json`` counts as tuned on when a double-quoted string of at
+    least :data:`provenance.MIN_QUOTE_CHARS` characters inside a ``#`` comment of one of
+    ``comment_files`` (relative to ``root``, the project directory) occurs in its ``full_text``.
+
+    Returns the document written to ``out``. Raises DataError when no presidio file is found.
+    """
+    folder, suffixes, loader = SOURCES["presidio"]
+    files = sorted(p for p in (Path(data_dir) / folder).glob("*") if p.suffix in suffixes)
+    if not files:
+        raise DataError(f"{data_dir}: no presidio/*.json")
+    items = [item for path in files for item in loader(path)]
+    quotes = {name: provenance.quoted_strings(Path(root) / name) for name in comment_files}
+    tuned, evidence = [], []
+    for item in items:
+        hits = sorted({q for qs in quotes.values() for q in qs if q in item.text})
+        if hits:
+            tuned.append(item.text)
+            evidence.append({"row": item.item_id, "sha256": provenance.row_hash(item.text), "quotes": hits})
+    document = provenance.rows_document(
+        "privacy-patterns", "privacy", "tuned", {"presidio_quoted": tuned},
+        artefact_files={},
+        note=f"presidio rows quoted (a string of >= {provenance.MIN_QUOTE_CHARS} characters in a # comment) by "
+             f"{', '.join(comment_files)}; the remaining development rows were scored during tuning in aggregate")
+    document["quoted_rows"] = evidence
+    provenance.write_rows(out, document)
+    return document
 
 
 def _auc(scores: np.ndarray, labels: np.ndarray) -> float:

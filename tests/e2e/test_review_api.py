@@ -291,6 +291,7 @@ def test_lists_are_paginated_with_a_cursor(review_proxy, upstream) -> None:
         status, _, page = call(review_proxy, "GET", query, key=ADMIN_KEY)
         assert status == 200 and page["object"] == "list" and len(page["data"]) <= 2
         pages.append([i["id"] for i in page["data"]])
+        print("PAGE", query, page["has_more"], page["last_id"], pages[-1])
         if not page["has_more"]:
             break
         after = page["last_id"]
