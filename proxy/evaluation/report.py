@@ -8,18 +8,27 @@ of items the policy acted on; for a negative subset (safe, benign, neither, gene
 ``flag_rate`` (Safety) / ``escalation_rate`` (Compliance) = share acted on wrongly. Every
 proportion is ``{"k", "n", "rate", "ci95": [low, high]}`` (Wilson, 95 %). Targets are those
 of issue 4 and are compared with the point estimate.
+
+Every accuracy figure carries the kind of rows behind it (issue 16), from the rows files of
+:mod:`proxy.evaluation.provenance`: ``kind`` is ``in-sample`` (all scored rows were trained or
+tuned on), ``held-out`` (none were), ``mixed`` (some were; ``held_out`` then gives the figure on
+the others alone) or ``unknown`` (no rows file covers the policy); ``seen`` counts the rows
+trained/tuned on. In-sample rows with a cross-validated figure carry ``out_of_fold``. A target
+is judged (``met`` true/false) only on a held-out or out-of-fold figure, named by
+``target.on``; otherwise ``met`` is None and the Markdown says "in-sample: not a claim".
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from proxy.evaluation.data import APOLOGY_TYPES, Item
 from proxy.evaluation.metrics import binary_scores, latency_summary, map_gold, match_spans, proportion, sum_counts
 from proxy.evaluation.guardrails import ItemOutcome
+from proxy.evaluation.provenance import Provenance, kind_of
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 #: (dataset, subset) -> (comparison, value) for the proportion of that row (issue 4, item 7).
 ROW_TARGETS: dict[tuple[str, str], tuple[str, float]] = {
@@ -34,44 +43,104 @@ PRIVACY_TARGETS = {"f2": (">=", 0.90), "precision": (">=", 0.85)}
 LATENCY_TARGET_P50_MS = ("<", 15.0)
 
 
-def _target(op: str, value: float, actual: float | None) -> dict[str, Any]:
+def _target(op: str, value: float, actual: float | None, on: str = "held-out") -> dict[str, Any]:
+    """``{"op", "value", "met", "on", "actual"}``: ``met`` is None unless ``on`` is a figure that can
+    back a claim (held-out, out-of-fold) and ``actual`` is known."""
     met = None
-    if actual is not None:
+    if actual is not None and on in CLAIM_KINDS:
         met = {">=": actual >= value, "<=": actual <= value, "<": actual < value}[op]
-    return {"op": op, "value": value, "met": met}
+    return {"op": op, "value": value, "met": met, "on": on, "actual": actual}
 
 
-def _policy_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], policy: str) -> list[dict[str, Any]]:
-    """One row per (dataset, subset) of ``policy`` (safety or compliance), in first-seen order."""
-    groups: dict[tuple[str, str], list[tuple[Item, ItemOutcome]]] = {}
-    for item, outcome in zip(items, outcomes):
+#: Figures a target may be judged on.
+CLAIM_KINDS = ("held-out", "out-of-fold")
+
+
+def item_seen(items: Sequence[Item], provenances: Sequence[Provenance]) -> list[bool | None]:
+    """Per item: True when a rows file of its policy lists it, False when one covers the policy
+    but not the item, None when no rows file covers the policy."""
+    by_policy: dict[str, list[Provenance]] = {}
+    for p in provenances:
+        by_policy.setdefault(p.policy, []).append(p)
+    return [None if item.policy not in by_policy else any(p.seen(item.text) for p in by_policy[item.policy])
+            for item in items]
+
+
+def _oof_for(provenances: Sequence[Provenance], policy: str, key: str) -> dict[str, Any] | None:
+    """The cross-validated figure of report row ``key`` (dataset/subset) from a rows file, as a proportion."""
+    for p in provenances:
+        if p.policy == policy and key in p.out_of_fold:
+            oof = p.out_of_fold[key]
+            return {**proportion(int(oof["k"]), int(oof["n"])).as_dict(), "threshold": oof.get("threshold"),
+                    "artefact": p.artefact}
+    return None
+
+
+def _label(row: dict[str, Any], seen: list[bool | None], acted: list[bool], oof: dict[str, Any] | None,
+           spec: tuple[str, float] | None) -> None:
+    """Add ``kind``, ``seen``, ``held_out`` / ``out_of_fold`` and the judged ``target`` to ``row``."""
+    if any(s is None for s in seen):
+        row.update(kind="unknown", seen=None)
+        on, actual = "unknown", None
+    else:
+        n_seen = sum(bool(s) for s in seen)
+        row.update(kind=kind_of(n_seen, len(seen)), seen=n_seen)
+        on, actual = row["kind"], row["rate"]
+        if row["kind"] == "mixed":
+            held = [a for a, s in zip(acted, seen) if not s]
+            row["held_out"] = proportion(sum(held), len(held)).as_dict()
+            on, actual = "held-out", row["held_out"]["rate"]
+        elif row["kind"] == "in-sample" and oof is not None:
+            row["out_of_fold"] = oof
+            on, actual = "out-of-fold", oof["rate"]
+    if spec is not None:
+        row["target"] = _target(*spec, actual, on)
+
+
+def _policy_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], policy: str, seen: Sequence[bool | None],
+                 provenances: Sequence[Provenance]) -> list[dict[str, Any]]:
+    """One row per (dataset, subset) of ``policy`` (safety or compliance), in first-seen order,
+    each labelled by the rows behind it (:func:`_label`)."""
+    groups: dict[tuple[str, str], list[tuple[Item, ItemOutcome, bool | None]]] = {}
+    for item, outcome, s in zip(items, outcomes, seen):
         if item.policy == policy:
-            groups.setdefault((item.dataset, item.subset), []).append((item, outcome))
+            groups.setdefault((item.dataset, item.subset), []).append((item, outcome, s))
     rows = []
-    for (dataset, subset), pairs in groups.items():
-        positive = pairs[0][0].positive
-        acted = sum(_acted(policy, o) for _, o in pairs)
+    for (dataset, subset), triples in groups.items():
+        positive = triples[0][0].positive
+        acted = [_acted(policy, o) for _, o, _ in triples]
         if positive:
             metric = "recall"
         else:
             metric = "flag_rate" if policy == "safety" else "escalation_rate"
-        p = proportion(acted, len(pairs))
-        row = {"dataset": dataset, "subset": subset, "positive": positive, "metric": metric, **p.as_dict()}
-        if (dataset, subset) in ROW_TARGETS:
-            row["target"] = _target(*ROW_TARGETS[(dataset, subset)], p.rate)
+        row = {"dataset": dataset, "subset": subset, "positive": positive, "metric": metric,
+               **proportion(sum(acted), len(acted)).as_dict()}
+        _label(row, [s for _, _, s in triples], acted, _oof_for(provenances, policy, f"{dataset}/{subset}"),
+               ROW_TARGETS.get((dataset, subset)))
         rows.append(row)
     return rows
+
+
+def _summary_kind(seen: Sequence[bool | None]) -> dict[str, Any]:
+    """``{"kind", "seen", "n"}`` of a figure over rows with these seen flags."""
+    if any(s is None for s in seen):
+        return {"kind": "unknown", "seen": None, "n": len(seen)}
+    n_seen = sum(bool(s) for s in seen)
+    return {"kind": kind_of(n_seen, len(seen)), "seen": n_seen, "n": len(seen)}
 
 
 def _acted(policy: str, outcome: ItemOutcome) -> bool:
     return outcome.safety_flag if policy == "safety" else outcome.escalated
 
 
-def _privacy(items: Sequence[Item], outcomes: Sequence[ItemOutcome], mapping: dict[str, str | None]) -> dict[str, Any]:
-    per_text = []
+def _privacy(items: Sequence[Item], outcomes: Sequence[ItemOutcome], mapping: dict[str, str | None],
+             seen: Sequence[bool | None]) -> dict[str, Any]:
+    """Span precision/recall/F2 overall, by type and file; kind of the rows; targets judged on the
+    held-out texts when some texts were tuned on (:func:`_label` rules)."""
+    per_text, held, flags = [], [], []
     per_dataset: dict[str, list] = {}
     unobserved = 0
-    for item, outcome in zip(items, outcomes):
+    for item, outcome, s in zip(items, outcomes, seen):
         if item.policy != "privacy":
             continue
         if outcome.spans is None:
@@ -80,20 +149,24 @@ def _privacy(items: Sequence[Item], outcomes: Sequence[ItemOutcome], mapping: di
         gold, ignored = map_gold(item.spans, mapping)
         counts = match_spans(gold, outcome.spans, ignored)
         per_text.append(counts)
+        flags.append(s)
+        if s is False:
+            held.append(counts)
         per_dataset.setdefault(item.item_id.split(":", 1)[0], []).append(counts)
     by_type, overall = sum_counts(per_text)
     summary = overall.scores()
+    section = {"texts": len(per_text), "unobserved": unobserved, **_summary_kind(flags), "overall": summary,
+               "by_entity_type": {t: c.scores() for t, c in by_type.items()},
+               "by_file": {name: sum_counts(c)[1].scores() for name, c in sorted(per_dataset.items())}}
+    judged, on = summary, section["kind"]
+    if section["kind"] == "mixed":
+        judged, on = sum_counts(held)[1].scores(), "held-out"
+        section["held_out"] = {"texts": len(held), "overall": judged}
     summary["targets"] = {
-        "f2": _target(*PRIVACY_TARGETS["f2"], summary["f2"]),
-        "precision": _target(*PRIVACY_TARGETS["precision"], summary["precision"]["rate"]),
+        "f2": _target(*PRIVACY_TARGETS["f2"], judged["f2"], on),
+        "precision": _target(*PRIVACY_TARGETS["precision"], judged["precision"]["rate"], on),
     }
-    return {
-        "texts": len(per_text),
-        "unobserved": unobserved,
-        "overall": summary,
-        "by_entity_type": {t: c.scores() for t, c in by_type.items()},
-        "by_file": {name: sum_counts(c)[1].scores() for name, c in sorted(per_dataset.items())},
-    }
+    return section
 
 
 def _latency(outcomes: Sequence[ItemOutcome], items: Sequence[Item], policy: str | None) -> dict[str, Any]:
@@ -101,13 +174,15 @@ def _latency(outcomes: Sequence[ItemOutcome], items: Sequence[Item], policy: str
 
 
 def apology_section(rows: Sequence[dict[str, Any]], scores: Sequence[float], flags: Sequence[bool],
-                    detector: dict[str, Any]) -> dict[str, Any]:
+                    detector: dict[str, Any], seen: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Precision/recall of the model-apology detector on labelled completions.
 
     ``rows`` carry ``id``, ``type`` and ``label`` (``refusal`` = positive); ``scores`` are the
     detector's scores and ``flags`` its decisions (``is_apology``), parallel to ``rows``.
     ``by_type`` gives, per completion type, the share flagged as refusal (recall for refusal
-    types, false-flag rate for the others). Raises ValueError for sequences of unequal length.
+    types, false-flag rate for the others). ``seen(completion)`` tells whether the detector was
+    built on that text (its exemplars); the section's ``kind`` follows (``unknown`` without it).
+    Raises ValueError for sequences of unequal length.
     """
     if not len(rows) == len(scores) == len(flags):
         raise ValueError("rows, scores and flags differ in length")
@@ -116,6 +191,7 @@ def apology_section(rows: Sequence[dict[str, Any]], scores: Sequence[float], fla
         by_type.setdefault(row["type"], []).append(flag)
     return {
         "detector": detector,
+        **_summary_kind([None if seen is None else seen(r["completion"]) for r in rows]),
         "n": len(rows),
         **binary_scores((r["label"] == "refusal", f) for r, f in zip(rows, flags)),
         "by_type": [
@@ -129,18 +205,23 @@ def apology_section(rows: Sequence[dict[str, Any]], scores: Sequence[float], fla
 
 def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta: dict[str, Any],
                  latency_measures: str, mapping: dict[str, str | None],
-                 apology: dict[str, Any] | None = None) -> dict[str, Any]:
+                 apology: dict[str, Any] | None = None,
+                 provenances: Sequence[Provenance] = ()) -> dict[str, Any]:
     """The JSON report of one evaluation run.
 
     ``items`` and ``outcomes`` are parallel; ``meta`` (command, data dir, sample, seed, target
     description, missing sources …) is copied in; ``mapping`` maps gold PII types to the
-    detector's. Raises ValueError when the two sequences differ in length.
+    detector's; ``provenances`` are the rows files of the evaluated artefacts (figures of a
+    policy no rows file covers are labelled ``unknown``). Raises ValueError when the two
+    sequences differ in length.
     """
     if len(items) != len(outcomes):
         raise ValueError("items and outcomes differ in length")
+    seen = item_seen(items, provenances)
     policies_present = [p for p in ("safety", "privacy", "compliance") if any(i.policy == p for i in items)]
     report: dict[str, Any] = {"version": REPORT_VERSION, **meta, "n_items": len(items),
-                              "items_by_dataset": dict(Counter(i.dataset for i in items)), "policies": {}}
+                              "items_by_dataset": dict(Counter(i.dataset for i in items)),
+                              "provenance": [p.describe() for p in provenances], "policies": {}}
     overall_latency = _latency(outcomes, items, None)
     if meta.get("mode") == "in-process":
         overall_latency["target_p50_ms"] = _target(*LATENCY_TARGET_P50_MS, overall_latency["p50_ms"])
@@ -148,11 +229,12 @@ def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta
     for policy in policies_present:
         section: dict[str, Any]
         if policy == "privacy":
-            section = _privacy(items, outcomes, mapping)
+            section = _privacy(items, outcomes, mapping, seen)
         else:
-            section = {"rows": _policy_rows(items, outcomes, policy)}
+            section = {"rows": _policy_rows(items, outcomes, policy, seen, provenances)}
             pairs = [(i.positive, _acted(policy, o)) for i, o in zip(items, outcomes) if i.policy == policy]
-            section["detection" if policy == "safety" else "routing"] = binary_scores(pairs)
+            section["detection" if policy == "safety" else "routing"] = {
+                **binary_scores(pairs), **_summary_kind([s for i, s in zip(items, seen) if i.policy == policy])}
         if policy == "compliance":
             by_category: dict[str, list[bool]] = {}
             for item, outcome in zip(items, outcomes):
@@ -166,10 +248,10 @@ def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta
         report["apology"] = apology
     report["items"] = [
         {"id": i.item_id, "dataset": i.dataset, "subset": i.subset, "policy": i.policy, "positive": i.positive,
-         "action": o.action, "safety_flag": o.safety_flag, "escalated": o.escalated, "domain": o.domain,
+         "seen_in_training": s, "action": o.action, "safety_flag": o.safety_flag, "escalated": o.escalated, "domain": o.domain,
          "spans": None if o.spans is None else [[s.entity_type, s.start, s.end] for s in o.spans],
          "seconds": round(o.seconds, 6)}
-        for i, o in zip(items, outcomes)
+        for i, o, s in zip(items, outcomes, seen)
     ]
     return report
 

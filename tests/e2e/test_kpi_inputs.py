@@ -297,10 +297,11 @@ def test_provider_usage_cost_and_declared_stratum(kpi_proxy, upstream, tmp_path)
     """The stub's usage → token and cost counters; the declared complexity and the route's provider
     → the receipt's stratum and the report's per-stratum N. (Cost is in no receipt or report.)"""
     w = Window(kpi_proxy)
-    upstream.queue(Reply(text="Paris is the capital of France."))
-    raw = ask(kpi_proxy, "What is the capital of France?", model="priced", **{"x-sonate-complexity": "advanced"})
+    answer = "Seven times six is forty-two, the answer to everything."
+    upstream.queue(Reply(text=answer))
+    raw = ask(kpi_proxy, "What is seven times six?", model="priced", **{"x-sonate-complexity": "advanced"})
     usage = raw.parse().usage
-    assert raw.headers["x-sonate-guardrail-action"] == "allow" and usage.completion_tokens == 6
+    assert raw.headers["x-sonate-guardrail-action"] == "allow" and usage.completion_tokens == len(answer.split())
     decisive = receipt(kpi_proxy, raw.headers["x-sonate-receipt-id"])
     assert decisive["stratum"] == {"domain": "general", "complexity": "advanced", "provider": PRICED_PROVIDER}
     assert (decisive["model"], decisive["provider"]) == ("priced", PRICED_PROVIDER)
