@@ -270,11 +270,33 @@ def ci(p: dict[str, Any]) -> str:
 
 
 def _target_text(target: dict[str, Any] | None, percent: bool = True, unit: str = "") -> str:
+    """"≥ 80% (out-of-fold 54.2%: **missed**)", "≤ 3% (held-out: met)", "≥ 97% (in-sample: not a claim)"."""
     if not target:
         return ""
     value = f"{100 * target['value']:g}%" if percent else f"{target['value']:g}{unit}"
+    head = f"{target['op'].replace('>=', '≥').replace('<=', '≤')} {value}"
+    on = target.get("on", "held-out")
+    if on not in CLAIM_KINDS:
+        return f"{head} ({'rows unknown' if on == 'unknown' else on}: not a claim)"
     mark = {True: "met", False: "**missed**", None: "–"}[target["met"]]
-    return f"{target['op'].replace('>=', '≥').replace('<=', '≤')} {value} ({mark})"
+    actual = target.get("actual")
+    shown = "" if actual is None else (f" {pct(actual)}" if percent else f" {_fmt(actual)}")
+    return f"{head} ({on}{shown}: {mark})"
+
+
+def _kind_text(row: dict[str, Any]) -> str:
+    """The kind cell: "held-out", "in-sample (96/96 trained on); out-of-fold 52/96 = 54.2% [...]"."""
+    kind = row.get("kind", "unknown")
+    if kind in ("held-out", "unknown"):
+        return kind
+    text = f"{kind} ({row['seen']}/{row['n']} seen)"
+    if "held_out" in row:
+        h = row["held_out"]
+        text += f"; held-out part {h['k']}/{h['n']} = {pct(h['rate'])} {ci(h)}"
+    if "out_of_fold" in row:
+        o = row["out_of_fold"]
+        text += f"; out-of-fold {o['k']}/{o['n']} = {pct(o['rate'])} {ci(o)}"
+    return text
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -283,14 +305,14 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 def _decision_lines(section: dict[str, Any], policy: str, title: str) -> list[str]:
     """Safety or Compliance: the per-subset table and the precision/recall sentence."""
-    lines = [f"**{title}**", "", "| dataset | subset | metric | k/n | rate | 95% CI | target |",
-             "|---|---|---|---:|---:|---|---|"]
+    lines = [f"**{title}**", "", "| dataset | subset | metric | k/n | rate | 95% CI | rows | target |",
+             "|---|---|---|---:|---:|---|---|---|"]
     for row in section["rows"]:
         lines.append(f"| {row['dataset']} | {row['subset']} | {row['metric']} | {row['k']}/{row['n']} | "
-                     f"{pct(row['rate'])} | {ci(row)} | {_target_text(row.get('target'))} |")
+                     f"{pct(row['rate'])} | {ci(row)} | {_kind_text(row)} | {_target_text(row.get('target'))} |")
     summary = section.get("detection") or section.get("routing")
     name = "detection" if policy == "safety" else "domain routing"
-    return lines + ["", f"{name.capitalize()} over all {policy} items: precision "
+    return lines + ["", f"{name.capitalize()} over all {policy} items ({_kind_text(summary)}): precision "
                     f"{summary['precision']['k']}/{summary['precision']['n']} = {pct(summary['precision']['rate'])} "
                     f"{ci(summary['precision'])}, recall {summary['recall']['k']}/{summary['recall']['n']} = "
                     f"{pct(summary['recall']['rate'])} {ci(summary['recall'])}.", ""]
@@ -299,7 +321,8 @@ def _decision_lines(section: dict[str, Any], policy: str, title: str) -> list[st
 def _privacy_lines(section: dict[str, Any]) -> list[str]:
     """Privacy: span precision/recall/F2 per entity type, per file, and the targets."""
     overall = section["overall"]
-    lines = ["**Privacy (PII spans, overlap + exact type)**", "",
+    lines = [f"**Privacy (PII spans, overlap + exact type; texts: {_kind_text({**section, 'n': section['texts']})})**",
+             "",
              "| entity type | precision k/n | precision | 95% CI | recall k/n | recall | 95% CI | F2 |",
              "|---|---:|---:|---|---:|---:|---|---:|"]
     for name, s in [*section["by_entity_type"].items(), ("**all**", overall)]:
@@ -309,6 +332,10 @@ def _privacy_lines(section: dict[str, Any]) -> list[str]:
     by_file = [f"{name}: P {pct(s['precision']['rate'])}, R {pct(s['recall']['rate'])}, F2 {_fmt(s['f2'])}"
                for name, s in section["by_file"].items()]
     targets = overall["targets"]
+    if "held_out" in section:
+        h = section["held_out"]["overall"]
+        by_file.append(f"held-out texts only ({section['held_out']['texts']}): P {pct(h['precision']['rate'])}, "
+                       f"R {pct(h['recall']['rate'])}, F2 {_fmt(h['f2'])}")
     return lines + ["", "By file: " + "; ".join(by_file) + ".", "", f"Targets: F2 {_target_text(targets['f2'], percent=False)}, precision "
                     f"{_target_text(targets['precision'])}. Texts scored: {section['texts']}"
                     + (f" ({section['unobserved']} not observable)" if section["unobserved"] else "") + ".", ""]
@@ -316,7 +343,7 @@ def _privacy_lines(section: dict[str, Any]) -> list[str]:
 
 def _apology_lines(a: dict[str, Any]) -> list[str]:
     """The model-apology detector: flag rate per completion type, precision and recall."""
-    lines = ["**Model-initiated apology detector (labelled completions)**", "",
+    lines = [f"**Model-initiated apology detector (labelled completions: {_kind_text(a)})**", "",
              "| completion type | label | flagged k/n | rate | 95% CI |", "|---|---|---:|---:|---|"]
     for row in a["by_type"]:
         lines.append(f"| {row['type']} | {'refusal' if row['positive'] else 'compliance'} | "
@@ -342,12 +369,24 @@ def _latency_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _provenance_lines(provenance: Sequence[dict[str, Any]]) -> list[str]:
+    """How to read the "rows" column, and the rows files the labels come from."""
+    files = "; ".join(f"{p['artefact']} ({p['policy']}, {p['how']} on {p['rows']} rows)" for p in provenance)
+    return ["Rows behind each figure (content hashes of the rows each artefact was trained or tuned on): "
+            "**held-out** = none of the scored rows was trained/tuned on; **in-sample** = all were (not a "
+            "claim; the artefact's cross-validated **out-of-fold** figure is given where it has one); "
+            "**mixed** = some were (the target is judged on the held-out part); **unknown** = no rows file "
+            "covers the policy. A target is met or missed only on a held-out or out-of-fold figure. "
+            f"Rows files: {files or 'none'}.", ""]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """Markdown tables of a report produced by :func:`build_report` (every number from the JSON)."""
     mode = report.get("mode", "in-process")
     sample = report.get("sample")
     lines = [f"Guardrail evaluation ({mode}; {report['n_items']} items"
-             + (f"; sample ≤ {sample} per subset, seed {report.get('seed')}" if sample else "") + ")", ""]
+             + (f"; sample ≤ {sample} per subset, seed {report.get('seed')}" if sample else "") + ")", "",
+             *_provenance_lines(report.get("provenance") or [])]
     policies = report["policies"]
     for policy, title in (("safety", "Safety (input screen: refuse)"), ("compliance", "Compliance (escalate)")):
         if policy in policies:
