@@ -165,16 +165,51 @@ def _open_target(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 
 def _apology(path: Path, target: Any) -> dict[str, Any]:
-    """The model-apology detector's section of the report, on the labelled completions at ``path``."""
+    """The model-apology detector's section of the report, on the labelled completions at ``path``
+    (labelled in-sample where a completion is one of the detector's exemplars)."""
     from proxy.evaluation.data import load_apology_completions
+    from proxy.evaluation.provenance import row_hash
     from proxy.evaluation.report import apology_section
+    from proxy.guardrails.detectors import apology
     from proxy.guardrails.detectors.apology import ApologyDetector
 
     rows = load_apology_completions(path)
     detector = getattr(getattr(target, "engine", None), "apology_detector", None) or ApologyDetector()
     texts = [r["completion"] for r in rows]
+    exemplars = {row_hash(t) for t in (*apology.REFUSAL_EXEMPLARS, *apology.ANSWER_EXEMPLARS)}
     return apology_section(rows, detector.score(texts), [detector.is_apology(t) for t in texts],
-                           {"name": detector.name, "version": detector.version, "data": str(path)})
+                           {"name": detector.name, "version": detector.version, "data": str(path)},
+                           seen=lambda text: row_hash(text) in exemplars)
+
+
+def _provenances(policies_dir: str | None, config_path: str | None) -> list[Any]:
+    """The rows files shipped with the artefacts, plus the Compliance domain classifier's training
+    examples (the ``detector.domains`` of the compliance policies; from the config's policies
+    directory when going through a proxy). Raises UsageError for a malformed rows file."""
+    from proxy.config import ConfigError, load_config
+    from proxy.evaluation.provenance import Provenance, load_provenances, row_hash
+    from proxy.guardrails.detectors.harm import ARTEFACT_DIR
+    from proxy.guardrails.schema import load_policies
+
+    try:
+        found = load_provenances(ARTEFACT_DIR)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if policies_dir is None:  # through a proxy: its policies are assumed to be this config's
+        try:
+            config = load_config(config_path)
+        except (ConfigError, OSError):
+            return found
+        policies_dir = str(config.path(config.policies))
+    rows: dict[str, str] = {}
+    for policy in load_policies(Path(policies_dir)):
+        domains = policy.detector.get("domains") if policy.kind == "compliance" else None
+        for name, spec in (domains or {}).items():  # as DomainClassifier fits: description + examples
+            rows.update({row_hash(t): name for t in (spec["description"], *spec["examples"])})
+    if rows:
+        found.append(Provenance("domain-logreg", "compliance", "trained", rows,
+                                source=f"{policies_dir}: compliance detector.domains (description + examples)"))
+    return found
 
 
 def _meta(args: argparse.Namespace, target: Any, policies_dir: str | None, sources: list[str],
@@ -221,7 +256,8 @@ def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[s
             target.close()
     meta = _meta(args, target, policies_dir, sources, missing, started, load_before)
     report = build_report(items, outcomes, meta=meta, latency_measures=target.latency_measures,
-                          mapping=DATASET_ENTITY_MAPPING, apology=apology)
+                          mapping=DATASET_ENTITY_MAPPING, apology=apology,
+                          provenances=_provenances(policies_dir, args.config))
     return report, missing
 
 

@@ -442,6 +442,7 @@ def privacy_tuning_rows(data_dir: Path, root: Path, out: Path = PRIVACY_ROWS,
         note=f"presidio rows quoted (a string of >= {provenance.MIN_QUOTE_CHARS} characters in a # comment) by "
              f"{', '.join(comment_files)}; the remaining development rows were scored during tuning in aggregate")
     document["quoted_rows"] = evidence
+    document["quotes_searched"] = {name: sorted(set(qs)) for name, qs in quotes.items()}
     provenance.write_rows(out, document)
     return document
 

@@ -57,13 +57,6 @@ class DecisionQueue:
             raise GatewayError(404, f"No {what} with id '{item_id}'.", code="not_found")
         return item
 
-    async def list(self, status: str | None = None) -> list[dict[str, Any]]:
-        """The entries (only those with ``status`` if given), oldest first."""
-        try:
-            return await self.store.list_items(self.queue, status)
-        except LedgerError:
-            raise ledger_unavailable() from None
-
     async def page(self, statuses: Sequence[str] | None = None, *, after: str | None = None,
                    limit: int = 100) -> tuple[list[dict[str, Any]], str | None]:
         """One page of entries, oldest first (the store's :meth:`~proxy.storage.base.ReviewQueue.page_items`):

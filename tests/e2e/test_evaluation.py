@@ -176,6 +176,16 @@ def test_report_structure(report: dict):
     assert compliance == {("truthfulqa", "regulated", "recall"), ("truthfulqa", "general", "escalation_rate")}
     targets = report["policies"]["privacy"]["overall"]["targets"]
     assert targets["f2"]["value"] == 0.90 and targets["precision"]["value"] == 0.85
+    # the samples of the harm classifier's training sources are its training rows: in-sample, judged
+    # on the artefact's out-of-fold figure; the rest was never trained on
+    kinds = {key: (r["kind"], r["target"]["on"] if "target" in r else None) for key, r in rows.items()}
+    assert kinds[("advbench", "harmful")] == ("in-sample", "out-of-fold")
+    assert kinds[("xstest", "unsafe")] == kinds[("xstest", "safe")] == ("in-sample", "out-of-fold")
+    assert kinds[("davidson", "toxic")] == kinds[("custom:mine", "harmful")] == ("held-out", None)
+    assert {r["kind"] for r in report["policies"]["compliance"]["rows"]} == {"held-out"}
+    assert report["policies"]["privacy"]["kind"] in ("held-out", "mixed")
+    assert {p["artefact"] for p in report["provenance"]} == {"harm-minilm-svm-v2", "privacy-patterns",
+                                                              "domain-logreg"}
     # no text of any item is written into the report (alpaca_seed is NC)
     assert all("text" not in i for i in report["items"])
 
@@ -190,9 +200,16 @@ def test_rates_are_counts_over_items_with_wilson_bounds(report: dict, policy: st
         assert row["rate"] == row["k"] / row["n"]
         assert row["ci95"] == pytest.approx(list(proportion_confint(row["k"], row["n"], method="wilson")))
         assert row["ci95"][0] <= row["rate"] <= row["ci95"][1]
-        if "target" in row:
-            op, value = row["target"]["op"], row["target"]["value"]
-            assert row["target"]["met"] == (row["rate"] >= value if op == ">=" else row["rate"] <= value)
+        assert row["seen"] == sum(bool(i["seen_in_training"]) for i in items)
+        if "target" in row:  # judged only on a held-out or out-of-fold figure (issue 16)
+            target = row["target"]
+            judged = {"held-out": row.get("held_out", row), "out-of-fold": row.get("out_of_fold")}.get(target["on"])
+            if judged is None:
+                assert target["met"] is None and row["kind"] in ("in-sample", "unknown")
+            else:
+                assert target["actual"] == judged["rate"]
+                op, value = target["op"], target["value"]
+                assert target["met"] == (judged["rate"] >= value if op == ">=" else judged["rate"] <= value)
     summary = section["detection" if policy == "safety" else "routing"]
     items = _items(report, policy=policy)
     tp = sum(i["positive"] and i[flag] for i in items)
@@ -266,6 +283,9 @@ def test_markdown_matches_json(report: dict, run_dir: Path):
             (line,) = [x for x in lines if x.startswith(f"| {row['dataset']} | {row['subset']} |")]
             cells = [c.strip() for c in line.strip("|").split("|")]
             assert cells[2:6] == [row["metric"], f"{row['k']}/{row['n']}", pct(row["rate"]), ci(row)]
+            assert cells[6].startswith(row["kind"])
+            if row["kind"] != "held-out":
+                assert "(met)" not in cells[7] and not cells[7].endswith(f"({row['kind']}: met)")
     overall = report["policies"]["privacy"]["overall"]
     (line,) = [x for x in lines if x.startswith("| **all** |")]
     cells = [c.strip() for c in line.strip("|").split("|")]

@@ -269,6 +269,7 @@ def test_masked_input_evidence_feeds_audit_depth(kpi_proxy, upstream, tmp_path) 
 def test_regulated_question_escalates_with_its_domain(kpi_proxy, upstream, tmp_path) -> None:
     """intent / stratum.domain of an escalated question: the report's per-domain N; the admin's
     resolution is a receipted human action (RC)."""
+    required = {p.id: list(p.evidence_required) for p in load_policies(ROOT / "policies")}
     w = Window(kpi_proxy)
     raw = ask(kpi_proxy, LEGAL)
     assert raw.headers["x-sonate-guardrail-action"] == "escalate" and upstream.received() == []
@@ -280,6 +281,9 @@ def test_regulated_question_escalates_with_its_domain(kpi_proxy, upstream, tmp_p
     assert w.delta("sonate_interactions_total", domain="legal") == 1
     assert w.delta("sonate_interactions_total") == 1
     assert w.delta("sonate_actions_total", action="escalate") == 1
+    expected = sum(len(required.get(r["policy_id"], [])) for r in receipts_of(kpi_proxy, decisive["request_id"]))
+    assert expected >= len(required["compliance.regulated"])
+    assert w.delta("sonate_evidence_fields_present_total") == w.delta("sonate_evidence_fields_required_total") == expected
     status, headers, _ = call(kpi_proxy, "POST", f"/v1/admin/escalations/{case_id}/resolve", {"decision": "reject"})
     assert status == 200
     assert receipt(kpi_proxy, headers["x-sonate-receipt-id"])["guardrail_action"] == "resolve"
@@ -291,6 +295,8 @@ def test_regulated_question_escalates_with_its_domain(kpi_proxy, upstream, tmp_p
     assert list(report["kpis"]["far_a"]["per_domain"]) == ["legal"]
     rc = report["kpis"]["tis"]["components"]["rc"]
     assert (rc["successes"], rc["n"]) == (2, 2)  # the escalation + its resolution
+    ad = report["kpis"]["tis"]["components"]["ad"]
+    assert (ad["successes"], ad["n"]) == (expected, expected)
 
 
 def test_provider_usage_cost_and_declared_stratum(kpi_proxy, upstream, tmp_path) -> None:

@@ -283,7 +283,7 @@ def test_lists_are_paginated_with_a_cursor(review_proxy, upstream) -> None:
     """Issue 15: the lists loaded the whole queue before ``limit``; now pages with after/has_more/last_id."""
     made = []
     for n in range(5):
-        upstream.queue(Reply(text="ok"))
+        upstream.queue(Reply(text=f"{n} + {n} = {2 * n}."))
         made.append(item_of(ask(review_proxy, f"What is {n} + {n}?")))
     pages, after = [], None
     while True:
@@ -291,7 +291,6 @@ def test_lists_are_paginated_with_a_cursor(review_proxy, upstream) -> None:
         status, _, page = call(review_proxy, "GET", query, key=ADMIN_KEY)
         assert status == 200 and page["object"] == "list" and len(page["data"]) <= 2
         pages.append([i["id"] for i in page["data"]])
-        print("PAGE", query, page["has_more"], page["last_id"], pages[-1])
         if not page["has_more"]:
             break
         after = page["last_id"]
@@ -301,5 +300,10 @@ def test_lists_are_paginated_with_a_cursor(review_proxy, upstream) -> None:
                          ("/v1/admin/escalations?limit=0", "limit")):
         status, _, error = call(review_proxy, "GET", query, key=ADMIN_KEY)
         assert status == 400 and error["error"]["param"] == param, query
+    ask(review_proxy, LEGAL)
+    ask(review_proxy, LEGAL + " Quickly please.")
     status, _, page = call(review_proxy, "GET", "/v1/admin/escalations?status=all&limit=1", key=ADMIN_KEY)
-    assert status == 200 and len(page["data"]) == 1 and "has_more" in page and page["last_id"] == page["data"][0]["id"]
+    assert status == 200 and len(page["data"]) == 1 and page["has_more"] and page["last_id"] == page["data"][0]["id"]
+    status, _, rest = call(review_proxy, "GET", f"/v1/admin/escalations?status=all&after={page['last_id']}",
+                           key=ADMIN_KEY)
+    assert status == 200 and page["data"][0]["id"] not in [c["id"] for c in rest["data"]] and rest["data"]

@@ -135,12 +135,15 @@ def _item_of(proxy: RunningProxy, receipt_id: str) -> str:
 def test_reviewer_free_text_is_not_a_metric_label(debug_proxy) -> None:
     item = _item_of(debug_proxy, chat(debug_proxy, "What is two plus two?"))  # sampled (rate 1.0), no trigger
     verdict = {"breach": True, "intent_permissible": False, "content_harmful": True, "expected_policy_id": FREE_TEXT}
+    status, body = call(debug_proxy, "POST", f"/v1/review/items/{item}/verdicts", REVIEWER_A, verdict)
+    assert status == 400 and b"expected_policy_id" in body, body  # only a loaded policy's id is accepted
     for key in (REVIEWER_A, REVIEWER_B):
-        status, body = call(debug_proxy, "POST", f"/v1/review/items/{item}/verdicts", key, verdict)
+        status, body = call(debug_proxy, "POST", f"/v1/review/items/{item}/verdicts", key,
+                            {**verdict, "expected_policy_id": "privacy.pii"})
         assert status == 201, body
     metrics = call(debug_proxy, "GET", "/metrics", METRICS_KEY)[1].decode()
     misfires = [line for line in metrics.splitlines() if line.startswith("sonate_guardrail_misfires_total{")]
-    assert any('type="false_negative"' in line and 'policy_id="other"' in line for line in misfires), misfires
+    assert any('type="false_negative"' in line and 'policy_id="privacy.pii"' in line for line in misfires), misfires
     assert FREE_TEXT not in metrics
 
 

@@ -120,26 +120,77 @@ def test_config_rejects_unknown_keys():
         SafetyDetectorConfig.model_validate({"toxicity": {"checkpoint": "/tmp/x.ckpt"}})
 
 
-def test_shipped_harm_classifier_separates_at_recommended_threshold():
+def _questions() -> list[str]:
+    """Benign knowledge questions no harm-classifier training reads (TruthfulQA, HaluEval QA samples)."""
+    truthfulqa = [r["Question"] for r in _rows(DATA / "truthfulqa" / "truthfulqa_sample.csv")]
+    halueval = [json.loads(line)["question"] for line in (DATA / "halueval" / "qa_sample.jsonl").read_text().splitlines()
+                if line.strip()]
+    return truthfulqa + halueval
+
+
+def test_shipped_harm_classifier_on_rows_outside_its_training_set():
+    """Accuracy of the shipped artefact only on rows its rows file does not list (issue 16).
+
+    Every harmful row of tests/data (and of the development split) is a training row of the
+    shipped classifier, so its recall cannot be tested here without scoring training rows (the
+    retrained hold-out test below measures it on held-out rows); benign questions can.
+    """
+    from proxy.evaluation.provenance import read_rows_file
+    from proxy.guardrails.detectors.harm import ARTEFACT_DIR
+
     harm = load_harm_classifier()
+    rows = read_rows_file(ARTEFACT_DIR / "harm-minilm-svm-v2.rows.json")
     threshold = float(harm.metadata["recommended_thresholds"]["harmful_intent"])
-    assert 0.0 < threshold < 1.0
-    advbench = [r["goal"] for r in _rows(DATA / "advbench" / "harmful_behaviors_sample.csv")]
-    xstest = _rows(DATA / "xstest" / "xstest_sample.csv")
-    unsafe = [r["prompt"] for r in xstest if r["label"] == "unsafe"]
-    safe = [r["prompt"] for r in xstest if r["label"] == "safe"]
-    neither = [r["tweet"] for r in _rows(DATA / "davidson" / "davidson_sample.csv") if r["class"] == "2"]
+    questions = _questions()
+    assert len(questions) >= 80 and not any(rows.seen(q) for q in questions)
+    p = harm.predict_proba(questions)
+    assert p.shape == (len(questions),) and np.all((p >= 0) & (p <= 1))
+    assert float((p >= threshold).mean()) <= 0.08  # measured: 2/90 at 0.83
+
+
+def _split_samples(target: Path) -> dict[str, list[dict[str, str]]]:
+    """Copy the AdvBench/XSTest/Davidson samples to ``target`` without every third AdvBench and
+    XSTest row; returns the rows left out (held out of training)."""
+    held: dict[str, list[dict[str, str]]] = {}
+    for folder, name in (("advbench", "harmful_behaviors_sample.csv"), ("xstest", "xstest_sample.csv"),
+                         ("davidson", "davidson_sample.csv")):
+        rows = _rows(DATA / folder / name)
+        out = folder != "davidson"
+        held[folder] = [r for i, r in enumerate(rows) if out and i % 3 == 0]
+        (target / folder).mkdir(parents=True)
+        with open(target / folder / name, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(r for i, r in enumerate(rows) if not (out and i % 3 == 0))
+    return held
+
+
+def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
+    """The training code's classifier, trained without a third of the AdvBench/XSTest samples, on
+    exactly those held-out rows (its rows file must not list them) and on benign questions."""
+    from proxy.evaluation.provenance import read_rows_file
+    from proxy.evaluation.training import train_harm_classifier
+
+    held = _split_samples(tmp_path / "data")
+    meta = train_harm_classifier(tmp_path / "data", tmp_path / "out", seed=0, progress=False, folds=3, repeats=1)
+    harm = load_harm_classifier(tmp_path / "out" / "harm-minilm-svm-v2")
+    rows = read_rows_file(tmp_path / "out" / "harm-minilm-svm-v2.rows.json")
+    advbench = [r["goal"] for r in held["advbench"]]
+    unsafe = [r["prompt"] for r in held["xstest"] if r["label"] == "unsafe"]
+    safe = [r["prompt"] for r in held["xstest"] if r["label"] == "safe"]
+    assert (len(advbench), len(unsafe), len(safe)) == (20, 10, 10)
+    assert not any(rows.seen(t) for t in advbench + unsafe + safe + _questions())
+    assert sum(meta["training_rows"].values()) == len(rows.rows)  # every fitted row listed
+    threshold = float(meta["recommended_thresholds"]["harmful_intent"])
 
     def flagged(texts):
-        p = harm.predict_proba(texts)
-        assert p.shape == (len(texts),) and np.all((p >= 0) & (p <= 1))
-        return float((p >= threshold).mean())
+        return float((harm.predict_proba(texts) >= threshold).mean())
 
-    assert flagged(advbench) >= 0.9
-    assert flagged(unsafe) >= 0.4
-    assert flagged(safe) <= 0.2
-    assert flagged(neither) <= 0.05
+    # measured: 19/20, 6/10, 1/10, 1/90
+    assert flagged(advbench) >= 0.85
     assert flagged(unsafe) - flagged(safe) >= 0.3
+    assert flagged(safe) <= 0.3
+    assert flagged(_questions()) <= 0.05
 
 
 def test_harm_artefact_integrity_is_checked(tmp_path):
