@@ -19,7 +19,10 @@ Two targets:
   Per-key rate limits are off there (the small client sends back to back; ``server.limits``
   otherwise as shipped); ``--no-lane`` also turns the large-input lane off, for comparison.
 
-Over HTTP, every answer that is not a 200 is counted and printed by status.
+``--attackers N`` sends the pathological prompt from N clients at once: with the large-input lane
+(``server.limits``) they queue on its thread while small requests keep the detector threads;
+without it (``--no-lane``) they take every detector thread. Over HTTP, every answer that is not a
+200 is counted and printed by status.
 
 Usage: ``.venv/bin/python bench/pathological.py [--config config.yaml] [--repeat 5]``
 or ``.venv/bin/python bench/pathological.py --url http://127.0.0.1:8080 --key sk-... --model stub``
@@ -156,9 +159,12 @@ def _percentiles(values: list[float]) -> str:
 
 
 def run(send, repeat: int, idle_count: int, attackers: int = 1) -> None:
-    """Idle small-request latencies, then ``attackers`` clients each sending ``repeat`` pathological
+    """After a warm-up, idle small-request latencies, then ``attackers`` clients each sending ``repeat`` pathological
     requests (one at a time, 0.2 s apart) with a small-request client alongside; "during" counts the small
     requests that started while a pathological one was in flight."""
+    for text in (SMALL, SMALL, PATHOLOGICAL, SMALL):  # warm-up (first-call costs), not measured
+        _timed(send, text)
+    FAILURES.clear()
     idle = [_timed(send, SMALL) for _ in range(idle_count)]
     lock, stop = threading.Lock(), threading.Event()
     in_flight = [0]
@@ -219,7 +225,8 @@ def main() -> int:
                   f"{'off' if args.no_lane else 'on'})")
             run(http_target(url, key, "stub"), args.repeat, args.idle, args.attackers)
         return 0
-    send = http_target(args.url, args.key, args.model) if args.url else in_process_target(args.config, not args.no_lane)
+    send = (http_target(args.url, args.key, args.model) if args.url
+            else in_process_target(args.config, not args.no_lane))
     print(f"target: {args.url or 'in-process GuardrailEngine.screen_input'}"
           + ("" if args.url else f" (large-input lane {'off' if args.no_lane else 'on'})"))
     run(send, args.repeat, args.idle, args.attackers)
