@@ -275,9 +275,9 @@ def run_guardrails(args: argparse.Namespace) -> int:
         report, missing = _guardrails_report(args)
     except (DataError, TargetError, ProxyError) as exc:
         raise UsageError(str(exc)) from None
-    markdown = render_markdown(report)
     if args.out is not None:
         _write_json(args.out, report)
+    markdown = render_markdown(report)
     if args.markdown is not None:
         try:
             args.markdown.write_text(markdown, encoding="utf-8")

@@ -323,7 +323,7 @@ def _decision_lines(section: dict[str, Any], policy: str, title: str) -> list[st
 def _privacy_lines(section: dict[str, Any]) -> list[str]:
     """Privacy: span precision/recall/F2 per entity type, per file, and the targets."""
     overall = section["overall"]
-    lines = [f"**Privacy (PII spans, overlap + exact type; texts: {_kind_text({**section, 'n': section['texts']})})**",
+    lines = [f"**Privacy (PII spans, overlap + exact type; texts: {_kind_text({'kind': section['kind'], 'seen': section['seen'], 'n': section['texts']})})**",
              "",
              "| entity type | precision k/n | precision | 95% CI | recall k/n | recall | 95% CI | F2 |",
              "|---|---:|---:|---|---:|---:|---|---:|"]

@@ -34,6 +34,11 @@ all-MiniLM-L6-v2 embeddings; its decision values are mapped to probabilities by 
 split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression (ROC AUC 0.89 vs
 0.85 with the exemplars) at the same AdvBench recall.
 
+Provenance: next to the weights, ``harm-minilm-svm-v2.rows.json`` lists the sha256 of every row of
+the final fit (normalised text, :mod:`proxy.evaluation.provenance`) and the out-of-fold rate per
+cross-validated group, so ``sonate eval guardrails`` can label figures in-sample / out-of-fold /
+held-out. :func:`privacy_tuning_rows` writes the same kind of file for the privacy patterns.
+
 Evaluation: repeated stratified k-fold over the development rows (strata = group); out-of-fold
 scores averaged over repeats; evaluation-only rows get the mean of the fold models. The threshold
 is chosen on those out-of-fold scores and the per-group rates are reported at it (so they are

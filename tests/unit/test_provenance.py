@@ -181,3 +181,22 @@ def test_eval_guardrails_labels_training_rows_in_sample(tmp_path: Path, capsys):
         if line.startswith("| ") and len(cells) == 8 and cells[6].startswith("in-sample"):
             assert not re.search(r"\((?:in-sample|held-out)[^)]*: (?:met|\*\*missed\*\*)\)", cells[7]), line
             assert "(met)" not in cells[7] and ("out-of-fold" in cells[7] or "not a claim" in cells[7]), line
+
+
+def test_privacy_figures_of_tuned_rows_are_judged_on_the_held_out_texts():
+    from proxy.evaluation.metrics import Span
+
+    tuned = Provenance("privacy-patterns", "privacy", "tuned", {row_hash("Call 434 14 557 now"): "presidio_quoted"})
+    items = [Item("presidio", "pii", "privacy", "Call 434 14 557 now", True, "s.json:1", (Span("PHONE_NUMBER", 5, 15),)),
+             Item("presidio", "pii", "privacy", "Mail ada@example.org", True, "s.json:2", (Span("EMAIL_ADDRESS", 5, 20),))]
+    outcomes = [ItemOutcome("mask", False, False, None, (Span("PHONE_NUMBER", 5, 15),), 0.01),
+                ItemOutcome("allow", False, False, None, (), 0.01)]
+    report = build_report(items, outcomes, meta={"mode": "x"}, latency_measures="t", mapping={}, provenances=[tuned])
+    privacy = report["policies"]["privacy"]
+    assert (privacy["kind"], privacy["seen"], privacy["held_out"]["texts"]) == ("mixed", 1, 1)
+    assert privacy["overall"]["recall"]["k"] == 1  # all texts: the tuned row's phone number was found
+    targets = privacy["overall"]["targets"]
+    assert targets["f2"]["on"] == "held-out" and targets["f2"]["actual"] == privacy["held_out"]["overall"]["f2"]
+    assert targets["precision"]["met"] is None  # the held-out text predicted nothing: no precision figure
+    markdown = render_markdown(report)
+    assert "texts: mixed (1/2 seen)" in markdown and "held-out texts only (1)" in markdown
