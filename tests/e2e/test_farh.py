@@ -20,7 +20,7 @@ from proxy.evaluation.claims import Claim, dedupe, mine_claims, normalise, parse
 from proxy.evaluation.hallucination import OutputRecord, check_outputs, rate_block
 from proxy.evaluation.oracle import (Oracle, halueval_entries, regex_rules_from_rows, truthfulqa_entries, validate_claim,
                               verify_with_oracle, verify_with_regex)
-from tests.support.proxy import CLIENT_KEY, DATA, ROOT, write_config
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, DATA, ROOT, write_config
 from tests.support.stub_upstream import Reply
 
 
@@ -241,7 +241,7 @@ def test_model_assisted_pass_through_litellm_and_the_stub(tmp_path: Path, upstre
     from proxy.config import load_config
 
     monkeypatch.setenv("STUB_PROVIDER_KEY", "stub-secret")
-    monkeypatch.setenv("SONATE_TEST_ADMIN_KEY", "sk-unused")
+    monkeypatch.setenv("SONATE_TEST_ADMIN_KEY", ADMIN_KEY)
     config = load_config(str(write_config(tmp_path, upstream.url, "sqlite:///" + str(tmp_path / "l.db"), 0)))
     upstream.queue(Reply('{"claims": ["Chelone has 4 species", "The genus Abies was described by Miller"]}'),
                    Reply("I cannot do that"))
