@@ -197,6 +197,16 @@ def test_proofs_are_public_and_the_metrics_count_checkpoints(sqlite_proxy, recei
     status, _, _ = get(sqlite_proxy, "/v1/ledger/proof/inclusion?height=0")
     assert status == 200
     assert get(sqlite_proxy, "/metrics")[0] == 401  # /metrics needs a key by default
-    metrics = get(sqlite_proxy, "/metrics", ADMIN_KEY)[2].decode()
-    published = [line for line in metrics.splitlines() if line.startswith("sonate_ledger_checkpoints_published_total")]
-    assert published and float(published[0].split()[-1]) >= 1
+    # This process's publisher counts the checkpoints it publishes; another test may have published
+    # the current size already (a bundle request or `sonate ledger checkpoint`), so grow the tree
+    # and wait for the publisher's own checkpoint of the new size.
+    chat(sqlite_proxy, "One more question for a new tree size: what is 7 + 7?")
+    deadline = time.monotonic() + 30
+    while True:
+        metrics = get(sqlite_proxy, "/metrics", ADMIN_KEY)[2].decode()
+        published = [line for line in metrics.splitlines()
+                     if line.startswith("sonate_ledger_checkpoints_published_total")]
+        if published and float(published[0].split()[-1]) >= 1:
+            break
+        assert time.monotonic() < deadline, f"no checkpoint published by the proxy: {published}"
+        time.sleep(0.5)
