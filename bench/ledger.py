@@ -1,6 +1,6 @@
 """Ledger benchmark: append throughput/latency and Merkle proof cost at 10^6 entries.
 
-    .venv/bin/python bench/ledger.py [--redis URL] [--seconds 8] [--entries 1000000] [--samples 300]
+    .venv/bin/python bench/ledger.py [--redis URL (default: its own redis-server)] [--seconds 8] [--entries 1000000] [--samples 300]
 
 1. **Appends**: 1 and 4 writer *processes* (each a real :class:`proxy.receipts.Ledger` with
    its own store connection) append one-receipt batches — sealing, Ed25519 signing, the
@@ -39,11 +39,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proxy.receipts import Ledger, Signer, json_hash, new_receipt, open_store
-
+from proxy.receipts import Ledger, Signer, json_hash, new_receipt, open_store  # noqa: E402
 from proxy.tlog import merkle  # noqa: E402
 from proxy.tlog.proofs import consistency_proof_doc, inclusion_proof_doc  # noqa: E402
 from proxy.tlog.tree import consistency_proof, inclusion_proof, tree_root  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402  (the one way this repo starts a Redis)
 
 
 def _receipt() -> dict:
@@ -199,7 +199,8 @@ def _proof_row(kind, what, entries, hashes, sizes, gen, ver, built, loaded, node
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--redis", default=os.environ.get("SONATE_TEST_REDIS", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--redis", default=os.environ.get("SONATE_TEST_REDIS"),
+                        help="a Redis to measure (default: a redis-server of its own on a free port)")
     parser.add_argument("--seconds", type=float, default=8.0, help="duration of each append run")
     parser.add_argument("--entries", type=int, default=1_000_000, help="tree size for the proof benchmark")
     parser.add_argument("--samples", type=int, default=300, help="proofs generated per kind")
@@ -207,6 +208,11 @@ def main() -> None:
     parser.add_argument("--skip-proofs", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="sonate-bench-"))
+    own_redis = None
+    if args.redis is None:  # never assume a system service: start one on a free port
+        own_redis = RedisServer(tmp / "redis", aof=False).start()
+        args.redis = own_redis.url
+        print(f"Redis: a redis-server of its own at {args.redis} (no persistence)")
     namespaces: list[str] = []
 
     def url(kind: str, tag: str) -> str:
@@ -238,6 +244,8 @@ def main() -> None:
     finally:
         for namespace in namespaces:
             _drop_namespace(args.redis, namespace)
+        if own_redis is not None:
+            own_redis.stop()
 
 
 if __name__ == "__main__":

@@ -388,7 +388,7 @@ async def test_unreachable_store_raises_ledger_unavailable(kind: str, tmp_path: 
         ("sqlite://relative.db", "bad SQLite ledger URL"),
         ("sqlite:///", "bad SQLite ledger URL"),
         ("redis:///0", "bad Redis ledger URL"),
-        ("redis://127.0.0.1:6379/0?namespace=a}b", "bad ledger namespace"),
+        ("redis://ledger.invalid:7000/0?namespace=a}b", "bad ledger namespace"),
         ("ledger.db", "unsupported ledger URL"),
     ],
 )

@@ -61,10 +61,10 @@ def test_secrets_and_environment_overrides(tmp_path, monkeypatch):
         load_config(path)
     monkeypatch.setenv("MY_PROXY_KEY", "sk-from-the-environment-0123456789")
     monkeypatch.setenv("SONATE_CONFIG", str(path))
-    monkeypatch.setenv("SONATE_LEDGER_URL", "redis://127.0.0.1:6379/3")
+    monkeypatch.setenv("SONATE_LEDGER_URL", "redis://ledger.invalid:7000/3")
     loaded = load_config()
     assert loaded.auth.keys[0].key == "sk-from-the-environment-0123456789"
-    assert loaded.ledger_url == "redis://127.0.0.1:6379/3"
+    assert loaded.ledger_url == "redis://ledger.invalid:7000/3"
 
 
 def test_invalid_policy_names_file_and_key(tmp_path):
