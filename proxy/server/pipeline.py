@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from concurrent.futures import Executor
@@ -22,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 from proxy.config import Config, ModelRoute
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
-from proxy.guardrails.messages import map_tool_calls
+from proxy.guardrails.messages import map_text
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
@@ -83,24 +82,6 @@ class _Exchange:
     model_apology: bool = False
     upstream_seconds: float = 0.0
     stratum: dict[str, str] = field(default_factory=dict)
-
-
-def _remasker(mapping: dict[str, str]) -> Callable[[str], str]:
-    """A function replacing every original of ``mapping`` (placeholder → original) by its
-    placeholder in one left-to-right pass, longest original first (no replacement is rescanned)."""
-    by_original = {original: placeholder for placeholder, original in mapping.items() if original}
-    pattern = re.compile("|".join(re.escape(o) for o in sorted(by_original, key=len, reverse=True)))
-    return lambda text: pattern.sub(lambda m: by_original[m.group(0)], text) if by_original else text
-
-
-def _remask_message(message: dict[str, Any], remask: Callable[[str], str]) -> dict[str, Any]:
-    """``message`` with its content and tool calls (names, arguments) re-masked by ``remask``."""
-    out = dict(message)
-    if isinstance(out.get("content"), str):
-        out["content"] = remask(out["content"])
-    if out.get("tool_calls"):
-        out["tool_calls"] = map_tool_calls(out["tool_calls"], remask)
-    return out
 
 
 class Gateway:
@@ -329,8 +310,8 @@ class Gateway:
             return await self._run(self.engine.mask_messages, x.messages), x.body
         if x.screen.masker is None or not x.screen.masker.mapping:
             return x.screen.messages, x.body
-        remask = _remasker(x.screen.masker.mapping)
-        choices = [{**c, "message": _remask_message(c.get("message") or {}, remask)} for c in x.body.get("choices", [])]
+        remask = x.screen.masker.remask
+        choices = [{**c, "message": map_text(c.get("message") or {}, remask)} for c in x.body.get("choices", [])]
         return x.screen.messages, {**x.body, "choices": choices}
 
     # -- metrics ----------------------------------------------------------------------------------

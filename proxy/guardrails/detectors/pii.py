@@ -449,6 +449,19 @@ class PiiMasker:
         """``text`` with every known placeholder replaced by its original; others untouched."""
         return _PLACEHOLDER.sub(lambda m: self._originals.get(m.group(0), m.group(0)), text)
 
+    def remask(self, text: str) -> str:
+        """The inverse of :meth:`restore`: every original this instance masked replaced by its
+        placeholder, in one left-to-right pass, longest original first (no replacement is rescanned).
+
+        Used where text that was restored for the client must be kept without the personal data
+        (review items: docs/security.md "Review").
+        """
+        by_original = {original: placeholder for placeholder, original in self._originals.items() if original}
+        if not by_original:
+            return text
+        pattern = re.compile("|".join(re.escape(o) for o in sorted(by_original, key=len, reverse=True)))
+        return pattern.sub(lambda m: by_original[m.group(0)], text)
+
     @property
     def mapping(self) -> dict[str, str]:
         """Copy of placeholder -> original value (in memory only; never persist it)."""
