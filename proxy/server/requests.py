@@ -39,8 +39,37 @@ def caller(request: web.Request, roles: tuple[str, ...] = ANY_ROLE) -> Caller:
     return services(request).auth.authenticate(request.headers.get("Authorization"), roles=roles)
 
 
+#: Deepest nesting of arrays/objects a request body may have. The OpenAI wire format needs at most
+#: ~8 (messages → content parts → tool-call arguments are strings); JSON Schema in
+#: ``response_format`` or tool ``parameters`` goes deeper, so the bound leaves room for those.
+MAX_JSON_DEPTH = 64
+
+
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """Nesting depth of a parsed JSON value (a scalar is 0, ``[]`` is 1), counted up to ``limit + 1``.
+
+    Iterative (no recursion), stops descending once ``limit`` is exceeded, so its work is bounded
+    by the size of the value. Returns a number > ``limit`` when the value is nested deeper.
+    """
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return depth
+            stack.extend((child, depth) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _too_deep(limit: int) -> GatewayError:
+    return GatewayError(400, f"The JSON body is nested deeper than {limit} levels (arrays and objects); "
+                             "flatten it.", code="invalid_json")
 
 
 def validation_error(exc: ValidationError) -> GatewayError:
@@ -55,17 +84,22 @@ def validation_error(exc: ValidationError) -> GatewayError:
 async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, dict[str, Any]]:
     """(validated body, the JSON object as received) of ``request``.
 
-    Raises GatewayError 400 for malformed JSON (NaN/Infinity included), a body that is not a
+    Raises GatewayError 400 for malformed JSON (NaN/Infinity included), a body nested deeper
+    than :data:`MAX_JSON_DEPTH` (issue 13: a 5,000-level array answered 500), a body that is not a
     JSON object, or a body ``model`` rejects; aiohttp raises 413 above ``client_max_size``.
     """
     raw_bytes = await request.read()
     try:
         raw = json.loads(raw_bytes, parse_constant=_reject_constant)
+    except RecursionError:  # the C decoder's own bound (sys.getrecursionlimit()) was hit first
+        raise _too_deep(MAX_JSON_DEPTH) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise GatewayError(400, f"We could not parse the JSON body of your request: {exc}",
                            code="invalid_json") from None
     if not isinstance(raw, dict):
         raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
+    if json_depth(raw, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise _too_deep(MAX_JSON_DEPTH)
     try:
         return model.model_validate_json(raw_bytes), raw
     except ValidationError as exc:
