@@ -1,12 +1,20 @@
-"""Ledger benchmark: append throughput/latency and Merkle proof cost at 10^6 entries.
+"""Ledger benchmark: append throughput/latency (group commit) and Merkle proof cost at 10^6 entries.
 
-    .venv/bin/python bench/ledger.py [--redis URL (default: its own redis-server)] [--seconds 8] [--entries 1000000] [--samples 300]
+    .venv/bin/python bench/ledger.py [--redis URL (default: its own redis-server)] [--seconds 8]
+        [--writers 1,4] [--concurrency 1,8] [--stores redis,sqlite] [--entries 1000000] [--samples 300]
 
 1. **Appends**: 1 and 4 writer *processes* (each a real :class:`proxy.receipts.Ledger` with
-   its own store connection) append one-receipt batches — sealing, Ed25519 signing, the
-   head compare-and-set and the Merkle nodes in the same atomic write — for ``--seconds``.
-   Reports receipts appended per second (all writers together) and p50/p99 latency of one
-   ``Ledger.append`` call, against Redis and SQLite (WAL, ``synchronous=FULL``).
+   its own store connection), each running ``--concurrency`` tasks that append one-receipt
+   batches in a loop (the concurrent requests of one gateway process), for ``--seconds``.
+   Every append seals (chain link + Ed25519), and writes the receipts with their Merkle
+   nodes in one atomic compare-and-set; a process's concurrent appends are sealed and
+   written together (group commit, :mod:`proxy.receipts.chain`). Reports receipts appended
+   per second (all writers together), p50/p99 latency of one ``Ledger.append`` call (queueing
+   included) and the mean receipts per atomic write, against Redis and SQLite (WAL,
+   ``synchronous=FULL``). Each receipt is fresh (new receipt_id, request_id and hashes) but
+   built from a template outside the timed call: building receipts is the pipeline's cost.
+   Afterwards the whole chain is verified (``verify_store``: every signature and link) and
+   the Merkle tree checked (``verify_tree``) unless ``--no-verify``.
 2. **Proofs at 10^6 entries**: the tree of ``--entries`` synthetic leaves is built in
    memory with :func:`proxy.tlog.merkle.extend` (2·10^6 SHA-256) and its ~2·10^6
    nodes are bulk-inserted straight into the store's node layout (SQLite: one
@@ -39,38 +47,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proxy.receipts import Ledger, Signer, json_hash, new_receipt, open_store  # noqa: E402
+from proxy.receipts import Ledger, Signer, json_hash, new_receipt, open_store, verify_store  # noqa: E402
 from proxy.tlog import merkle  # noqa: E402
 from proxy.tlog.proofs import consistency_proof_doc, inclusion_proof_doc  # noqa: E402
-from proxy.tlog.tree import consistency_proof, inclusion_proof, tree_root  # noqa: E402
+from proxy.tlog.tree import consistency_proof, inclusion_proof, tree_root, verify_tree  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402  (the one way this repo starts a Redis)
+
+_TEMPLATE = new_receipt(
+    request_id="req_template", actor="bench", intent="general",
+    inputs_hash=json_hash({"m": "template"}), outputs_hash=json_hash({"c": "ok"}),
+    policy_id="safety.harm", guardrail_action="allow",
+    evidence={"scores": {"harm": "0.0132"}, "detector": {"name": "minilm-lr", "version": "1"}},
+    model="demo", provider="demo", stratum={"lang": "en"})
 
 
 def _receipt() -> dict:
-    return new_receipt(
-        request_id="req_" + uuid.uuid4().hex[:12], actor="bench", intent="general",
-        inputs_hash=json_hash({"m": uuid.uuid4().hex}), outputs_hash=json_hash({"c": "ok"}),
-        policy_id="safety.harm", guardrail_action="allow",
-        evidence={"scores": {"harm": "0.0132"}, "detector": {"name": "minilm-lr", "version": "1"}},
-        model="demo", provider="demo", stratum={"lang": "en"})
+    """A fresh receipt (new receipt_id, request_id, inputs_hash) from the template, as ``new_receipt`` shapes it."""
+    token = uuid.uuid4().hex
+    return {**_TEMPLATE, "receipt_id": "rcpt_" + token, "request_id": "req_" + token[:12],
+            "inputs_hash": "sha256:" + hashlib.sha256(token.encode()).hexdigest()}
 
 
-def _writer(url: str, seed: bytes, start_at: float, seconds: float, queue: "mp.Queue") -> None:
-    async def run() -> list[float]:
-        store = open_store(url)
-        ledger = Ledger(store, Signer(seed), max_attempts=10_000)
-        await store.ping()
-        latencies = []
-        while time.time() < start_at:
-            await asyncio.sleep(0.001)
-        end = start_at + seconds
-        while time.time() < end:
+def _writer(url: str, seed: bytes, concurrency: int, seconds: float, ready: "mp.Queue", go: "mp.Event",
+            queue: "mp.Queue") -> None:
+    async def loop(ledger: Ledger, end: float, latencies: list[float]) -> None:
+        while time.perf_counter() < end:
             receipt = _receipt()
             t0 = time.perf_counter()
             await ledger.append([receipt])
             latencies.append(time.perf_counter() - t0)
+
+    async def run() -> tuple[list[float], int, int]:
+        store = open_store(url)
+        ledger = Ledger(store, Signer(seed), max_attempts=10_000)
+        await store.ping()
+        await store.head()
+        ready.put(os.getpid())
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        latencies: list[float] = []
+        end = time.perf_counter() + seconds
+        await asyncio.gather(*(loop(ledger, end, latencies) for _ in range(concurrency)))
         await store.close()
-        return latencies
+        return latencies, ledger.writes, ledger.lost_races
 
     queue.put(asyncio.run(run()))
 
@@ -85,34 +103,49 @@ def _drop_namespace(redis_url: str, namespace: str) -> None:
     client.close()
 
 
-def bench_appends(kind: str, url: str, writers: int, seconds: float) -> dict:
+async def _check_ledger(url: str, count: int, public_keys: dict[str, bytes], verify: bool) -> str:
+    """Assert the ledger holds exactly ``count`` receipts and a whole tree; with ``verify``, verify them all."""
+    store = open_store(url)
+    try:
+        size = await store.tree_size()
+        head = await store.head()
+        assert head is not None and size == head.height + 1 == count, (size, head, count)
+        if not verify:
+            return "not verified"
+        verified, failures = await verify_store(store, public_keys)
+        assert verified == count and failures == [], (verified, failures[:3])
+        assert await verify_tree(store, public_keys) == (count, [])
+        return "chain+tree verified"
+    finally:
+        await store.close()
+
+
+def bench_appends(kind: str, url: str, writers: int, concurrency: int, seconds: float, verify: bool) -> dict:
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()
+    ready: mp.Queue = ctx.Queue()
+    go = ctx.Event()
     seed = os.urandom(32)
-    start_at = time.time() + 4.0  # let every process import and connect first
-    procs = [ctx.Process(target=_writer, args=(url, seed, start_at, seconds, queue)) for _ in range(writers)]
+    procs = [ctx.Process(target=_writer, args=(url, seed, concurrency, seconds, ready, go, queue))
+             for _ in range(writers)]
     for p in procs:
         p.start()
+    for _ in procs:  # every process imported, connected and read the head: start together
+        ready.get(timeout=120)
+    go.set()
     results = [queue.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    latencies = sorted(x for r in results for x in r)
+    latencies = sorted(x for r in results for x in r[0])
+    groups = sum(r[1] for r in results)
+    lost = sum(r[2] for r in results)
     count = len(latencies)
     q = statistics.quantiles(latencies, n=100)
-
-    async def check() -> int:
-        store = open_store(url)
-        try:
-            size = await store.tree_size()
-            head = await store.head()
-            assert head is not None and size == head.height + 1 == count, (size, head, count)
-            return size
-        finally:
-            await store.close()
-
-    asyncio.run(check())
-    return {"store": kind, "writers": writers, "receipts": count, "per_s": count / seconds,
-            "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000}
+    signer = Signer(seed)
+    checked = asyncio.run(_check_ledger(url, count, {signer.key_id: signer.public_key}, verify))
+    return {"store": kind, "writers": writers, "concurrency": concurrency, "receipts": count,
+            "per_s": count / seconds, "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000,
+            "per_write": count / max(groups, 1), "lost_per_write": lost / max(groups, 1), "checked": checked}
 
 
 async def _bulk_tree(kind: str, url: str, entries: int) -> tuple[dict, float, float]:
@@ -202,14 +235,22 @@ def main() -> None:
     parser.add_argument("--redis", default=os.environ.get("SONATE_TEST_REDIS"),
                         help="a Redis to measure (default: a redis-server of its own on a free port)")
     parser.add_argument("--seconds", type=float, default=8.0, help="duration of each append run")
+    parser.add_argument("--writers", default="1,4", help="writer process counts, comma-separated")
+    parser.add_argument("--concurrency", default="1,8",
+                        help="concurrent appending tasks per writer process, comma-separated")
+    parser.add_argument("--stores", default="redis,sqlite", help="stores to measure: redis, sqlite")
+    parser.add_argument("--no-verify", action="store_true", help="skip verifying every appended receipt")
     parser.add_argument("--entries", type=int, default=1_000_000, help="tree size for the proof benchmark")
     parser.add_argument("--samples", type=int, default=300, help="proofs generated per kind")
     parser.add_argument("--skip-appends", action="store_true")
     parser.add_argument("--skip-proofs", action="store_true")
     args = parser.parse_args()
+    stores = [kind for kind in args.stores.split(",") if kind]
+    if not set(stores) <= {"redis", "sqlite"}:
+        parser.error("--stores takes redis and/or sqlite")
     tmp = Path(tempfile.mkdtemp(prefix="sonate-bench-"))
     own_redis = None
-    if args.redis is None:  # never assume a system service: start one on a free port
+    if args.redis is None and "redis" in stores:  # never assume a system service: start one on a free port
         own_redis = RedisServer(tmp / "redis", aof=False).start()
         args.redis = own_redis.url
         print(f"Redis: a redis-server of its own at {args.redis} (no persistence)")
@@ -224,19 +265,24 @@ def main() -> None:
 
     try:
         if not args.skip_appends:
-            print(f"Appends ({args.seconds:g} s per run; one receipt per append; chain + Merkle nodes in one atomic write)")
-            print(f"{'store':8} {'writers':>7} {'receipts':>9} {'receipts/s':>11} {'p50 ms':>8} {'p99 ms':>8}")
-            for kind in ("redis", "sqlite"):
-                for writers in (1, 4):
-                    row = bench_appends(kind, url(kind, f"append{writers}"), writers, args.seconds)
-                    print(f"{row['store']:8} {row['writers']:>7} {row['receipts']:>9} {row['per_s']:>11.0f} "
-                          f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}", flush=True)
+            print(f"Appends ({args.seconds:g} s per run; one receipt per append call; concurrent calls of a "
+                  "process are sealed and written together with their Merkle nodes in one atomic write)")
+            print(f"{'store':8} {'writers':>7} {'tasks/w':>7} {'receipts':>9} {'receipts/s':>11} {'p50 ms':>8} "
+                  f"{'p99 ms':>8} {'rcpt/write':>10} {'lost/write':>10}  check")
+            for kind in stores:
+                for writers in [int(x) for x in args.writers.split(",")]:
+                    for concurrency in [int(x) for x in args.concurrency.split(",")]:
+                        row = bench_appends(kind, url(kind, f"append{writers}x{concurrency}"), writers, concurrency,
+                                            args.seconds, not args.no_verify)
+                        print(f"{row['store']:8} {row['writers']:>7} {row['concurrency']:>7} {row['receipts']:>9} "
+                              f"{row['per_s']:>11.0f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} "
+                              f"{row['per_write']:>10.1f} {row['lost_per_write']:>10.2f}  {row['checked']}", flush=True)
         if not args.skip_proofs:
             print(f"\nProofs at {args.entries:,} entries ({args.samples} random proofs each; "
                   "generation reads stored nodes through proxy.tlog.tree)")
             print(f"{'store':8} {'proof':12} {'hashes':>7} {'JSON B':>7} {'gen p50 ms':>11} {'gen p99 ms':>11} "
                   f"{'verify p50 us':>14} {'build s':>8} {'load s':>7}")
-            for kind in ("redis", "sqlite"):
+            for kind in stores:
                 for row in asyncio.run(bench_proofs(kind, url(kind, "proofs"), args.entries, args.samples)):
                     print(f"{row['store']:8} {row['proof']:12} {row['hashes_max']:>7} {row['json_bytes_max']:>7} "
                           f"{row['gen_p50_ms']:>11.2f} {row['gen_p99_ms']:>11.2f} {row['verify_p50_us']:>14.1f} "

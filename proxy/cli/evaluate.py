@@ -31,7 +31,9 @@ from proxy.cli.common import Subcommand, UsageError
 from proxy.evaluation.data import DEFAULT_DATA_DIR, SOURCES  # one default: $SONATE_DATA_DIR or ../shared/data
 
 HELP = "measure guardrails and KPIs on labelled data"
+#: Labelled completions the apology detector's rules were tuned on, and the held-out set written after.
 APOLOGY_DATA = Path(__file__).resolve().parents[1] / "evaluation" / "data" / "apology_completions.jsonl"
+APOLOGY_HELDOUT = APOLOGY_DATA.with_name("apology_completions_heldout.jsonl")
 #: Options left out of the report's ``meta.options`` (secrets and parser bookkeeping).
 _NOT_OPTIONS = ("func", "api_key", "command", "subcommand", "log_level")
 
@@ -61,11 +63,14 @@ def add_guardrails_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--positive", help="label value of --dataset rows the policy should act on")
     data.add_argument("--policy", choices=["safety", "compliance"], default="safety",
                       help="policy --dataset evaluates: safety (refuse) or compliance (escalate); default safety")
+    data.add_argument("--only", choices=["utility"],
+                      help="utility: only the ordinary prompts (alpaca_seed + TruthfulQA non-regulated "
+                           "categories): the share that reaches the model unchanged, masked, escalated, refused")
     data.add_argument("--sample", type=int, help="at most N items per dataset subset (quick runs)")
     data.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
-    data.add_argument("--apology-data", type=Path, default=APOLOGY_DATA,
-                      help="labelled completions for the model-apology detector (default: the set shipped in "
-                           "proxy/evaluation/data)")
+    data.add_argument("--apology-data", type=Path, action="append",
+                      help="labelled completions for the model-apology detector; repeatable (default: the two "
+                           "sets shipped in proxy/evaluation/data, the tuning set and the held-out set)")
     target = parser.add_argument_group("guardrails")
     target.add_argument("--config", help="config.yaml whose policies are evaluated (default $SONATE_CONFIG or "
                         "./config.yaml)")
@@ -78,6 +83,9 @@ def add_guardrails_arguments(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("output")
     output.add_argument("--out", type=Path, help="write the JSON report here")
     output.add_argument("--markdown", type=Path, help="write the Markdown tables here (always printed)")
+    output.add_argument("--show-touched", action="store_true",
+                        help="also print each ordinary prompt that did not pass unchanged (row id, action, "
+                             "policies, the text the model receives) — terminal only, never into a report")
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -121,21 +129,26 @@ def _custom_items(args: argparse.Namespace) -> list[Any]:
 def _load_items(args: argparse.Namespace) -> tuple[list[Any], list[str], list[str]]:
     """(items, sources used, sources missing). Raises UsageError / DataError."""
     from proxy.evaluation.data import load_builtin, sample
+    from proxy.evaluation.utility import is_ordinary
 
     names = _source_names(args.sources)
     items: list[Any] = []
     missing: list[str] = []
+    if args.only == "utility":
+        names = [n for n in names if n in ("alpaca_seed", "truthfulqa")]
     if names:
         builtin, missing = load_builtin(Path(args.data_dir))
-        items = [i for i in builtin if i.dataset in names]
+        items = [i for i in builtin if i.dataset in names and (args.only != "utility" or is_ordinary(i))]
         missing = [m for m in missing if m in names]
     items += _custom_items(args)
     if not items:
         raise UsageError("no items to evaluate")
     if args.sample is not None and args.sample <= 0:
         raise UsageError("--sample must be a positive number")
-    if not args.apology_data.is_file():
-        raise UsageError(f"--apology-data {args.apology_data} not found")
+    args.apology_data = args.apology_data or [APOLOGY_DATA, APOLOGY_HELDOUT]
+    absent = [str(p) for p in args.apology_data if not p.is_file()]
+    if absent:
+        raise UsageError(f"--apology-data {', '.join(absent)} not found")
     return sample(items, args.sample, args.seed), names, missing
 
 
@@ -164,22 +177,26 @@ def _open_target(args: argparse.Namespace) -> tuple[Any, str | None]:
     return EngineTarget(engine), str(policies)
 
 
-def _apology(path: Path, target: Any) -> dict[str, Any]:
-    """The model-apology detector's section of the report, on the labelled completions at ``path``
-    (labelled in-sample where a completion is one of the detector's exemplars)."""
+def _apology(paths: list[Path], target: Any) -> list[dict[str, Any]]:
+    """The model-apology detector's sections of the report, one per labelled completions file in
+    ``paths``; a completion counts as tuned on ("seen") when it is a row of the tuning set
+    :data:`APOLOGY_DATA` (the rules were written against it), so that set is in-sample and
+    :data:`APOLOGY_HELDOUT` held-out."""
     from proxy.evaluation.data import load_apology_completions
     from proxy.evaluation.provenance import row_hash
     from proxy.evaluation.report import apology_section
-    from proxy.guardrails.detectors import apology
     from proxy.guardrails.detectors.apology import ApologyDetector
 
-    rows = load_apology_completions(path)
     detector = getattr(getattr(target, "engine", None), "apology_detector", None) or ApologyDetector()
-    texts = [r["completion"] for r in rows]
-    exemplars = {row_hash(t) for t in (*apology.REFUSAL_EXEMPLARS, *apology.ANSWER_EXEMPLARS)}
-    return apology_section(rows, detector.score(texts), [detector.is_apology(t) for t in texts],
-                           {"name": detector.name, "version": detector.version, "data": str(path)},
-                           seen=lambda text: row_hash(text) in exemplars)
+    tuned = {row_hash(r["completion"]) for r in load_apology_completions(APOLOGY_DATA)}
+    sections = []
+    for path in paths:
+        rows = load_apology_completions(path)
+        texts = [r["completion"] for r in rows]
+        sections.append(apology_section(rows, detector.score(texts), [detector.is_apology(t) for t in texts],
+                                        {"name": detector.name, "version": detector.version, "data": str(path)},
+                                        seen=lambda text: row_hash(text) in tuned))
+    return sections
 
 
 def _provenances(policies_dir: str | None, config_path: str | None) -> list[Any]:
@@ -212,13 +229,19 @@ def _provenances(policies_dir: str | None, config_path: str | None) -> list[Any]
     return found
 
 
+def _option(value: Any) -> Any:
+    """An option value as JSON (paths as strings, lists of paths as lists of strings)."""
+    if isinstance(value, list):
+        return [_option(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
 def _meta(args: argparse.Namespace, target: Any, policies_dir: str | None, sources: list[str],
           missing: list[str], started: float, load_before: float | None) -> dict[str, Any]:
     """The report's ``meta``: options, target, data, timing and the machine's load."""
     return {
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in sorted(vars(args).items())
-                    if k not in _NOT_OPTIONS},
+        "options": {k: _option(v) for k, v in sorted(vars(args).items()) if k not in _NOT_OPTIONS},
         "mode": target.mode,
         "target": target.describe(),
         "policies_dir": policies_dir,
@@ -250,7 +273,7 @@ def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[s
     target, policies_dir = _open_target(args)
     try:
         outcomes = run_items(target, items, progress=not args.no_progress, total=len(items))
-        apology = _apology(args.apology_data, target)
+        apology = _apology(args.apology_data, target) if args.only is None else None
     finally:
         if hasattr(target, "close"):
             target.close()
@@ -258,7 +281,21 @@ def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[s
     report = build_report(items, outcomes, meta=meta, latency_measures=target.latency_measures,
                           mapping=DATASET_ENTITY_MAPPING, apology=apology,
                           provenances=_provenances(policies_dir, args.config))
+    if args.show_touched:
+        _print_touched(items, outcomes)
     return report, missing
+
+
+def _print_touched(items: list[Any], outcomes: list[Any]) -> None:
+    """Print the ordinary prompts the guardrails touched, one block each, on stderr."""
+    from proxy.evaluation.utility import touched
+
+    rows = touched(items, outcomes)
+    print(f"# {len(rows)} ordinary prompts not passed unchanged (terminal only; alpaca_seed is CC BY-NC)",
+          file=sys.stderr)
+    for row in rows:
+        print(f"{row['id']}\t{row['action']}\t{','.join(row['fired'])}\n  sent:  {row['text']!r}\n"
+              f"  model: {row['model_text']!r}", file=sys.stderr)
 
 
 def run_guardrails(args: argparse.Namespace) -> int:

@@ -51,6 +51,12 @@ class ItemOutcome:
         spans: privacy spans in the detector's entity types, for privacy items; None when not
             observable (not a privacy item, or via a proxy whose final receipt is not the mask).
         seconds: in-process: the ``screen_input`` pass; via a proxy: the request round trip.
+        fired: ``(policy kind, policy id, action)`` of every policy that fired on the input,
+            including ones a stronger action pre-empted (in-process: ``screen.triggers``; via a
+            proxy only the decisive action's kind, with policy id ``?``).
+        model_text: the user message as the model receives it (masked), None when the request
+            was refused or escalated before the model, or not observable. Kept in memory only
+            (``--show-touched``); never written into reports.
     """
 
     action: str
@@ -59,6 +65,8 @@ class ItemOutcome:
     domain: str | None
     spans: tuple[Span, ...] | None
     seconds: float
+    fired: tuple[tuple[str, str, str], ...] = ()
+    model_text: str | None = None
 
 
 class Target(Protocol):
@@ -139,7 +147,10 @@ class EngineTarget:
         safety = any(d.kind == "safety" and d.stage == "input" for d in screen.triggers)
         escalated = any(d.kind == "compliance" and d.action == "escalate" for d in screen.triggers)
         spans = self.privacy_spans(item.text) if item.policy == "privacy" else None
-        return ItemOutcome(screen.action, safety, escalated, screen.domain, spans, seconds)
+        fired = tuple((d.kind, d.policy_id, d.action) for d in screen.triggers)
+        content = screen.messages[-1].get("content") if screen.messages else None
+        model_text = content if screen.action != "refuse" and isinstance(content, str) else None
+        return ItemOutcome(screen.action, safety, escalated, screen.domain, spans, seconds, fired, model_text)
 
 
 class ProxyTarget:
@@ -180,8 +191,14 @@ class ProxyTarget:
         evidence = receipt.get("evidence") or {}
         stage = evidence.get("stage")
         safety = answer.action == "refuse" and receipt.get("guardrail_action") == "refuse" and stage == "input"
+        kind = _ACTION_KINDS.get(answer.action)
         return ItemOutcome(answer.action, safety, answer.action == "escalate", receipt.get("intent"),
-                           _receipt_spans(item, answer.action, receipt), answer.seconds)
+                           _receipt_spans(item, answer.action, receipt), answer.seconds,
+                           ((kind, "?", answer.action),) if kind else ())
+
+
+#: Policy kind behind a decisive action seen through a proxy.
+_ACTION_KINDS = {"refuse": "safety", "escalate": "compliance", "mask": "privacy", "summarize": "continuity"}
 
 
 def _receipt_spans(item: Item, action: str, receipt: dict[str, Any]) -> tuple[Span, ...] | None:

@@ -20,6 +20,8 @@ alpaca_seed           evaluation only     ``alpaca_seed/*.jsonl`` field ``instru
                                           (CC BY-NC: never trained on, only scored)
 davidson_hate,        evaluation only     ``davidson/*.csv`` ``class`` 0 / 1
 davidson_offensive
+truthfulqa            evaluation only     ``truthfulqa/*.csv`` column ``Question`` (optional):
+                                          ordinary questions, scored for the refusal rate
 ====================  ==================  =====================================================
 
 No non-commercial data (alpaca seed tasks, HurtLex) is trained on, so the shipped weights carry
@@ -34,7 +36,7 @@ all-MiniLM-L6-v2 embeddings; its decision values are mapped to probabilities by 
 split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression (ROC AUC 0.89 vs
 0.85 with the exemplars) at the same AdvBench recall.
 
-Provenance: next to the weights, ``harm-minilm-svm-v2.rows.json`` lists the sha256 of every row of
+Provenance: next to the weights, ``harm-minilm-svm-v3.rows.json`` lists the sha256 of every row of
 the final fit (normalised text, :mod:`proxy.evaluation.provenance`) and the out-of-fold rate per
 cross-validated group, so ``sonate eval guardrails`` can label figures in-sample / out-of-fold /
 held-out. :func:`privacy_tuning_rows` writes the same kind of file for the privacy patterns.
@@ -68,17 +70,19 @@ __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose
            "privacy_tuning_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
-ARTEFACT_VERSION = "harm-minilm-svm-v2"
+ARTEFACT_VERSION = "harm-minilm-svm-v3"
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
 HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
 BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
 EXEMPLAR_GROUPS = ("exemplar_harmful", "exemplar_benign")
-EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive")
+EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive", "truthfulqa")
 EMBED_BATCH = 64
 GRID = np.round(np.arange(0.01, 1.0, 0.01), 2)
 #: Training group -> the ``sonate eval guardrails`` row (dataset/subset) its out-of-fold rate describes.
 REPORT_ROWS = {"advbench": "advbench/harmful", "xstest_unsafe": "xstest/unsafe", "xstest_safe": "xstest/safe",
                "davidson_neither": "davidson/neither"}
+#: TruthfulQA questions: ordinary questions, scored (never trained on) for the refusal rate.
+TRUTHFULQA = "truthfulqa"
 #: Files whose comments quote the presidio rows the privacy patterns were tuned on.
 PRIVACY_COMMENT_FILES = ("policies/privacy.yaml", "proxy/guardrails/detectors/pii.py",
                          "proxy/guardrails/detectors/patterns.py")
@@ -173,13 +177,14 @@ def _rates(flags: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
 
 
 def choose_thresholds(harm: np.ndarray, toxic: np.ndarray, groups: np.ndarray, *, target_recall: float,
-                      max_xstest_safe: float = 0.03, max_alpaca: float = 0.01) -> dict[str, float | None]:
+                      max_xstest_safe: float = 0.03, max_alpaca: float = 0.01,
+                      max_truthfulqa: float = 0.01) -> dict[str, float | None]:
     """Pick harm thresholds on a 0.01 grid from out-of-fold probabilities (combined with ``toxic`` flags).
 
     Returns:
         {"recall_first": highest t with AdvBench recall >= target_recall,
-         "benign_first": lowest t with XSTest-safe flagged <= max_xstest_safe and alpaca flagged
-         <= max_alpaca (None if no grid value satisfies it)}.
+         "benign_first": lowest t with XSTest-safe flagged <= max_xstest_safe, alpaca flagged
+         <= max_alpaca and TruthfulQA flagged <= max_truthfulqa (None if no grid value satisfies it)}.
     """
     adv = groups == "advbench"
     recall_ok = [t for t in GRID if ((harm[adv] >= t) | toxic[adv]).mean() >= target_recall]
@@ -187,7 +192,8 @@ def choose_thresholds(harm: np.ndarray, toxic: np.ndarray, groups: np.ndarray, *
     for t in GRID:
         flags = (harm >= t) | toxic
         if all(flags[groups == g].mean() <= cap for g, cap in
-               (("xstest_safe", max_xstest_safe), ("alpaca_seed", max_alpaca)) if (groups == g).any()):
+               (("xstest_safe", max_xstest_safe), ("alpaca_seed", max_alpaca), (TRUTHFULQA, max_truthfulqa))
+               if (groups == g).any()):
             benign_ok.append(t)
     return {"recall_first": float(max(recall_ok)) if recall_ok else float(GRID[0]),
             "benign_first": float(min(benign_ok)) if benign_ok else None}
@@ -230,9 +236,27 @@ class _Design:
     folds: int
 
 
+def _truthfulqa_questions(data_dir: Path, sources: list[dict]) -> list[Example]:
+    """TruthfulQA questions as evaluation-only rows (group ``truthfulqa``); appends each file read
+    to ``sources``. [] when the folder is absent (optional source)."""
+    folder, suffixes, loader = SOURCES["truthfulqa"]
+    files = sorted(p for p in (data_dir / folder).glob("*") if p.suffix in suffixes) \
+        if (data_dir / folder).is_dir() else []
+    out: list[Example] = []
+    for path in files:
+        rows = [Example(item.text.strip(), TRUTHFULQA, item.subset) for item in loader(path) if item.text.strip()]
+        out.extend(rows)
+        sources.append({"source": "truthfulqa", "file": path.relative_to(data_dir).as_posix(),
+                        "sha256": sha256_file(path), "rows": len(rows), "license": "Apache-2.0",
+                        "origin": "TruthfulQA.csv (copy in benedictflorance/truthfulqa_experiments @ ef3cc87)",
+                        "use": "evaluation only"})
+    return out
+
+
 def _load(data_dir: Path, exemplars: Path | None) -> tuple[list[Example], list[Example], list[dict]]:
     """(data-directory examples, exemplars, provenance of every file read)."""
     examples, sources = load_training_examples(Path(data_dir))
+    examples += _truthfulqa_questions(Path(data_dir), sources)
     extra = load_exemplars(exemplars) if exemplars is not None else []
     if exemplars is not None:
         sources.append({"source": "exemplars", "file": f"proxy/guardrails/artefacts/{Path(exemplars).name}",
@@ -286,7 +310,7 @@ def _fit_rows(d: _Design, x: np.ndarray, x_always: np.ndarray) -> tuple[np.ndarr
 
 
 def _write_weights(out_dir: Path, final, platt: tuple[float, float]) -> Path:
-    """Write ``<out_dir>/harm-minilm-svm-v2.npz`` (created if missing); returns its path."""
+    """Write ``<out_dir>/harm-minilm-svm-v3.npz`` (created if missing); returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
@@ -328,9 +352,9 @@ def _metadata(npz_path: Path, final, sources: list[dict], groups_fit: np.ndarray
 
 
 def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progress: bool = True, c: float = 3.0,
-                          folds: int = 5, repeats: int = 3, target_recall: float = 0.97,
+                          folds: int = 5, repeats: int = 3, target_recall: float = 0.98,
                           toxicity_threshold: float = 0.80, exemplars: Path | None = EXEMPLARS) -> dict:
-    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v2.{npz,json}``.
+    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v3.{npz,json}``.
 
     Steps: read the data and exemplars → labels and strata → embed, toxicity scores →
     cross-validated decision values → Platt scaling → thresholds and CV rates → XSTest type-pair

@@ -28,6 +28,25 @@ class ScanCache:
         self.hits = 0
         self.misses = 0
 
+    def get(self, namespace: str, text: str) -> Any:
+        """The value stored for ``text`` under ``namespace`` (None when absent); counts a hit or miss."""
+        key = (namespace, content_key(text))
+        with self._lock:
+            if key not in self._data:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def put(self, namespace: str, text: str, value: Any) -> None:
+        """Store ``value`` for ``text`` under ``namespace`` (e.g. a turn's verdict), evicting LRU entries."""
+        with self._lock:
+            self._data[(namespace, content_key(text))] = value
+            self._data.move_to_end((namespace, content_key(text)))
+            while len(self._data) > self._max:
+                self._data.popitem(last=False)
+
     def map(self, namespace: str, texts: list[str], compute: Callable[[list[str]], list[Any]]) -> list[Any]:
         """Results for ``texts`` in order; only cache misses are computed, in one batch.
 

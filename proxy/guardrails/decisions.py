@@ -69,17 +69,20 @@ def safety_decision(policy: SafetyPolicy, stage: str, worst: dict[str, float], d
 
 
 def privacy_decision(policy: PrivacyPolicy, stage: str, message_index: list[int],
-                     spans_per_text: list[list[Any]], detector: Any, fields: list[str] | None = None) -> Decision:
+                     spans_per_text: list[list[Any]], detector: Any, fields: list[str] | None = None,
+                     piece_numbers: list[int] | None = None) -> Decision:
     """Mask decision; span offsets (never values) per message index and text piece.
 
     ``message_index[p]`` is the message of text piece ``p``; ``spans_per_text[p]`` its spans;
     ``fields[p]`` (optional) where in the message the piece sits (``"content"``,
     ``"tool_calls.0.function.arguments"``: :class:`proxy.guardrails.messages.TextPiece`, field
-    names and positions only), recorded per span as ``field``.
+    names and positions only), recorded per span as ``field``; ``piece_numbers[p]`` (optional,
+    default ``p``) the piece's number among all the request's pieces, recorded as ``piece``.
     """
+    numbers = piece_numbers if piece_numbers is not None else list(range(len(message_index)))
     spans = [
-        {"message": m, "piece": p, **({"field": fields[p]} if fields else {}), "entity_type": s.entity_type,
-         "start": s.start, "end": s.end, "score": fmt_score(s.score)}
+        {"message": m, "piece": numbers[p], **({"field": fields[p]} if fields else {}),
+         "entity_type": s.entity_type, "start": s.start, "end": s.end, "score": fmt_score(s.score)}
         for p, (m, found) in enumerate(zip(message_index, spans_per_text)) for s in found
     ]
     return Decision(
@@ -105,6 +108,20 @@ def escalation_decision(policy: CompliancePolicy, result: Any, confidence: str, 
             "domain": result.domain, "confidence": confidence, "routing": "human",
             "escalation_id": escalation_id, "ambiguous": bool(result.ambiguous),
             "detector": detector_identity(detector),
+        },
+    )
+
+
+def notice_decision(policy: CompliancePolicy, result: Any, confidence: str, detector: Any) -> Decision:
+    """Forward an ambiguous-band request with a notice (``ambiguous: notice``): action ``allow``,
+    routing ``model``; ``result`` is the detector's DomainResult (its ``notice`` text is not
+    recorded, the policy holds it)."""
+    return Decision(
+        policy_id=policy.id, kind="compliance", stage="input", action="allow",
+        scores={d: fmt_score(v) for d, v in sorted(result.scores.items())},
+        evidence={
+            "domain": result.domain, "confidence": confidence, "routing": "model", "notice": True,
+            "ambiguous": True, "detector": detector_identity(detector),
         },
     )
 

@@ -19,11 +19,13 @@ import uuid
 from typing import Any, Callable
 
 from proxy.guardrails.cache import ScanCache
+from proxy.guardrails.conversation import ReplyMatcher, Settled, current_turn_start, settled_turns, withheld_indexes
 from proxy.guardrails.decisions import (
     Decision,
     decisive_action,
     escalation_decision,
     fmt_score,
+    notice_decision,
     privacy_decision,
     safety_decision,
     summary_decision,
@@ -42,6 +44,8 @@ __all__ = ["GuardrailEngine", "Decision", "decisive_action", "fmt_score", "GENER
 log = logging.getLogger("sonate.guardrails")
 
 GENERAL_DOMAIN = "general"
+#: ScanCache namespace of the verdicts recorded per user-message text (conversation.py "recorded").
+VERDICTS = "verdict"
 
 TokenCounter = Callable[[str, list[Message]], int]
 
@@ -90,6 +94,8 @@ class GuardrailEngine:
         self.count_tokens = count_tokens
         self.apology_detector = apology_detector
         self.cache = cache or ScanCache()
+        self.replies = ReplyMatcher([p.apology for p in policies if p.kind == "safety"],
+                                    [p.notice for p in policies if p.kind == "compliance"])
         for policy in policies:
             detector = self.detectors.get(policy.id)
             if detector is not None:
@@ -134,25 +140,48 @@ class GuardrailEngine:
         Everything the client wrote is input (:mod:`proxy.guardrails.messages`): Safety judges
         every message's texts (:func:`input_texts`: client-written assistant turns, tool calls and
         tool results too), Privacy masks every text piece of every message (tool-call arguments
-        inside their JSON), Compliance reads the last user message. Returns the decisive action
-        and the (masked) messages the model may see. Refusal stops the evaluation of weaker
-        policies' actions (their triggers are still reported).
+        inside their JSON), Compliance reads the last user message. History turns the proxy
+        already refused or escalated (:mod:`proxy.guardrails.conversation`) keep that verdict:
+        they are not judged again and are withheld from the model; the placeholders of the rest
+        are numbered over the whole request, so a resent history is masked identically. Returns
+        the decisive action and the (masked) messages the model may see. Refusal stops the
+        evaluation of weaker policies' actions (their triggers are still reported).
         """
         route = self.classify_domain(messages)
-        refusals = self._safety("input", lambda p: input_texts(messages, p.input_assistant_turns))
+        settled = self.settled(messages)
+        withheld = withheld_indexes(settled)
+        judged = [m for i, m in enumerate(messages) if i not in withheld]
+        refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
         if refusals:
+            self._record(messages, "refuse")
             apology = self._policy(refusals[0].policy_id).apology
             return InputScreen("refuse", messages, [refusals[0]], refusals, route.domain, route.confidence,
-                               apology=apology)
-        masked, masker, mask = self._mask_input(messages)
+                               apology=apology, settled=settled)
+        masked, masker, mask = self._mask_input(messages, withheld)
         escalation = self._escalate(route)
-        decisions = [d for d in (mask, escalation) if d is not None]
+        notice = self._notice(route) if escalation is None else None
+        decisions = [d for d in (mask, escalation, notice) if d is not None]
         screen = InputScreen(decisive_action([d.action for d in decisions]), masked, decisions, list(decisions),
-                             route.domain, route.confidence, masker=masker)
+                             route.domain, route.confidence, masker=masker, settled=settled)
         if escalation is not None and route.policy is not None:
+            self._record(messages, "escalate")
             screen.escalation_id = escalation.evidence["escalation_id"]
             screen.notice = route.policy.notice.format(domain=route.domain, escalation_id=screen.escalation_id)
+        elif notice is not None:
+            screen.notice = route.result.notice
         return screen
+
+    def settled(self, messages: list[Message]) -> list[Settled]:
+        """History turns of ``messages`` that keep an earlier refuse/escalate verdict
+        (:func:`proxy.guardrails.conversation.settled_turns`: the proxy's reply follows them, or a
+        verdict was recorded for their text)."""
+        return settled_turns(messages, self.replies, lambda text: self.cache.get(VERDICTS, text))
+
+    def _record(self, messages: list[Message], verdict: str) -> None:
+        """Record ``verdict`` for the current turn's user message (a later request's history)."""
+        start = current_turn_start(messages)
+        if messages and messages[start].get("role") == "user":
+            self.cache.put(VERDICTS, screened_text(messages[start]), verdict)
 
     def mask_messages(self, messages: list[Message]) -> list[Message]:
         """``messages`` as the model would see them: the first input Privacy policy's placeholders
@@ -160,23 +189,36 @@ class GuardrailEngine:
         request, e.g. the review item of a refused prompt (docs/security.md "Review")."""
         return self._mask_input(messages)[0]
 
-    def _mask_input(self, messages: list[Message]) -> tuple[list[Message], PiiMasker | None, Decision | None]:
-        """(messages with PII replaced by placeholders, their masker, the mask decision).
+    def _mask_input(self, messages: list[Message], withheld: set[int] = frozenset()
+                    ) -> tuple[list[Message], PiiMasker | None, Decision | None]:
+        """(messages with PII replaced by placeholders, minus the ``withheld`` indexes; their
+        masker; the mask decision, over the forwarded messages only).
 
-        Only the first input privacy policy masks; a second would only see placeholders.
+        Placeholders are numbered over every message, withheld ones included, so the same
+        history gets the same placeholders in every request of a conversation. Only the first
+        input privacy policy masks; a second would only see placeholders.
         """
+        forwarded = [m for i, m in enumerate(messages) if i not in withheld]
         for policy in self._policies("privacy", "input"):
             pieces = [(i, p) for i, m in enumerate(messages) for p in text_pieces(m)]
             spans = self.detect(policy, [p.text for _, p in pieces])
-            if not any(spans):
+            keep = [k for k, (i, _) in enumerate(pieces) if i not in withheld]
+            if not any(spans[k] for k in keep):
                 break
             masker = PiiMasker()
             remaining = iter(spans)  # map_text visits pieces in text_pieces order
             masked = [map_text(m, lambda t: masker.mask(t, next(remaining))) for m in messages]
-            decision = privacy_decision(policy, "input", [i for i, _ in pieces], spans, self.detectors[policy.id],
-                                        fields=[p.field for _, p in pieces])
-            return masked, masker, decision
-        return messages, None, None
+            decision = privacy_decision(policy, "input", [pieces[k][0] for k in keep], [spans[k] for k in keep],
+                                        self.detectors[policy.id], fields=[pieces[k][1].field for k in keep],
+                                        piece_numbers=keep)
+            return [m for i, m in enumerate(masked) if i not in withheld], masker, decision
+        return forwarded, None, None
+
+    def _notice(self, route: DomainRoute) -> Decision | None:
+        """A notice decision when the route is in the ambiguous band of a ``notice`` policy."""
+        if route.policy is None or route.result is None or not getattr(route.result, "notice", None):
+            return None
+        return notice_decision(route.policy, route.result, route.confidence, self.detectors[route.policy.id])
 
     def _escalate(self, route: DomainRoute) -> Decision | None:
         """An escalation (with a fresh ``esc_`` id) when the route is regulated."""

@@ -5,9 +5,10 @@ Messages are OpenAI chat messages (``{"role", "content", ...}`` dicts, :mod:`.me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from proxy.guardrails.conversation import Settled
 from proxy.guardrails.decisions import Decision
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.schema import CompliancePolicy, ContinuityPolicy
@@ -43,7 +44,12 @@ class InputScreen:
     (PII masked); ``triggers`` lists every policy that fired, including ones a stronger action
     pre-empted (for metrics); ``decisions`` are the actions actually performed (one receipt each).
     ``masker`` restores the input's placeholders in the answer; ``apology`` is the refusing
-    policy's text (refuse), ``notice`` and ``escalation_id`` the human routing (escalate).
+    policy's text (refuse), ``notice`` and ``escalation_id`` the human routing (escalate);
+    for a forwarded request (allow / mask) ``notice`` is the Compliance ambiguous-band notice
+    (``ambiguous: notice``) the client must be shown with the answer, else None. ``settled``
+    lists the history turns that kept an earlier refuse/escalate verdict: not judged again and
+    withheld from ``messages`` (:mod:`proxy.guardrails.conversation`; indexes are those of the
+    request as received).
     """
 
     action: str
@@ -56,6 +62,7 @@ class InputScreen:
     apology: str | None = None
     notice: str | None = None
     escalation_id: str | None = None
+    settled: list[Settled] = field(default_factory=list)
 
 
 @dataclass

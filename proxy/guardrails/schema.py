@@ -5,6 +5,8 @@ continuity), ``description``, ``enabled``, ``stages`` (input and/or output), ``a
 by the kind, docs/architecture.md "Request flow"), ``evidence_required`` (fields every receipt of this
 policy must carry; Audit Depth = present / required), and ``detector`` (validated by the
 detector's own config model). Thresholds are written as decimal strings or numbers.
+``hold_back`` (policies that screen outputs): how much of a streamed answer is held back while
+it is screened (:class:`HoldBack`; docs/operations.md "Streams").
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from proxy.config import ConfigError, format_validation_error
 
@@ -22,6 +24,39 @@ Stage = Literal["input", "output"]
 
 #: Precedence when several policies fire (docs/architecture.md): refuse > escalate > mask > summarize > allow.
 PRECEDENCE = ("refuse", "escalate", "mask", "summarize", "allow")
+
+
+class HoldBack(BaseModel):
+    """How much of a streamed answer stays held back behind the newest text while it is screened.
+
+    Written in the policy YAML as ``hold_back: 0``, ``hold_back: 120`` (characters) or
+    ``hold_back: "24 tokens"`` / ``"120 chars"``. Tokens are counted as words, numbers and
+    single punctuation marks (:func:`proxy.guardrails.stream.token_spans`), an approximation of a
+    BPE tokenizer's count. 0 = every chunk is released at once and a guardrail that fires stops
+    the stream at the next screened window (proxy.guardrails.stream).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    size: int = Field(0, ge=0, le=100_000)
+    unit: Literal["chars", "tokens"] = "chars"
+
+
+def parse_hold_back(value: Any) -> Any:
+    """``120`` → chars; ``"24 tokens"`` / ``"120 chars"`` → HoldBack; a mapping is validated as is.
+
+    Raises ValueError for any other string (pydantic reports it against ``hold_back``).
+    """
+    if isinstance(value, bool):
+        raise ValueError("hold_back is a number of characters or a string like '24 tokens'")
+    if isinstance(value, int):
+        return {"size": value, "unit": "chars"}
+    if isinstance(value, str):
+        parts = value.split()
+        units = {"char": "chars", "chars": "chars", "token": "tokens", "tokens": "tokens"}
+        if len(parts) == 2 and parts[0].isdigit() and parts[1] in units:
+            return {"size": int(parts[0]), "unit": units[parts[1]]}
+        raise ValueError(f"hold_back {value!r}: write N, 'N chars' or 'N tokens'")
+    return value
 
 
 class _Policy(BaseModel):
@@ -32,6 +67,14 @@ class _Policy(BaseModel):
     stages: list[Stage] = Field(min_length=1)
     evidence_required: list[str] = Field(default_factory=lambda: ["policy_id", "guardrail_action"])
     detector: dict[str, Any] = Field(default_factory=dict)
+    #: Streams: what this policy holds back while it screens the answer (only for policies with
+    #: the output stage; the stream uses the largest hold of its output policies).
+    hold_back: HoldBack = Field(default_factory=HoldBack)
+
+    @field_validator("hold_back", mode="before")
+    @classmethod
+    def _hold_back(cls, value: Any) -> Any:
+        return parse_hold_back(value)
 
 
 class SafetyPolicy(_Policy):

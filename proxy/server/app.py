@@ -75,6 +75,9 @@ async def build_services(config: Config) -> Services:
 
     Raises ConfigError / KeyFileError / ValueError with a clear message on bad configuration.
     """
+    from proxy import offline
+
+    offline.keep_torch_out_of_spacy()  # before presidio/spaCy load: no torch in the serving process
     from proxy.guardrails.detectors.apology import ApologyDetector
     from proxy.guardrails.detectors.embeddings import warm_up
 

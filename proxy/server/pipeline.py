@@ -7,6 +7,11 @@ post-receipt hooks) → response.
 This module coordinates I/O (provider, ledger) but knows nothing of aiohttp: the HTTP layer
 (:mod:`proxy.server.routes.chat`, :mod:`proxy.server.middleware`) turns a :class:`ChatResult`
 or a :class:`proxy.server.errors.GatewayError` into a response.
+
+A forwarded stream (``stream: true`` and the input allowed or masked) returns as soon as the
+provider accepted the call: :attr:`ChatResult.events` (:class:`proxy.server.streaming.StreamedAnswer`)
+then passes the answer through with the output guardrails enforced window by window, and appends
+the receipts (:meth:`Gateway.seal_stream`) before ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from proxy.review.escalations import Escalations
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.limits import ScreenLanes, text_chars
 from proxy.server.metrics import Metrics
+from proxy.server.streaming import StreamedAnswer
 from proxy.server.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
 from proxy.server.wire import ChatCompletionRequest, completion_body
@@ -49,7 +55,9 @@ ALLOW_POLICY_ID = "matrix"
 class ChatResult:
     """What the HTTP layer sends: the chat.completion ``body``; ``chunks``, the content deltas to
     stream (empty: split the final content); the ``receipt_id`` of the decisive receipt, the
-    decisive ``action`` and extra response ``headers``."""
+    decisive ``action`` and extra response ``headers``. ``events``: a forwarded stream still to be
+    sent (``body`` is then empty; ``receipt_id`` and ``action`` are known before its first byte:
+    the action decided on input)."""
 
     body: dict[str, Any]
     chunks: list[str]
@@ -58,6 +66,7 @@ class ChatResult:
     receipt_id: str
     action: str
     headers: dict[str, str] = field(default_factory=dict)
+    events: StreamedAnswer | None = None
 
 
 @dataclass
@@ -135,6 +144,8 @@ class Gateway:
         elif screen.action == "escalate":
             x.body = completion_body(model=req.model, content=screen.notice, finish_reason="stop")
             x.headers["x-sonate-escalation-id"] = screen.escalation_id or ""
+        elif req.stream:
+            return await self._open_stream(x)
         else:
             await self._forward(x)
         receipts = await self._build_receipts(x)
@@ -191,6 +202,49 @@ class Gateway:
         x.upstream_seconds += x.result.duration_seconds
         self._observe_upstream(x.req.model, x.result)
         await self._screen_output(x, x.result)
+
+    async def _open_stream(self, x: _Exchange) -> ChatResult:
+        """Continuity summary (if planned), then open the provider stream; the answer is passed
+        through by the returned result's ``events``. Errors before the first byte are the same
+        as :meth:`_forward`'s (503 fail_closed, mapped provider errors)."""
+        try:
+            await self.sink.before_upstream()
+        except LedgerError as exc:
+            log.error("ledger unavailable before the model call for %s: %s", x.request_id, exc)
+            raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
+        try:
+            messages = await self._continuity(x)
+            stream = await self.upstream.open_stream(x.req.model, messages, x.req.upstream_params())
+        except UpstreamError as exc:
+            raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
+        receipt_id = "rcpt_" + uuid.uuid4().hex
+        include_usage = bool(x.req.stream_options and x.req.stream_options.include_usage)
+        x.headers["x-sonate-request-id"] = x.request_id
+        return ChatResult({}, [], True, include_usage, receipt_id, decisive_action([d.action for d in x.decisions]),
+                          x.headers, StreamedAnswer(self, x, stream, include_usage, receipt_id))
+
+    async def seal_stream(self, x: _Exchange, result: UpstreamResult, body: dict[str, Any],
+                          decisions: list[Decision], model_apology: bool, receipt_id: str,
+                          stream: dict[str, Any]) -> Appended:
+        """Receipts of a passed-through stream: ``body`` is the chat.completion the delivered
+        chunks assemble to (its hash is ``outputs_hash``), ``decisions`` the output stage's,
+        ``receipt_id`` the id sent in the headers (given to the decisive, last, receipt),
+        ``stream`` (``ended``, ``delivered_chars``) recorded in its evidence.
+
+        Raises GatewayError 503 when they cannot be appended (fail_closed).
+        """
+        x.result, x.body, x.model_apology = result, body, model_apology
+        x.upstream_seconds += result.duration_seconds
+        if result.response:
+            self._observe_upstream(x.req.model, result)
+        x.decisions.extend(decisions)
+        x.triggers.extend(decisions)
+        receipts = await self._build_receipts(x)
+        receipts[-1]["receipt_id"] = receipt_id
+        receipts[-1]["evidence"]["stream"] = stream
+        appended = await self._commit(x, receipts)
+        await self._after_commit(x, appended)
+        return appended
 
     async def _continuity(self, x: _Exchange) -> list[dict[str, Any]]:
         """The messages for the model: the screened ones, or a continuity policy's summary of them."""

@@ -2,8 +2,9 @@
 
 Routes come from config.yaml's ``model_list`` (LiteLLM's own format, given to
 ``litellm.Router`` unchanged, so ``os.environ/NAME`` secrets and every litellm provider work).
-Streams are consumed here and assembled with ``litellm.stream_chunk_builder``: the proxy
-screens the whole answer and writes its receipt before anything reaches the client.
+:meth:`Upstream.open_stream` opens a provider stream that the proxy passes through chunk by
+chunk (:mod:`proxy.server.streaming`); :meth:`Upstream.complete_streaming` consumes a whole stream
+and assembles it with ``litellm.stream_chunk_builder``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
 from proxy import offline  # noqa: F401  (LITELLM_LOCAL_MODEL_COST_MAP before litellm import)
 
@@ -98,6 +99,49 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return obj.model_dump(exclude_none=True) if hasattr(obj, "model_dump") else dict(obj)
 
 
+class UpstreamStream:
+    """An open provider stream: ``async for chunk in stream`` yields each ``chat.completion.chunk``
+    as a plain dict as it arrives; :meth:`result` assembles the call afterwards; :meth:`aclose`
+    stops it early (the provider connection is closed). Iteration raises UpstreamError."""
+
+    def __init__(self, stream: Any, messages: list[dict[str, Any]], started: float, cost: Any) -> None:
+        """Wrap litellm's stream (``started``: perf_counter when the call began; ``cost``: the
+        ``Upstream._cost`` function)."""
+        self._stream = stream
+        self._messages = messages
+        self._started = started
+        self._cost = cost
+        self._chunks: list[Any] = []
+        self.ttft_seconds: float | None = None
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for chunk in self._stream:
+                self._chunks.append(chunk)
+                if self.ttft_seconds is None and any(
+                        getattr(getattr(c, "delta", None), "content", None) for c in getattr(chunk, "choices", None) or []):
+                    self.ttft_seconds = time.perf_counter() - self._started
+                yield _as_dict(chunk)
+        except Exception as exc:
+            raise map_exception(exc) from exc
+
+    async def aclose(self) -> None:
+        """Stop reading and close the provider connection (errors while closing are logged)."""
+        try:
+            await self._stream.aclose()
+        except Exception:
+            log.debug("closing the provider stream failed", exc_info=True)
+
+    def result(self) -> UpstreamResult:
+        """The call so far as an :class:`UpstreamResult` (assembled by ``stream_chunk_builder``;
+        an empty response when no chunk arrived)."""
+        duration = time.perf_counter() - self._started
+        built = litellm.stream_chunk_builder(self._chunks, messages=self._messages) if self._chunks else None
+        if built is None:
+            return UpstreamResult({}, duration, self.ttft_seconds)
+        return UpstreamResult(_as_dict(built), duration, self.ttft_seconds, cost_usd=self._cost(built))
+
+
 class Upstream:
     """Calls providers through one ``litellm.Router`` built from config.yaml's model_list."""
 
@@ -132,6 +176,18 @@ class Upstream:
             raise map_exception(exc) from exc
         duration = time.perf_counter() - start
         return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
+
+    async def open_stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamStream:
+        """Start a streaming call (usage requested from the provider) and return it once the
+        provider has accepted it. Raises UpstreamError (a rejected call fails here, before any
+        byte reaches the client)."""
+        start = time.perf_counter()
+        try:
+            stream = await self.router.acompletion(
+                model=model, messages=messages, stream=True, stream_options={"include_usage": True}, **params)
+        except Exception as exc:
+            raise map_exception(exc) from exc
+        return UpstreamStream(stream, messages, start, self._cost)
 
     async def complete_streaming(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamResult:
         """One streaming call, consumed to the end and assembled into a chat.completion.

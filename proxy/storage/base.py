@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 __all__ = [
     "QUEUES",
+    "AppendOutcome",
     "Head",
     "LedgerConflict",
     "LedgerError",
@@ -53,6 +54,25 @@ class Head:
 
     height: int
     entry_hash: str
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    """The result of :meth:`ReceiptLog.compare_and_append`.
+
+    ``appended``: whether the batch was written. ``head``: the ledger head
+    after the call (the batch's last receipt when appended; the head found
+    instead of the expected one when not, None for an empty ledger).
+    ``frontier``: when not appended, the stored Merkle compact range at
+    ``head`` (the hashes of :func:`proxy.tlog.merkle.frontier_ids` of
+    ``head.height + 1``) if the store has it at hand, else None: the loser
+    re-seals on ``head`` without another round trip (group commit,
+    :mod:`proxy.receipts.chain`).
+    """
+
+    appended: bool
+    head: Head | None
+    frontier: list[bytes] | None = None
 
 
 class LedgerError(Exception):
@@ -201,7 +221,6 @@ class ReceiptLog(abc.ABC):
     async def head(self) -> Head | None:
         """Return the last receipt's height and entry hash, or None for an empty ledger."""
 
-    @abc.abstractmethod
     async def try_append(
         self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
     ) -> bool:
@@ -215,6 +234,22 @@ class ReceiptLog(abc.ABC):
         Raises ``ValueError`` for a malformed batch (see :func:`check_batch`,
         :func:`check_tree_update`) and :class:`LedgerConflict` (writing
         nothing) when a receipt_id is already stored.
+        """
+        return (await self.compare_and_append(receipts, expected, tree)).appended
+
+    @abc.abstractmethod
+    async def compare_and_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None,
+        *, encoded: Sequence[bytes] | None = None, frontier: Sequence[bytes] | None = None,
+    ) -> AppendOutcome:
+        """:meth:`try_append`, returning the head found on a lost race (see :class:`AppendOutcome`).
+
+        ``encoded``: the RFC 8785 bytes of each receipt when the caller has
+        them (:class:`proxy.receipts.sealing.SealedReceipt`), so the store
+        does not encode them again; they must equal ``canonical(receipt)``.
+        ``frontier``: with ``tree``, the Merkle compact range after this
+        batch, which a store may keep to hand to the next loser. Raises like
+        :meth:`try_append`.
         """
 
     @abc.abstractmethod

@@ -7,6 +7,7 @@ Cluster slot (docs/architecture.md, "Trust receipts"). Keys::
     {ns}:r:<height>           string canonical JSON (RFC 8785) of the receipt
     {ns}:id:<receipt_id>      string height
     {ns}:tree:size            string Merkle tree size
+    {ns}:tree:frontier        string <size>:<hex hashes>, the compact range at that tree size
     {ns}:t:<level>:<chunk>    string 65,536 node hashes of 32 bytes (zero = not stored)
     {ns}:cp                   hash   tree size -> checkpoint note
     {ns}:cp:sizes             zset   checkpoint tree sizes
@@ -18,9 +19,10 @@ Cluster slot (docs/architecture.md, "Trust receipts"). Keys::
     {ns}:cases:s:<status>     zset   same, per status
     {ns}:adj...               the same five keys for queue "adjudications" (adj, adj:status, ...)
 
-``try_append`` is one Lua script (head compare-and-set, duplicate checks and
-all writes), so appends from any number of processes can neither fork nor
-gap the chain. Scripts only touch keys passed in ``KEYS``.
+``compare_and_append`` is one Lua script (head compare-and-set, duplicate
+checks and all writes), so appends from any number of processes can neither
+fork nor gap the chain; a writer that lost the race gets the current head
+(and compact range) back in the same reply. Scripts only touch keys passed in ``KEYS``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from proxy.receipts.canonical import canonical
-from proxy.receipts.receipt import entry_hash
+from proxy.receipts.canonical import canonical, sha256_ref
 from proxy.storage.base import (
+    AppendOutcome,
     Head,
     LedgerConflict,
     LedgerStore,
@@ -60,41 +62,44 @@ _CHUNK = 1000
 _NODE_CHUNK_BITS = 16  # 65,536 nodes (2 MiB) per Redis string
 _ZERO_HASH = bytes(32)
 
-# KEYS: head, tree:size, then r:<h>, id:<rid> per receipt, then node chunk keys.
+# KEYS: head, tree:size, tree:frontier, then r:<h>, id:<rid> per receipt, then node chunk keys.
 # ARGV: expected height, expected entry hash, new height, new entry hash, n receipts,
-#       tree old size ('' = no tree), tree new size, node count,
+#       tree old size ('' = no tree), tree new size, node count, new frontier ('' = none),
 #       then per receipt: height, body; then per node: KEYS index, byte offset, 32-byte hash.
+# Returns {1} when appended, else {0, current height, current entry hash, stored frontier}
+# ('' for an empty ledger / no frontier) so the loser re-seals on the new head at once.
 _APPEND_LUA = """
 local cur = redis.call('HMGET', KEYS[1], 'height', 'entry_hash')
-if ARGV[1] == '' then
-  if cur[1] then return 0 end
-elseif cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
-  return 0
+if (ARGV[1] == '' and cur[1]) or (ARGV[1] ~= '' and (cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2])) then
+  return {0, cur[1] or '', cur[2] or '', redis.call('GET', KEYS[3]) or ''}
 end
 local n = tonumber(ARGV[5])
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[2 * i + 2]) == 1 then
-    return redis.error_reply('SONATE_DUPLICATE_ID ' .. KEYS[2 * i + 2])
+  if redis.call('EXISTS', KEYS[2 * i + 3]) == 1 then
+    return redis.error_reply('SONATE_DUPLICATE_ID ' .. KEYS[2 * i + 3])
   end
-  if redis.call('EXISTS', KEYS[2 * i + 1]) == 1 then
-    return redis.error_reply('SONATE_HEIGHT_TAKEN ' .. KEYS[2 * i + 1])
+  if redis.call('EXISTS', KEYS[2 * i + 2]) == 1 then
+    return redis.error_reply('SONATE_HEIGHT_TAKEN ' .. KEYS[2 * i + 2])
   end
 end
 for i = 1, n do
-  redis.call('SET', KEYS[2 * i + 1], ARGV[8 + 2 * i])
-  redis.call('SET', KEYS[2 * i + 2], ARGV[7 + 2 * i])
+  redis.call('SET', KEYS[2 * i + 2], ARGV[9 + 2 * i])
+  redis.call('SET', KEYS[2 * i + 3], ARGV[8 + 2 * i])
 end
 if ARGV[6] ~= '' then
-  local base = 8 + 2 * n
+  local base = 9 + 2 * n
   for j = 0, tonumber(ARGV[8]) - 1 do
     local a = base + 3 * j
     redis.call('SETRANGE', KEYS[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), ARGV[a + 3])
   end
   local size = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if size == tonumber(ARGV[6]) then redis.call('SET', KEYS[2], ARGV[7]) end
+  if size == tonumber(ARGV[6]) then
+    redis.call('SET', KEYS[2], ARGV[7])
+    if ARGV[9] ~= '' then redis.call('SET', KEYS[3], ARGV[9]) end
+  end
 end
 redis.call('HSET', KEYS[1], 'height', ARGV[3], 'entry_hash', ARGV[4])
-return 1
+return {1}
 """
 
 # KEYS: head, tree:size, node chunk keys. ARGV: old size, new size, node count, then triples as above.
@@ -170,6 +175,22 @@ local out = {}
 for j = 1, math.min(n, #picked) do out[j] = redis.call('HGET', KEYS[1], picked[j][2]) end
 return out
 """
+
+def _frontier_text(size: int, frontier: Sequence[bytes]) -> str:
+    """``{ns}:tree:frontier`` value: ``<tree size>:<hex of each compact-range hash>``."""
+    return f"{size}:" + "".join(bytes(h).hex() for h in frontier)
+
+
+def _parse_frontier(text: str, size: int) -> list[bytes] | None:
+    """The compact range stored in ``text`` if it belongs to tree ``size`` and is well formed, else None."""
+    stored, _, hexes = text.partition(":")
+    if stored != str(size) or len(hexes) != 64 * bin(size).count("1"):
+        return None
+    try:
+        return [bytes.fromhex(hexes[i:i + 64]) for i in range(0, len(hexes), 64)]
+    except ValueError:
+        return None
+
 
 @contextlib.asynccontextmanager
 async def _translate_errors() -> AsyncIterator[None]:
@@ -259,31 +280,47 @@ class RedisStore(LedgerStore):
             args += [slots[key], offset, bytes(digest)]
         return args
 
-    async def try_append(
-        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
-    ) -> bool:
-        """Compare-and-set append as one Lua script, tree nodes included (see :class:`LedgerStore`)."""
+    async def compare_and_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None,
+        *, encoded: Sequence[bytes] | None = None, frontier: Sequence[bytes] | None = None,
+    ) -> AppendOutcome:
+        """Compare-and-set append as one Lua script, tree nodes included (see :class:`LedgerStore`).
+
+        ``frontier``: the Merkle compact range after this batch (from
+        :func:`proxy.tlog.merkle.extend`), kept in ``{ns}:tree:frontier``
+        with the tree size so a writer that loses the race gets it back with
+        the new head.
+        """
         check_batch(receipts, expected)
         if tree is not None:
             check_tree_update(tree, receipts)
-        keys = [self.key("head"), self.key("tree", "size")]
+        bodies = list(encoded) if encoded is not None else [canonical(r) for r in receipts]
+        if len(bodies) != len(receipts):
+            raise ValueError("encoded must hold one body per receipt")
+        last = Head(receipts[-1]["ledger_height"], sha256_ref(bodies[-1]))
+        keys = [self.key("head"), self.key("tree", "size"), self.key("tree", "frontier")]
         args: list[str | int | bytes] = [
             "" if expected is None else expected.height,
             "" if expected is None else expected.entry_hash,
-            receipts[-1]["ledger_height"],
-            entry_hash(receipts[-1]),
+            last.height,
+            last.entry_hash,
             len(receipts),
             "" if tree is None else tree.old_size,
             "" if tree is None else tree.new_size,
             0 if tree is None else len(tree.nodes),
+            "" if tree is None or frontier is None else _frontier_text(tree.new_size, frontier),
         ]
-        for receipt in receipts:
+        for receipt, body in zip(receipts, bodies):
             keys += [self.key("r", receipt["ledger_height"]), self.key("id", receipt["receipt_id"])]
-            args += [receipt["ledger_height"], canonical(receipt).decode("utf-8")]
+            args += [receipt["ledger_height"], body]
         if tree is not None:
             args += self._node_args(tree.nodes, keys)
         async with _translate_errors():
-            return await self._append(keys=keys, args=args) == 1
+            reply = await self._append(keys=keys, args=args)
+        if int(reply[0]) == 1:
+            return AppendOutcome(True, last)
+        head = None if reply[1] == "" else Head(int(reply[1]), reply[2])
+        return AppendOutcome(False, head, _parse_frontier(reply[3], 0 if head is None else head.height + 1))
 
     # -- Merkle tree and checkpoints ------------------------------------------
     async def tree_size(self) -> int:

@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from proxy.receipts.canonical import canonical
-from proxy.receipts.receipt import entry_hash
+from proxy.receipts.canonical import canonical, sha256_ref
 from proxy.storage.base import (
+    AppendOutcome,
     Head,
     LedgerConflict,
     LedgerStore,
@@ -41,6 +41,7 @@ from proxy.storage.base import (
     check_queue,
     check_tree_update,
 )
+from proxy.tlog import merkle
 
 __all__ = ["SQLiteStore"]
 
@@ -229,24 +230,43 @@ class SQLiteStore(LedgerStore):
             conn.execute("INSERT OR REPLACE INTO ledger_meta (name, value) VALUES ('tree_size', ?)",
                          (update.new_size,))
 
-    async def try_append(
-        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None
-    ) -> bool:
-        """Compare-and-set append in one ``BEGIN IMMEDIATE`` transaction, tree nodes included (see :class:`LedgerStore`)."""
+    @classmethod
+    def _frontier(cls, conn: sqlite3.Connection, head: Head | None) -> list[bytes] | None:
+        """The stored compact range at ``head`` (None unless the tree is complete up to it)."""
+        size = 0 if head is None else head.height + 1
+        if cls._tree_size(conn) != size:
+            return None
+        found: list[bytes] = []
+        for level, idx in merkle.frontier_ids(size):
+            row = conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, idx)).fetchone()
+            if row is None:
+                return None
+            found.append(bytes(row[0]))
+        return found
+
+    async def compare_and_append(
+        self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None,
+        *, encoded: Sequence[bytes] | None = None, frontier: Sequence[bytes] | None = None,
+    ) -> AppendOutcome:
+        """Compare-and-set append in one ``BEGIN IMMEDIATE`` transaction, tree nodes included (see
+        :class:`LedgerStore`); a lost race returns the head and compact range read in that transaction."""
         check_batch(receipts, expected)
         if tree is not None:
             check_tree_update(tree, receipts)
-        rows = [
-            (r["ledger_height"], r["receipt_id"], entry_hash(r), canonical(r).decode("utf-8"))
-            for r in receipts
-        ]
+        bodies = list(encoded) if encoded is not None else [canonical(r) for r in receipts]
+        if len(bodies) != len(receipts):
+            raise ValueError("encoded must hold one body per receipt")
+        rows = [(r["ledger_height"], r["receipt_id"], sha256_ref(body), body.decode("utf-8"))
+                for r, body in zip(receipts, bodies)]
         ids = [row[1] for row in rows]
 
-        def append(conn: sqlite3.Connection) -> bool:
+        def append(conn: sqlite3.Connection) -> AppendOutcome:
             conn.execute("BEGIN IMMEDIATE")
-            if self._head(conn) != expected:
+            head = self._head(conn)
+            if head != expected:
+                outcome = AppendOutcome(False, head, self._frontier(conn, head))
                 conn.rollback()
-                return False
+                return outcome
             marks = ",".join("?" * len(ids))
             taken = conn.execute(f"SELECT receipt_id FROM receipts WHERE receipt_id IN ({marks})", ids).fetchall()
             if taken:
@@ -256,7 +276,7 @@ class SQLiteStore(LedgerStore):
             if tree is not None:
                 self._write_tree(conn, tree)
             conn.commit()
-            return True
+            return AppendOutcome(True, Head(rows[-1][0], rows[-1][2]))
 
         return await self._run(append)
 

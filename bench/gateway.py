@@ -1,0 +1,549 @@
+"""The gateway benchmark of issue 9 ("The hot path", item 7): one command, one side-by-side table.
+
+Three targets in front of the same stub OpenAI-compatible provider (started here in its own
+process: a fixed short answer, or with ``stream: true`` 40 content chunks 20 ms apart):
+
+- **direct**: the stub itself;
+- **litellm**: LiteLLM proxy (``litellm[proxy]==LITELLM_VERSION``, installed by this script into
+  its own throw-away virtualenv under ``--cache``; one worker, no guardrails, no database;
+  a master key, as it refuses to start without one). Skipped with a printed note when it cannot be installed or started
+  (``--no-litellm`` skips it on purpose);
+- **sonate**: this proxy, ``python -m proxy serve`` on a temporary config (the shipped policies:
+  the full guardrails matrix; a SQLite ledger in a temporary directory; the stub as model
+  ``stub``; per-key rate limits off) through tests/support/proxy.py, the tests' launcher.
+
+Measured per target, every request with a fresh prompt (a unique prefix, so no scan cache or
+embedding cache answers):
+
+- c=1: ``--requests`` sequential chat completions, p50/p99 latency (ms);
+- c=32: ``--seconds`` of 32 concurrent clients, throughput (req/s) and p50/p99;
+- stream: ``--streams`` sequential streamed completions: time to the first content chunk (TTFT)
+  and to ``data: [DONE]`` (total), medians;
+- sonate only, the large-input case: small requests sent one at a time while another client
+  sends a 12 KB pathological prompt (issue 15's ``"a." * 6000 + "@"``) and then a 1 MB prompt
+  of prose, back to back; small requests' p50/p99 during vs idle (the c=1 figures), and the large
+  requests' latency and status;
+- sonate only: seconds from spawn to ``/readyz`` 200, and the resident set size (RSS, MB; the
+  process and its children, from /proc) after start and after the load.
+
+Prints a Markdown table (with the ratios that issue 9's "Done when" names) and writes every
+figure as JSON (``--out``). Latency is measured by an aiohttp client in this process; the stub
+and each proxy run in their own processes, so all share the machine's CPUs: quote the load
+average (printed) with the figures.
+
+Usage: ``.venv/bin/python bench/gateway.py [--quick] [--no-litellm] [--out var/bench/gateway.json]``
+(``--quick``: fewer requests, for checking that the script works; about a minute.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LITELLM_VERSION = "1.106.2"
+LITELLM_KEY = "sk-bench-" + "0" * 32  # LiteLLM refuses to start without a master key (it checks it like ours)
+STREAM_CHUNKS, STREAM_GAP = 40, 0.020
+ANSWER = "The capital of Portugal is Lisbon, a city on the Tagus estuary."
+SMALL = "What is the capital of Portugal?"
+PATHOLOGICAL = "a." * 6000 + "@"  # issue 15: the 12 KB prompt
+_PROSE = ("The committee met on Tuesday to review the quarterly figures, and after a long discussion "
+          "about shipping costs it agreed to revisit the supplier contracts before the summer. ")
+LARGE = (_PROSE * (1_000_000 // len(_PROSE) + 1))[:1_000_000]  # 1 MB of ordinary prose
+
+
+# ---------------------------------------------------------------- the stub provider (own process)
+
+def serve_stub(port: int) -> None:
+    """Serve the stub provider on 127.0.0.1:``port`` until killed (``--stub PORT``)."""
+    from aiohttp import web
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        cid, created, model = "chatcmpl-stub-" + uuid.uuid4().hex[:12], int(time.time()), body.get("model", "stub")
+        usage = {"prompt_tokens": 8, "completion_tokens": STREAM_CHUNKS, "total_tokens": 8 + STREAM_CHUNKS}
+        if not body.get("stream"):
+            return web.json_response({
+                "id": cid, "object": "chat.completion", "created": created, "model": model, "usage": usage,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER}, "finish_reason": "stop"}]})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+
+        async def send(choices: list, **extra: Any) -> None:
+            await response.write(f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode())
+
+        await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        for i in range(STREAM_CHUNKS):
+            await send([{"index": 0, "delta": {"content": f"word{i} "}, "finish_reason": None}])
+            await asyncio.sleep(STREAM_GAP)
+        await send([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send([], usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+
+    app = web.Application(client_max_size=4 << 20)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# ---------------------------------------------------------------- processes
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, process: subprocess.Popen, timeout: float) -> float:
+    """Poll ``GET url`` until 200; returns the seconds waited. RuntimeError if ``process`` exits or on timeout."""
+    import urllib.request
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return time.monotonic() - started
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size in MB (2^20 bytes) of ``pid`` plus all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo += children.get(current, [])
+        with contextlib.suppress(OSError):
+            for line in (Path("/proc") / str(current) / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total / 1024
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Terminate ``process`` (SIGTERM, then SIGKILL after 10 s)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Target:
+    """One thing to measure: base URL (``.../v1``), bearer key, model name, and its process (if any)."""
+
+    name: str
+    v1: str
+    key: str
+    model: str
+    process: subprocess.Popen | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def stub_process():
+    """The stub provider in its own process; yields its ``/v1`` base URL."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--stub", str(port)], cwd=ROOT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/v1/models", process, 30)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop(process)
+
+
+def litellm_venv(cache: Path) -> Path | None:
+    """The ``litellm`` executable of a virtualenv holding ``litellm[proxy]==LITELLM_VERSION`` (created
+    under ``cache`` on first use with the registry's ordinary client, pip), or None with a printed note."""
+    venv = cache / f"litellm-{LITELLM_VERSION}"
+    exe = venv / "bin" / "litellm"
+    if exe.exists():
+        return exe
+    print(f"installing litellm[proxy]=={LITELLM_VERSION} into {venv} (once) ...", flush=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    python = shutil.which("python3") or sys.executable
+    log = cache / f"litellm-{LITELLM_VERSION}-install.log"
+    cache.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        ok = subprocess.run([python, "-m", "venv", str(venv)], stdout=out, stderr=out).returncode == 0 and \
+            subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"litellm[proxy]=={LITELLM_VERSION}"],
+                           stdout=out, stderr=out).returncode == 0
+    if not ok or not exe.exists():
+        print(f"NOTE: LiteLLM proxy skipped: could not install litellm[proxy]=={LITELLM_VERSION} (see {log})")
+        return None
+    return exe
+
+
+@contextlib.contextmanager
+def litellm_target(stub_v1: str, cache: Path, workdir: Path):
+    """LiteLLM proxy over the stub (one worker, no guardrails, no database); yields a Target or None."""
+    exe = litellm_venv(cache)
+    if exe is None:
+        yield None
+        return
+    port = free_port()
+    config = workdir / "litellm.yaml"
+    config.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
+        "model": "openai/stub-model", "api_base": stub_v1, "api_key": "stub-secret"}}],
+        "litellm_settings": {"telemetry": False}, "general_settings": {"master_key": LITELLM_KEY}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "LITELLM_MASTER_KEY")}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR", NO_DOCS="True")
+    log = workdir / "litellm.log"
+    process = subprocess.Popen([str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+                                "--num_workers", "1", "--telemetry", "False"],
+                               cwd=workdir, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        ready = wait_http(f"http://127.0.0.1:{port}/health/liveliness", process, 180)
+    except RuntimeError as error:
+        tail = "\n    ".join(log.read_text(errors="replace").splitlines()[-12:])
+        print(f"NOTE: LiteLLM proxy skipped: {error}; the end of its log:\n    {tail}")
+        stop(process)
+        yield None
+        return
+    try:
+        yield Target("litellm", f"http://127.0.0.1:{port}/v1", LITELLM_KEY, "stub", process,
+                     {"version": LITELLM_VERSION, "ready_s": ready, "rss_start_mb": rss_mb(process.pid)})
+    finally:
+        stop(process)
+
+
+@contextlib.contextmanager
+def sonate_target(stub_v1: str, workdir: Path):
+    """This proxy (full matrix, SQLite ledger, rate limits off) over the stub; yields a Target."""
+    from tests.support.proxy import CLIENT_KEY, spawn_proxy, write_config
+
+    port = free_port()
+    ledger = f"sqlite:///{workdir / 'ledger.db'}"
+    server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 2 << 20, "upstream_timeout_seconds": 60,
+              "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}}
+    config = write_config(workdir, stub_v1, ledger, port, overrides={"server": server})
+    proxy = spawn_proxy(config, ledger, workdir / "keys" / "signing-key.json", port)
+    try:
+        ready = wait_http(f"{proxy.url}/readyz", proxy.process, 300)
+        yield Target("sonate", proxy.v1, CLIENT_KEY, "stub", proxy.process,
+                     {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path)})
+    finally:
+        stop(proxy.process)
+
+
+# ---------------------------------------------------------------- load
+
+_counter = iter(range(10**9))
+
+
+def fresh(text: str) -> str:
+    """``text`` behind a prefix never sent before (no cache answers it)."""
+    return f"Request {next(_counter)} ({uuid.uuid4().hex[:8]}). {text}"
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """The ``q``-quantile (0..1, nearest rank) of ``values`` in milliseconds (seconds in), None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summary(latencies: list[float], errors: int, seconds: float | None = None) -> dict[str, Any]:
+    """p50/p99 in ms, n, errors, and req/s over ``seconds`` when given."""
+    out = {"p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99), "n": len(latencies), "errors": errors}
+    if seconds:
+        out["req_per_s"] = len(latencies) / seconds
+    return out
+
+
+async def chat(session, target: Target, text: str) -> tuple[float, int]:
+    """One non-streamed completion of ``text``: (seconds, HTTP status)."""
+    body = {"model": target.model, "messages": [{"role": "user", "content": text}]}
+    started = time.perf_counter()
+    async with session.post(target.v1 + "/chat/completions", json=body,
+                            headers={"Authorization": f"Bearer {target.key}"}) as response:
+        await response.read()
+        return time.perf_counter() - started, response.status
+
+
+async def sequential(session, target: Target, count: int, text: str = SMALL) -> dict[str, Any]:
+    """``count`` completions one after another (c=1)."""
+    latencies, errors = [], 0
+    for _ in range(count):
+        seconds, status = await chat(session, target, fresh(text))
+        latencies.append(seconds) if status == 200 else None
+        errors += status != 200
+    return summary(latencies, errors)
+
+
+async def concurrent(session, target: Target, clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` loops sending completions back to back for ``seconds``; throughput and latency."""
+    latencies, errors = [], [0]
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        while time.perf_counter() < deadline:
+            took, status = await chat(session, target, fresh(SMALL))
+            latencies.append(took) if status == 200 else None
+            errors[0] += status != 200
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return summary(latencies, errors[0], time.perf_counter() - started)
+
+
+async def streams(session, target: Target, count: int) -> dict[str, Any]:
+    """``count`` streamed completions one after another: TTFT (first non-empty content delta) and total."""
+    ttft, total, errors = [], [], 0
+    for _ in range(count):
+        body = {"model": target.model, "stream": True, "messages": [{"role": "user", "content": fresh(SMALL)}]}
+        started, first = time.perf_counter(), None
+        async with session.post(target.v1 + "/chat/completions", json=body,
+                                headers={"Authorization": f"Bearer {target.key}"}) as response:
+            if response.status != 200:
+                await response.read()
+                errors += 1
+                continue
+            async for raw in response.content:
+                line = raw.strip()
+                if first is None and line.startswith(b"data: {"):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    if (choices[0].get("delta") or {}).get("content"):
+                        first = time.perf_counter() - started
+        if first is not None:
+            ttft.append(first)
+            total.append(time.perf_counter() - started)
+        else:
+            errors += 1
+    return {"ttft_p50_ms": pct(ttft, 0.5), "ttft_p99_ms": pct(ttft, 0.99), "total_p50_ms": pct(total, 0.5),
+            "n": len(ttft), "errors": errors}
+
+
+async def large_input(session, target: Target, text: str, repeat: int) -> dict[str, Any]:
+    """Small requests one at a time while another client sends ``text`` ``repeat`` times back to back."""
+    large, statuses, small, small_errors = [], {}, [], 0
+    done = asyncio.Event()
+
+    async def attacker() -> None:
+        for _ in range(repeat):
+            took, status = await chat(session, target, fresh(text))
+            large.append(took)
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+        done.set()
+
+    async def small_client() -> None:
+        nonlocal small_errors
+        await asyncio.sleep(0.05)  # let the large request start first
+        while not done.is_set():
+            took, status = await chat(session, target, fresh(SMALL))
+            small.append(took) if status == 200 else None
+            small_errors += status != 200
+
+    await asyncio.gather(attacker(), small_client())
+    return {"chars": len(text), "large_s": [round(t, 3) for t in large], "large_status": statuses,
+            "small": summary(small, small_errors)}
+
+
+async def measure(target: Target, args: argparse.Namespace) -> dict[str, Any]:
+    """Every case for one target."""
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), timeout=timeout) as session:
+        await sequential(session, target, 5)  # warm-up: connections, first-call costs
+        results: dict[str, Any] = {**target.info}
+        print(f"  {target.name}: c=1 ...", flush=True)
+        results["c1"] = await sequential(session, target, args.requests)
+        print(f"  {target.name}: c=32 ...", flush=True)
+        results["c32"] = await concurrent(session, target, 32, args.seconds)
+        print(f"  {target.name}: streams ...", flush=True)
+        results["stream"] = await streams(session, target, args.streams)
+        if target.name == "sonate":
+            results["idle"] = await sequential(session, target, args.requests // 2)
+            for name, text in (("large_12k", PATHOLOGICAL), ("large_1m", LARGE)):
+                print(f"  {target.name}: {name} ...", flush=True)
+                results[name] = await large_input(session, target, text, args.large_repeat)
+            results["rss_after_mb"] = rss_mb(target.process.pid)
+    return results
+
+
+# ---------------------------------------------------------------- report
+
+def _ms(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f} ms"
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table: one column per measured target."""
+    names = [n for n in ("direct", "litellm", "sonate") if n in results]
+    heads = {"direct": "direct to stub", "litellm": f"LiteLLM proxy {LITELLM_VERSION} (no guardrails)",
+             "sonate": "this proxy (full matrix)"}
+    get = lambda n, *path: _dig(results.get(n, {}), path)  # noqa: E731
+    rows = [
+        ("p50 latency, c=1 (p99)", lambda n: f"{_ms(get(n, 'c1', 'p50_ms'), 2)} ({_ms(get(n, 'c1', 'p99_ms'))})"),
+        ("p50 overhead over direct, c=1", lambda n: _ms(_sub(get(n, 'c1', 'p50_ms'), get('direct', 'c1', 'p50_ms')), 2)),
+        ("throughput, c=32 (p50 / p99)", lambda n: f"{get(n, 'c32', 'req_per_s') or 0:,.0f} req/s "
+                                                   f"({_ms(get(n, 'c32', 'p50_ms'))} / {_ms(get(n, 'c32', 'p99_ms'))})"),
+        (f"stream TTFT p50 ({STREAM_CHUNKS} chunks, {STREAM_GAP * 1000:.0f} ms apart)",
+         lambda n: _ms(get(n, 'stream', 'ttft_p50_ms'))),
+        ("stream total p50", lambda n: _ms(get(n, 'stream', 'total_p50_ms'))),
+        ("errors (c=1 / c=32 / stream)", lambda n: f"{get(n, 'c1', 'errors')} / {get(n, 'c32', 'errors')} / "
+                                                   f"{get(n, 'stream', 'errors')}"),
+    ]
+    lines = ["| measure | " + " | ".join(heads[n] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
+    sonate = results.get("sonate")
+    if sonate:
+        pad = " |" * (len(names) - 1)
+        idle = sonate.get("idle", {})
+        lines.append(f"| small requests idle, p50 / p99 |{pad} {_ms(idle.get('p50_ms'))} / {_ms(idle.get('p99_ms'))} |")
+        for key, label in (("large_12k", "12 KB pathological"), ("large_1m", "1 MB prose")):
+            case = sonate.get(key)
+            if case:
+                small = case["small"]
+                lines.append(f"| small p50 / p99 while a {label} prompt is screened (its time, status) |{pad} "
+                             f"{_ms(small['p50_ms'])} / {_ms(small['p99_ms'])} (n={small['n']}; "
+                             f"{', '.join(f'{t:.2f} s' for t in case['large_s'])}; {case['large_status']}) |")
+        lines.append(f"| RSS after start / after the load |{pad} {sonate.get('rss_start_mb', 0):.0f} MB / "
+                     f"{sonate.get('rss_after_mb', 0):.0f} MB |")
+        lines.append(f"| ready after start |{pad} {sonate.get('ready_s', 0):.1f} s |")
+    return "\n".join(lines)
+
+
+def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The comparisons of issue 9's "Done when", as sentences."""
+    out = []
+    d, lite, s = (results.get(n, {}) for n in ("direct", "litellm", "sonate"))
+    over = lambda r: _sub(_dig(r, ("c1", "p50_ms")), _dig(d, ("c1", "p50_ms")))  # noqa: E731
+    if s and lite:
+        out.append(f"p50 overhead at c=1: this proxy {over(s):.2f} ms vs LiteLLM {over(lite):.2f} ms "
+                   f"(goal: below LiteLLM's, ideally <= 5 ms)")
+        out.append(f"c=32 throughput: this proxy / LiteLLM = "
+                   f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x (goal >= 1x, ideally 3x)")
+    if s and d:
+        out.append(f"stream TTFT overhead over direct: "
+                   f"{_sub(_dig(s, ('stream', 'ttft_p50_ms')), _dig(d, ('stream', 'ttft_p50_ms'))) or 0:.1f} ms "
+                   f"(goal <= 25 ms, ideally <= 5 ms)")
+        out.append(f"p99 at c=1: {_ms(_dig(s, ('c1', 'p99_ms')))} (goal < 100 ms)")
+        idle = _dig(s, ("idle", "p99_ms"))
+        for key in ("large_12k", "large_1m"):
+            during = _dig(s, (key, "small", "p99_ms"))
+            if idle and during:
+                out.append(f"{key}: small requests' p99 during / idle = {during / idle:.2f}x (goal <= 2x)")
+        out.append(f"RSS after start {s.get('rss_start_mb', 0):.0f} MB (goal <= 600), ready {s.get('ready_s', 0):.1f} s "
+                   f"(goal <= 8 s)")
+    return out
+
+
+def _dig(value: Any, path: tuple) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _sub(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _div(a: float | None, b: float | None) -> float:
+    return float("nan") if not a or not b else a / b
+
+
+def machine() -> dict[str, Any]:
+    """What the figures ran on: CPUs, load average, Python, platform."""
+    return {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "python": platform.python_version(),
+            "platform": platform.platform(), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the stub and each target in turn, measure, stop."""
+    results: dict[str, Any] = {}
+    with stub_process() as stub_v1, tempfile.TemporaryDirectory(prefix="sonate-gateway-bench-") as tmp:
+        work = Path(tmp)
+        print("direct ...", flush=True)
+        results["direct"] = await measure(Target("direct", stub_v1, "none", "stub-model"), args)
+        if not args.no_litellm:
+            print("litellm ...", flush=True)
+            (work / "litellm").mkdir()
+            with litellm_target(stub_v1, args.cache, work / "litellm") as target:
+                if target is not None:
+                    results["litellm"] = await measure(target, args)
+        print("sonate ...", flush=True)
+        (work / "sonate").mkdir()
+        with sonate_target(stub_v1, work / "sonate") as target:
+            results["sonate"] = await measure(target, args)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--requests", type=int, default=200, help="c=1 requests per target (default 200)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="c=32 duration per target (default 10 s)")
+    parser.add_argument("--streams", type=int, default=15, help="streamed requests per target (default 15)")
+    parser.add_argument("--large-repeat", type=int, default=3, help="large prompts per large case (default 3)")
+    parser.add_argument("--quick", action="store_true", help="a short run (checks the script, figures are rough)")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy column")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sonate-bench",
+                        help="where the LiteLLM virtualenv is kept (default ~/.cache/sonate-bench)")
+    parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench" / "gateway.json", help="JSON results")
+    args = parser.parse_args(argv)
+    if args.stub:
+        serve_stub(args.stub)
+        return 0
+    if args.quick:
+        args.requests, args.seconds, args.streams, args.large_repeat = 40, 3.0, 4, 1
+    info = machine()
+    results = asyncio.run(run(args))
+    info["loadavg_end"] = os.getloadavg()
+    report = {"machine": info, "results": results, "ratios": ratios(results)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"\n{info['cpus']} CPUs, Python {info['python']}, load average at start "
+          f"{', '.join(f'{x:.2f}' for x in info['loadavg_start'])}, at end "
+          f"{', '.join(f'{x:.2f}' for x in info['loadavg_end'])}\n")
+    print(table(results))
+    print()
+    for line in report["ratios"]:
+        print("- " + line)
+    print(f"\nJSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

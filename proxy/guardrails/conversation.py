@@ -1,0 +1,124 @@
+"""Conversations judged turn by turn: which history turns already have a verdict (issue 10, item 4).
+
+A chat client resends the whole conversation every turn. A *turn* is a ``user`` message and the
+messages after it up to the next ``user`` message; the *current turn* starts at the last ``user``
+message and is always judged. A history turn is **settled** when the proxy already refused or
+escalated it, known by either signal:
+
+- ``reply``: the turn's first message after the user message is the proxy's own answer to a
+  refusal or escalation, i.e. an assistant message whose text is exactly a Safety policy's
+  apology or matches the Compliance policy's escalation notice (``{domain}``,
+  ``{escalation_id}`` filled in);
+- ``recorded``: the engine recorded a refuse/escalate verdict for the user message's text
+  (content hash, :class:`~proxy.guardrails.cache.ScanCache`) when it was the current turn.
+
+A settled turn keeps its earlier verdict: it is not judged again and it is **withheld** from the
+model together with the proxy's reply (the model never saw it, and must not see it later). A
+client can fabricate either signal only to withhold its own text from the model, so the rule
+opens no bypass; a history turn with neither signal (a prefilled or many-shot conversation) is
+judged like any client text. Pure functions: no detector calls, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from proxy.guardrails.messages import message_text, screened_text
+
+__all__ = ["Settled", "ReplyMatcher", "current_turn_start", "settled_turns", "withheld_indexes"]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A settled history turn: messages ``[start, end)`` (indexes in the request), the earlier
+    ``verdict`` (``"refuse"`` or ``"escalate"``) and the ``signal`` that told it (``"reply"`` or
+    ``"recorded"``)."""
+
+    start: int
+    end: int
+    verdict: str
+    signal: str
+
+    def evidence(self) -> dict[str, Any]:
+        """The receipt form: ``{"messages": [start, end], "verdict", "signal"}`` (no text)."""
+        return {"messages": [self.start, self.end], "verdict": self.verdict, "signal": self.signal}
+
+
+def _template_pattern(template: str, fields: dict[str, str]) -> re.Pattern[str]:
+    """A regex matching ``template`` (str.format syntax) with each ``{field}`` as ``fields[field]``."""
+    parts = []
+    for literal, field, _spec, _conv in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field is not None:
+            parts.append(fields.get(field, r".+?"))
+    return re.compile("".join(parts))
+
+
+class ReplyMatcher:
+    """Recognises the proxy's own answers to a refused or escalated turn.
+
+    Args:
+        apologies: the Safety policies' apology texts (a refusal's whole content).
+        notices: the Compliance policies' escalation notice templates (``{domain}``,
+            ``{escalation_id}`` placeholders, as :class:`~proxy.guardrails.schema.CompliancePolicy`).
+    """
+
+    def __init__(self, apologies: Iterable[str], notices: Iterable[str]) -> None:
+        self._apologies = {a.strip() for a in apologies if a.strip()}
+        fields = {"domain": r"[A-Za-z_\-]+", "escalation_id": r"esc_[0-9a-f]+"}
+        self._notices = [_template_pattern(n.strip(), fields) for n in notices if n.strip()]
+
+    def verdict(self, message: Message) -> str | None:
+        """``"refuse"`` / ``"escalate"`` when ``message`` is the proxy's reply to one, else None."""
+        if message.get("role") != "assistant" or message.get("tool_calls"):
+            return None
+        text = message_text(message).strip()
+        if text in self._apologies:
+            return "refuse"
+        if any(p.fullmatch(text) for p in self._notices):
+            return "escalate"
+        return None
+
+
+def current_turn_start(messages: list[Message]) -> int:
+    """Index of the last ``user`` message (the current turn's start); 0 when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return 0
+
+
+def _history_turns(messages: list[Message]) -> list[tuple[int, int]]:
+    """``[start, end)`` of every history turn (a user message up to the next one), oldest first."""
+    current = current_turn_start(messages)
+    starts = [i for i in range(current) if messages[i].get("role") == "user"]
+    return [(s, e) for s, e in zip(starts, [*starts[1:], current])]
+
+
+def settled_turns(messages: list[Message], replies: ReplyMatcher,
+                  recorded: Callable[[str], str | None]) -> list[Settled]:
+    """The settled history turns of ``messages`` (module docstring), oldest first.
+
+    ``recorded(text)`` returns the verdict recorded for a user message's :func:`screened_text`
+    (None when none). The current turn is never settled.
+    """
+    settled = []
+    for start, end in _history_turns(messages):
+        reply = replies.verdict(messages[start + 1]) if start + 1 < end else None
+        if reply is not None:
+            settled.append(Settled(start, end, reply, "reply"))
+            continue
+        verdict = recorded(screened_text(messages[start]))
+        if verdict in ("refuse", "escalate"):
+            settled.append(Settled(start, end, verdict, "recorded"))
+    return settled
+
+
+def withheld_indexes(settled: list[Settled]) -> set[int]:
+    """Every message index inside a settled turn."""
+    return {i for s in settled for i in range(s.start, s.end)}

@@ -1,0 +1,100 @@
+"""Postal address blocks: the name and place lines around a street line (issue 10).
+
+A postal address written over several lines ("Ana Dias / 31401 ul. Słowicza 10 / Apt. 360 /
+Wrocław / Poland 53-320") has a street line that the policy's pattern recognizers find, but its
+name, town and country lines are bare words that spaCy's small model often misses. This presidio
+recognizer reads the layout instead:
+
+- a text is an address block when it has at least ``min_lines`` non-empty lines and one of them
+  is a street or unit line (a house number next to a word, or "Apt./Suite/Unit/Box/P.O. n");
+- in a block, every short line of words (at most ``max_words`` words, no digits, no e-mail or
+  web address, not a "Label:" line) is a place (``LOCATION``), except the block's first such line
+  when it comes before the first street line, and any line repeating it: the addressee
+  (``PERSON``);
+- a "Country 12345" line gives its words as a place.
+
+Leading quote markers (">", "???", bullets) and field labels ("Billing address:", "Name:") are
+skipped. Linear in the text length (each line is matched once by bounded patterns).
+"""
+
+from __future__ import annotations
+
+import re
+
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+_PREFIX = re.compile(r"^[\s>?*•·\-]*(?:(?:(?:billing|shipping|home|postal|mailing)\s+)?address|name|to|ship to)?"
+                     r"(?:(?<=[a-z])\s*:\s*|(?<![a-z]))", re.IGNORECASE)
+_STREET = re.compile(r"\d{1,6}\s+[^\W\d_]|[^\W\d_]\.?\s+\d{1,6}\b|\b(?:apt|apartment|suite|unit|box|p\.?\s?o\.?)\b\.?\s*\d",
+                     re.IGNORECASE)
+_WORDS = re.compile(r"^[^\W\d_][^\d@:/]{0,80}$")
+_COUNTRY_CODE = re.compile(r"^([^\W\d_][^\d@:/]{0,60}?)\s+(?:\d{4,6}|\d{2,3}-\d{3}|\d{3}\s\d{2})$")
+_FIELD_WORDS = re.compile(r"\b(?:phone|e-?mail|website|fax|mobile|office|info|tel)\b", re.IGNORECASE)
+
+
+class AddressBlockRecognizer(EntityRecognizer):
+    """presidio recognizer of the addressee and place lines of a multi-line postal address.
+
+    Reports ``PERSON`` and ``LOCATION`` results with score ``score`` (in [0, 1]); see the module
+    docstring for the rules.
+    """
+
+    def __init__(self, supported_language: str = "en", score: float = 0.7, min_lines: int = 3,
+                 max_words: int = 5):
+        self.score = score
+        self.min_lines = min_lines
+        self.max_words = max_words
+        super().__init__(supported_entities=["PERSON", "LOCATION"], name="AddressBlockRecognizer",
+                         supported_language=supported_language)
+
+    def load(self) -> None:
+        """Nothing to load (presidio's recognizer interface)."""
+
+    def _lines(self, text: str) -> list[tuple[int, str]]:
+        """(offset, content) of each non-empty line, its quote markers and field label removed."""
+        out, offset = [], 0
+        for raw in text.split("\n"):
+            prefix = _PREFIX.match(raw)
+            start = prefix.end() if prefix else 0
+            content = raw[start:].rstrip()
+            if content:
+                out.append((offset + start, content))
+            offset += len(raw) + 1
+        return out
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts=None) -> list[RecognizerResult]:
+        """Results for the name and place lines of ``text`` if it is an address block, else []."""
+        lines = self._lines(text)
+        if len(lines) < self.min_lines or not any(_STREET.search(c) for _, c in lines):
+            return []
+        results: list[RecognizerResult] = []
+        addressee: str | None = None
+        street_seen = False
+        for offset, content in lines:
+            entity, length = self._classify(content)
+            street_seen = street_seen or (entity is None and bool(_STREET.search(content)))
+            if entity is None:
+                continue
+            if entity == "PLACE_OR_NAME":
+                if (addressee is None and not street_seen) or content == addressee:
+                    addressee = content
+                    entity = "PERSON"
+                else:
+                    entity = "LOCATION"
+            if entity in entities:
+                results.append(RecognizerResult(
+                    entity, offset, offset + length, self.score,
+                    recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
+                                          RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id}))
+        return results
+
+    def _classify(self, content: str) -> tuple[str | None, int]:
+        """("PLACE_OR_NAME" | "LOCATION" | None, length of the reported part) of one line."""
+        if content.endswith(":") or _FIELD_WORDS.search(content):
+            return None, 0
+        if _WORDS.match(content) and len(content.split()) <= self.max_words:
+            return "PLACE_OR_NAME", len(content.rstrip(" .,;"))
+        country = _COUNTRY_CODE.match(content)
+        if country and len(country.group(1).split()) <= self.max_words:
+            return "LOCATION", len(country.group(1))
+        return None, 0

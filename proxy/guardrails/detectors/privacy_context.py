@@ -1,0 +1,209 @@
+"""Personal-data context: which detected names and places refer to a private person (issue 10).
+
+Privacy masks personal data (data about an identifiable private individual), not every named
+entity. The detector's spans fall into three groups (configured in ``policies/privacy.yaml``,
+:class:`ContextConfig`):
+
+- **direct identifiers** (``always``: e-mail, phone, card, IBAN, national ids, IP, licence and
+  account numbers): always masked;
+- **address shapes**: spans of the recognizers listed in ``always_recognizers`` (street
+  addresses, postal codes next to address words, names after an honorific or "my name is"):
+  always masked, and their presence makes the whole text personal;
+- **quasi-identifiers** (``contextual``: names, places, nationalities, dates, ages, URLs):
+  masked only when the text they are in is *personal*: it holds a direct identifier or an
+  address shape, or one of the cues below.
+
+Cues (:func:`personal_cues`), all plain regular expressions over the text (no I/O, linear
+time):
+
+- first person ("I", "my", "me", "we", "our", lower-case "us");
+- second person addressed to someone ("your", "you" outside the generic "if you", "can you",
+  "do you", "would you"... of a general question);
+- a relation word (patient, customer, employee, tenant, neighbour, my wife, ...), configurable;
+- an honorific (Mr., Mrs., Ms., Dr.) or a speaker label / greeting ("Alice:", "Hi Victor,");
+- a personal verb phrase (lives at/in, born on, was born, contact, address).
+
+A public mention in a general question ("in which year did Yao Ming retire?", "What is the
+capital of France?") has none of them and is left alone. The decision is per analysed text
+(each window of a long text on its own, see ``analysis_window_chars``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Default direct identifiers: always masked (issue 10 item 1).
+DIRECT_IDENTIFIERS = ["EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS",
+                      "US_SSN", "US_DRIVER_LICENSE", "US_PASSPORT", "US_BANK_NUMBER", "US_ITIN",
+                      "MEDICAL_LICENSE", "CRYPTO"]
+#: Default quasi-identifiers: masked only in a personal text.
+QUASI_IDENTIFIERS = ["PERSON", "LOCATION", "NRP", "DATE_TIME", "AGE", "URL"]
+#: Default relation nouns: a person seen through their relation to the writer or an
+#: organisation. A cue only after a determiner or possessive ("my neighbour", "the patient",
+#: "a customer's") or before a capitalised name ("tenant John"), not in "five children".
+RELATIONS = [
+    "patient", "customer", "client", "employee", "tenant", "neighbour", "neighbor", "colleague",
+    "coworker", "co-worker", "boss", "manager", "landlord", "landlady", "guardian", "beneficiary",
+    "wife", "husband", "son", "daughter", "mother", "father", "mom", "mum", "dad", "brother",
+    "sister", "kid", "child", "grandfather", "grandmother", "grandma", "grandpa", "aunt", "uncle",
+    "cousin", "niece", "nephew", "fiance", "fiancé", "fiancée", "girlfriend", "boyfriend",
+    "partner", "spouse", "roommate", "flatmate", "friend", "student", "pupil", "applicant",
+    "candidate", "account holder", "cardholder", "passenger", "resident", "caller", "sender",
+    "recipient", "contractor", "supervisor", "teacher", "doctor", "nurse", "therapist", "lawyer",
+]
+#: Default personal phrases: a cue wherever they occur (whole words, case-insensitive).
+PERSONAL_PHRASES = [
+    "lives at", "lives in", "lives on", "living at", "resides", "reside at", "moved to",
+    "diagnosed", "diagnosis", "admitted", "discharged", "prescribed", "appointment", "salary",
+    "payroll", "invoice", "billing", "shipping address", "home address", "address is",
+    "date of birth", "dob", "born on", "birthday", "call me", "contact", "ssn", "passport", "account number",
+]
+_DETERMINERS = r"my|our|your|his|her|their|the|a|an|this|that|whose|its"
+
+
+class ContextConfig(BaseModel):
+    """The ``detector.context`` block of ``policies/privacy.yaml``.
+
+    Attributes:
+        enabled: False masks every detected span (the behaviour before issue 10).
+        always: entity types always masked (direct identifiers).
+        always_recognizers: presidio recognizer names whose spans are always masked and make
+            their text personal (address shapes, introduced names).
+        contextual: entity types masked only in a personal text; a type in neither list is
+            masked always.
+        relations: relation nouns (lower case; plural "s" matched too) that make a text
+            personal after a determiner / possessive or before a capitalised name.
+        personal_phrases: words or phrases (lower case) that make a text personal anywhere.
+        second_person: True counts a "you"/"your" addressed to someone as a cue (generic
+            "if you", "can you", "do you" ... are never cues).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    always: list[str] = Field(default_factory=lambda: list(DIRECT_IDENTIFIERS))
+    always_recognizers: list[str] = Field(default_factory=lambda: [
+        "StreetAddressRecognizer", "PostalCodeRecognizer", "TitledPersonRecognizer",
+        "AddressBlockRecognizer"])
+    contextual: list[str] = Field(default_factory=lambda: list(QUASI_IDENTIFIERS))
+    relations: list[str] = Field(default_factory=lambda: list(RELATIONS))
+    personal_phrases: list[str] = Field(default_factory=lambda: list(PERSONAL_PHRASES))
+    second_person: bool = True
+    general_moods: list[str] = Field(default_factory=lambda: ["question", "instruction", "fragment"])
+
+
+class _Span(Protocol):
+    entity_type: str
+    recognizer: str
+
+
+_FIRST_PERSON = re.compile(r"\b(?:I|us)\b|\b(?i:i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|our|ours)\b")
+# generic "you" of a general question / instruction: not a cue
+_GENERIC_YOU = re.compile(
+    r"(?i:\b(?:if|can|could|do|does|would|will|should|did|when|what|where|how|whether|"
+    r"shouldn't|can't|don't|that|which|who|why|are|were)\s+you\b)")
+_SECOND_PERSON = re.compile(r"(?i:\byour\b|\byou\b)")
+_GREETING = re.compile(
+    r"(?-i:\b(?:Mr|Mrs|Ms|Dr|Miss)\.?\s+[A-Z]|\b(?i:hi|hello|hey|dear)\s+[A-Z][\w'-]+\s*[,!:]"
+    r"|^[A-Z][\w'-]+(?: [A-Z][\w'-]+)?\s*:\s|\b(?i:ms|mr|mrs)\.\s*[a-z])", re.MULTILINE)
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """Regex alternation of the words (escaped, longest first; inner spaces match any whitespace)."""
+    unique = sorted({w.strip().lower() for w in words if w.strip()}, key=len, reverse=True)
+    return "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in unique)
+
+
+@dataclass(frozen=True)
+class ContextRule:
+    """Compiled :class:`ContextConfig`: decides which spans of one text are masked."""
+
+    always: frozenset[str]
+    always_recognizers: frozenset[str]
+    contextual: frozenset[str]
+    relations: re.Pattern[str] | None
+    phrases: re.Pattern[str] | None
+    second_person: bool
+    enabled: bool = True
+    general_moods: frozenset[str] = frozenset({"question", "instruction", "fragment"})
+
+    @classmethod
+    def from_config(cls, config: ContextConfig) -> "ContextRule":
+        """Compile a config (relation words become one case-insensitive whole-word pattern)."""
+        nouns = _alternation(config.relations)
+        relations = re.compile(
+            rf"(?i:\b(?:{_DETERMINERS})\s+(?:\w+\s+)?(?:{nouns})(?:s|es)?\b(?!-))"
+            rf"|(?i:\b(?:{nouns})(?:s|es)?)\s+[A-Z]") if nouns else None
+        phrases = _alternation(config.personal_phrases)
+        return cls(frozenset(config.always), frozenset(config.always_recognizers),
+                   frozenset(config.contextual), relations,
+                   re.compile(rf"(?i)\b(?:{phrases})\b") if phrases else None,
+                   config.second_person, config.enabled,
+                   frozenset(config.general_moods))
+
+    def personal_cues(self, text: str) -> list[str]:
+        """Names of the personal-context cues found in ``text`` (empty: a general text)."""
+        cues = []
+        if _FIRST_PERSON.search(text):
+            cues.append("first_person")
+        if self.second_person and len(_SECOND_PERSON.findall(text)) > len(_GENERIC_YOU.findall(text)):
+            cues.append("second_person")
+        if self.relations is not None and self.relations.search(text):
+            cues.append("relation")
+        if self.phrases is not None and self.phrases.search(text):
+            cues.append("phrase")
+        if _GREETING.search(text):
+            cues.append("greeting")
+        return cues
+
+    def _always(self, span: _Span) -> bool:
+        return (span.entity_type in self.always or span.recognizer in self.always_recognizers
+                or span.entity_type not in self.contextual)
+
+    def select(self, text: str, spans: Iterable[_Span], mood: str = "statement") -> list:
+        """The spans of ``text`` to mask, in the given order.
+
+        Direct identifiers and address shapes always; quasi-identifiers only when the text
+        holds one of those, a personal cue (:meth:`personal_cues`), or is not a general
+        request (``mood`` not in ``general_moods``: a statement may be about anyone).
+        Disabled: every span.
+        """
+        spans = list(spans)
+        if not self.enabled or not spans:
+            return spans
+        if mood not in self.general_moods or any(self._always(s) for s in spans):
+            return spans
+        if self.personal_cues(text):
+            return spans
+        return [s for s in spans if self._always(s)]
+
+
+def text_mood(doc) -> str:
+    """``"question"``, ``"instruction"``, ``"fragment"`` or ``"statement"`` for a spaCy
+    ``Doc`` (``"empty"`` when it has no tokens).
+
+    A question ends with "?"; an instruction's first sentence starts with its root verb in
+    base form (Penn tag VB) with no subject ("Translate the sentence into Chinese"), or with
+    "please"; a fragment has no sentence rooted in a verb ("a basketball team in Los Angeles");
+    anything else is a statement.
+    """
+    tokens = [t for t in doc if not t.is_space]
+    if not tokens:
+        return "empty"
+    if tokens[-1].text.endswith("?"):
+        return "question"
+    sentence = next(iter(doc.sents))
+    words = [t for t in sentence if not (t.is_space or t.is_punct)]
+    if words and words[0].lower_ == "please":
+        return "instruction"
+    root = sentence.root
+    subjects = {"nsubj", "nsubjpass", "expl", "aux", "csubj"}
+    if (words and words[0].i == root.i and root.tag_ == "VB"
+            and not any(child.dep_ in subjects for child in root.children)):
+        return "instruction"
+    if not any(s.root.pos_ in ("VERB", "AUX") for s in doc.sents):
+        return "fragment"
+    return "statement"

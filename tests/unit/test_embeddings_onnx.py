@@ -1,0 +1,75 @@
+"""The ONNX Runtime embeddings equal sentence-transformers' (so classifiers trained on either keep their accuracy).
+
+Texts: a few hundred of the public development splits (/work/shared/data: XSTest prompts,
+AdvBench behaviours, Davidson tweets) plus edge cases (empty, one character, longer than the
+256-token window, non-Latin scripts). Loads both models (marked ``models``).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proxy.guardrails.detectors import embeddings
+
+pytestmark = pytest.mark.models
+
+DATA = Path("/work/shared/data")
+EDGE = ["", " ", "a", "Hello!", "word " * 600, "Привет, как дела?", "東京の天気はどうですか", "🙂🙂🙂",
+        "My e-mail is ada@example.com and my phone 040 123 4567."]
+
+
+def _texts() -> list[str]:
+    texts = list(EDGE)
+    for path, column, limit in ((DATA / "xstest" / "xstest_dev.csv", "prompt", 150),
+                                (DATA / "advbench" / "harmful_behaviors_dev.csv", "goal", 100),
+                                (DATA / "davidson" / "davidson_dev.csv", "tweet", 100)):
+        if path.exists():
+            with path.open(newline="", encoding="utf-8") as f:
+                texts += [row[column] for row, _ in zip(csv.DictReader(f), range(limit)) if row.get(column)]
+    return texts
+
+
+@pytest.fixture(scope="module")
+def torch_reference():
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(embeddings.source_dir()), device="cpu")
+
+
+def test_onnx_embeddings_match_sentence_transformers(torch_reference):
+    texts = _texts()
+    assert len(texts) >= 200, "the development splits under /work/shared/data are missing"
+    onnx = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir()).encode(texts)
+    reference = torch_reference.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    assert onnx.shape == (len(texts), embeddings.DIMENSIONS) and onnx.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
+    cosine = (onnx * reference).sum(axis=1)
+    worst = int(np.argmin(cosine))
+    assert cosine.min() >= 0.9999, f"cosine {cosine.min():.6f} for {texts[worst][:80]!r}"
+
+
+def test_embed_is_batch_independent_and_cached():
+    texts = ["What is the capital of Portugal?", "word " * 600, "Hello!"]
+    together = embeddings.embed(texts)
+    alone = np.stack([embeddings.embed([t])[0] for t in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    repeated = embeddings.embed([texts[0], texts[0]])
+    assert repeated.shape == (2, embeddings.DIMENSIONS)
+    np.testing.assert_array_equal(repeated[0], repeated[1])
+    assert embeddings.embed([]).shape == (0, embeddings.DIMENSIONS)
+
+
+def test_a_changed_graph_is_refused(tmp_path):
+    graph = embeddings.ensure_onnx(tmp_path)  # exports into tmp_path (a fresh models directory)
+    assert graph.parent == tmp_path / "onnx"
+    with graph.open("r+b") as f:
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(embeddings.EmbeddingModelError, match="does not match its recorded sha256"):
+        embeddings.ensure_onnx(tmp_path)

@@ -1,0 +1,114 @@
+"""proxy.guardrails.stream: the incremental scanner on its own (pure code, no detectors)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.guardrails.schema import HoldBack, parse_hold_back
+from proxy.guardrails.stream import (
+    MAX_WINDOW_CHARS,
+    OVERLAP_CHARS,
+    StreamScanner,
+    hold_start,
+    placeholder_safe,
+)
+
+
+def run(scanner: StreamScanner, deltas: list[str]) -> tuple[list[str], list[str]]:
+    """(what was released after each delta, the screened window texts)."""
+    released, windows = [], []
+    for delta in deltas:
+        windows += [w.text for w in scanner.feed(delta)]
+        released.append(scanner.release())
+    return released, windows
+
+
+def test_zero_hold_releases_every_chunk_at_once():
+    released, windows = run(StreamScanner(holds=[HoldBack()]), ["Hello ", "there. ", "More"])
+    assert released == ["Hello ", "there. ", "More"]
+    assert windows == ["Hello there. "]
+
+
+def test_a_window_sees_the_overlap_before_it():
+    scanner = StreamScanner(holds=[HoldBack()])
+    _, windows = run(scanner, ["First part ", "ends here. ", "Second one. "])
+    assert windows == ["First part ends here. ", "First part ends here. Second one. "]
+    long = StreamScanner(holds=[HoldBack()])
+    text = "x" * 300 + ". " + "y" * 50 + ". "
+    _, windows = run(long, [text])
+    assert windows[1] == text[302 - OVERLAP_CHARS:]  # the overlap, then the new sentence
+
+
+def test_a_window_closes_at_the_size_cap_on_white_space():
+    scanner = StreamScanner(holds=[HoldBack()])
+    words = "word " * (MAX_WINDOW_CHARS // 5 + 10)
+    (window,) = scanner.feed(words)
+    assert window.end <= MAX_WINDOW_CHARS and words[window.end - 1] == " "
+
+
+def test_hold_back_in_chars_and_tokens():
+    assert hold_start("abcdef", HoldBack(size=2)) == 4
+    assert hold_start("abc", HoldBack(size=10)) == 0
+    assert hold_start("one two, three four", HoldBack(size=2, unit="tokens")) == len("one two, ")
+    assert hold_start("one two, three four", HoldBack(size=3, unit="tokens")) == len("one two")  # the comma
+    scanner = StreamScanner(holds=[HoldBack(size=4), HoldBack(size=1, unit="tokens")])  # the larger hold wins
+    assert run(scanner, ["Hello world", " again"])[0] == ["Hello ", "world "]  # 1 token > 4 chars here
+
+
+@pytest.mark.parametrize("value,expected", [(0, HoldBack()), (120, HoldBack(size=120)),
+                                            ("24 tokens", HoldBack(size=24, unit="tokens")),
+                                            ("1 char", HoldBack(size=1))])
+def test_hold_back_yaml_forms(value, expected):
+    assert HoldBack.model_validate(parse_hold_back(value)) == expected
+
+
+@pytest.mark.parametrize("value", ["24 bananas", "many tokens", True])
+def test_hold_back_yaml_rejects(value):
+    with pytest.raises(ValueError):
+        parse_hold_back(value)
+
+
+def test_placeholder_split_across_chunks_is_restored_whole():
+    restore = {"<PERSON_1>": "Ada Lovelace"}
+    scanner = StreamScanner(holds=[HoldBack()], restore=lambda t: _restore(t, restore))
+    released, _ = run(scanner, ["Hello <PER", "SON_1> and ", "<", "b> ok"])
+    assert released == ["Hello ", "Ada Lovelace and ", "", "<b> ok"]
+
+
+def _restore(text: str, mapping: dict[str, str]) -> str:
+    for placeholder, value in mapping.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+def test_placeholder_safe_only_moves_back_over_a_partial_placeholder():
+    assert placeholder_safe("a <PERSON_", 10) == 2
+    assert placeholder_safe("a <PERSON_1>", 12) == 12
+    assert placeholder_safe("a < b", 5) == 5
+
+
+def test_stop_keeps_the_held_back_text():
+    scanner = StreamScanner(holds=[HoldBack(size=8)])
+    assert run(scanner, ["Safe words here ", "then bad"])[0] == ["Safe wor", "ds here "]
+    scanner.stop()
+    assert scanner.release() == "" and scanner.release(final=True) == ""
+
+
+def test_finish_screens_the_whole_answer_and_releases_the_rest():
+    scanner = StreamScanner(holds=[HoldBack(size=100)])
+    assert run(scanner, ["One. ", "Two"])[0] == ["", ""]
+    final = scanner.finish()
+    assert final is not None and final.text == "One. Two" and final.final
+    assert scanner.release(final=True) == "One. Two"
+    assert StreamScanner().finish() is None
+
+
+def test_gated_mode_releases_only_accepted_windows():
+    scanner = StreamScanner(holds=[HoldBack()], gated=True)
+    (window,) = scanner.feed("Mail bob@example.com now. Next")
+    assert scanner.release() == ""
+    scanner.accept(window, "Mail <EMAIL_ADDRESS_1> now. ")
+    assert scanner.release() == "Mail <EMAIL_ADDRESS_1> now. "
+    final = scanner.finish()
+    scanner.accept(final)
+    assert scanner.release(final=True) == "Next"
