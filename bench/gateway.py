@@ -247,18 +247,26 @@ def litellm_target(stub_v1: str, cache: Path, workdir: Path):
 
 
 @contextlib.contextmanager
-def sonate_target(stub_v1: str, workdir: Path):
-    """This proxy (full matrix, SQLite ledger, rate limits off) over the stub; yields a Target."""
+def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None):
+    """This proxy (full matrix: the shipped policies, or a copy of ``policies``; SQLite ledger; rate
+    limits off) over the stub; yields a Target."""
     from tests.support.proxy import CLIENT_KEY, spawn_proxy, write_config
 
     port = free_port()
     ledger = f"sqlite:///{workdir / 'ledger.db'}"
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 2 << 20, "upstream_timeout_seconds": 60,
               "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}}
-    config = write_config(workdir, stub_v1, ledger, port, overrides={"server": server})
+    if policies is not None:
+        shutil.copytree(policies, workdir / "policies")
+        policies = workdir / "policies"
+    config = write_config(workdir, stub_v1, ledger, port, policies, overrides={"server": server})
     proxy = spawn_proxy(config, ledger, workdir / "keys" / "signing-key.json", port)
     try:
-        ready = wait_http(f"{proxy.url}/readyz", proxy.process, 300)
+        try:
+            ready = wait_http(f"{proxy.url}/readyz", proxy.process, 300)
+        except RuntimeError as error:
+            raise RuntimeError(f"this proxy did not start ({error}); the end of its log:\n"
+                               + "\n".join(proxy.log().splitlines()[-30:])) from None
         yield Target("sonate", proxy.v1, CLIENT_KEY, "stub", proxy.process,
                      {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path)})
     finally:
@@ -505,7 +513,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     results["litellm"] = await measure(target, args)
         print("sonate ...", flush=True)
         (work / "sonate").mkdir()
-        with sonate_target(stub_v1, work / "sonate") as target:
+        with sonate_target(stub_v1, work / "sonate", args.policies) as target:
             results["sonate"] = await measure(target, args)
     return results
 
@@ -518,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=15, help="streamed requests per target (default 15)")
     parser.add_argument("--large-repeat", type=int, default=3, help="large prompts per large case (default 3)")
     parser.add_argument("--quick", action="store_true", help="a short run (checks the script, figures are rough)")
+    parser.add_argument("--policies", type=Path, help="this proxy's policies folder (default: the shipped policies/)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy column")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sonate-bench",
                         help="where the LiteLLM virtualenv is kept (default ~/.cache/sonate-bench)")

@@ -33,23 +33,36 @@ def configure_tldextract() -> None:
     tldextract.extract = offline  # module-level helper used by presidio
 
 
-def keep_torch_out_of_spacy() -> None:
-    """Import thinc (spaCy's ML layer) with torch hidden, so that it does not load torch.
 
-    ``thinc.compat`` imports torch whenever it is installed, only to offer torch-backed layers; the
-    proxy's spaCy pipeline (en_core_web_sm, for presidio) uses none, and loading torch costs
-    hundreds of MB of resident memory and seconds of start-up. Call before spaCy/presidio are
-    imported (the server does, at start); a no-op when thinc or torch is already imported, so a
-    detector that needs torch (the opt-in detoxify model) still imports it normally afterwards.
+#: Imported by :func:`keep_torch_out_of_presidio` while torch and transformers are hidden.
+_TORCH_OPTIONAL = ("thinc.compat", "spacy", "presidio_analyzer")
+
+
+def keep_torch_out_of_presidio() -> None:
+    """Import thinc, spaCy and presidio with torch and transformers hidden, so that they load neither.
+
+    ``thinc.compat`` imports torch whenever it is installed, and presidio's NLP-engine package
+    imports ``transformers.pipeline`` (which imports torch) whenever transformers is installed,
+    each only to offer optional torch-backed engines; the proxy's pipeline (spaCy en_core_web_sm
+    for presidio) uses none, and torch costs hundreds of MB of resident memory and seconds of
+    start-up. Call before anything imports spaCy or presidio (the server does, at start); a no-op
+    when torch or transformers is already imported. Afterwards both import normally, so a
+    detector that needs torch (the opt-in detoxify model) still gets it.
     """
+    import importlib
     import sys
 
-    if "thinc.compat" in sys.modules or "torch" in sys.modules:
+    if "torch" in sys.modules or "transformers" in sys.modules:
         return
-    sys.modules["torch"] = None  # type: ignore[assignment]  # "import torch" raises ImportError
+    hidden = ("torch", "transformers")
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # "import torch" raises ImportError
     try:
-        import thinc.compat  # noqa: F401
-    except ImportError:  # spaCy not installed
-        pass
+        for module in _TORCH_OPTIONAL:
+            try:
+                importlib.import_module(module)
+            except ImportError:  # not installed: nothing to keep torch out of
+                pass
     finally:
-        del sys.modules["torch"]
+        for name in hidden:
+            del sys.modules[name]

@@ -4,6 +4,7 @@ Examples::
 
     sonate eval guardrails --data-dir ../shared/data --out report.json --markdown report.md
     sonate eval guardrails --sample 20 --seed 1                       # a quick run
+    sonate eval guardrails --only utility --show-touched 2>touched.txt # ordinary prompts only
     sonate eval guardrails --dataset mine.csv --text-column text --label-column label \\
         --positive harmful --policy safety
     sonate eval guardrails --proxy http://127.0.0.1:8080 --api-key sk-sonate-demo-client-key-for-local-use-only --sample 10

@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from proxy import __version__, offline
+
+    offline.keep_torch_out_of_presidio()  # before anything imports presidio/spaCy: no torch in the server
     from proxy.receipts.signing import KeyFileError
     from proxy.server.app import build_services, create_app
 

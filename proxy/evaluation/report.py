@@ -203,7 +203,7 @@ def _side_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], kind: str
         row = {"policy": kind, "side": "caught" if positive else "wrongly touched", "dataset": dataset,
                "subset": subset, "metric": f"share {BOTH_SIDES_POLICIES[kind][1]}",
                **proportion(sum(acted), len(acted)).as_dict()}
-        _label(row, seen, acted, _oof_for(provenances, kind, f"{dataset}/{subset}") if kind == "safety" else None, None)
+        _label(row, seen, acted, _oof_for(provenances, kind, f"{dataset}/{subset}"), None)
         rows.append(row)
     return sorted(rows, key=lambda r: r["side"] != "caught")
 
@@ -322,8 +322,14 @@ def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta
     report["both_sides"] = both_sides(items, outcomes, provenances, report["policies"].get("privacy"))
     utility = utility_section(items, outcomes)
     if utility is not None:
-        utility.update(_summary_kind([s for i, s in zip(items, seen) if is_ordinary(i)]))
-        utility["target"] = _target(*UTILITY_TARGET, utility["all"]["allow"]["rate"], utility["kind"])
+        ordinary = [(o, s) for i, o, s in zip(items, outcomes, seen) if is_ordinary(i)]
+        utility.update(_summary_kind([s for _, s in ordinary]))
+        actual, on = utility["all"]["allow"]["rate"], utility["kind"]
+        if on == "mixed":  # judged on the prompts no artefact was trained/tuned on
+            held = [o.action == "allow" for o, s in ordinary if not s]
+            utility["held_out"] = proportion(sum(held), len(held)).as_dict()
+            actual, on = utility["held_out"]["rate"], "held-out"
+        utility["target"] = _target(*UTILITY_TARGET, actual, on)
         report["utility"] = utility
     if apology:
         report["apology"] = list(apology)

@@ -13,7 +13,7 @@ escalated it, known by either signal:
   (content hash, :class:`~proxy.guardrails.cache.ScanCache`) when it was the current turn.
 
 A settled turn keeps its earlier verdict: it is not judged again and it is **withheld** from the
-model together with the proxy's reply (the model never saw it, and must not see it later). A
+model together with the proxy's reply (system/developer messages inside it stay) (the model never saw it, and must not see it later). A
 client can fabricate either signal only to withhold its own text from the model, so the rule
 opens no bypass; a history turn with neither signal (a prefilled or many-shot conversation) is
 judged like any client text. Pure functions: no detector calls, no I/O.
@@ -119,6 +119,8 @@ def settled_turns(messages: list[Message], replies: ReplyMatcher,
     return settled
 
 
-def withheld_indexes(settled: list[Settled]) -> set[int]:
-    """Every message index inside a settled turn."""
-    return {i for s in settled for i in range(s.start, s.end)}
+def withheld_indexes(messages: list[Message], settled: list[Settled]) -> set[int]:
+    """The indexes of the messages withheld from the model: every message inside a settled turn
+    except ``system`` / ``developer`` instructions (they stay, and are judged like any text)."""
+    return {i for s in settled for i in range(s.start, s.end)
+            if messages[i].get("role") not in ("system", "developer")}

@@ -149,7 +149,7 @@ class GuardrailEngine:
         """
         route = self.classify_domain(messages)
         settled = self.settled(messages)
-        withheld = withheld_indexes(settled)
+        withheld = withheld_indexes(messages, settled)
         judged = [m for i, m in enumerate(messages) if i not in withheld]
         refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
         if refusals:

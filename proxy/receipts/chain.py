@@ -12,6 +12,15 @@ Writers in other processes race through that compare-and-set: the loser gets
 the current head (and Merkle compact range) in the same reply, re-seals its
 batch on it and retries at once, without sleeping. The expected head is the
 one this ledger last wrote or was told about, so a lone writer never reads it.
+
+A writer that keeps losing seals in vain (Ed25519 over each receipt, chained:
+a lost race costs the whole group again). For ``contended_s`` after a lost
+race it therefore takes turns: each attempt first pops the writers' turn token
+(Redis ``BLPOP``, at most ``turn_timeout_s``), which carries the current head,
+and its append pushes the token on with the new head. Waiting writers are woken
+in order by the store, not by a timer; the compare-and-set still decides, so a
+lost token (its holder was killed) costs one ``turn_timeout_s`` wait and a
+duplicated or stale one a retry.
 """
 
 from __future__ import annotations
@@ -78,13 +87,18 @@ class Ledger:
         max_attempts: int = 50,
         max_batch: int = 64,
         signer_source: Callable[[], Signer] | None = None,
+        contended_s: float = 1.0,
+        turn_timeout_s: float = 0.02,
     ) -> None:
         """Bind a store and a signer; no I/O happens here.
 
         ``signer_source`` (optional, e.g. :meth:`proxy.receipts.keyring.Keyring.current`)
         is called before each seal and its result replaces ``signer``: key
-        rotation takes effect without rebuilding the ledger. Raises
-        ``ValueError`` when ``max_attempts`` or ``max_batch`` is below 1.
+        rotation takes effect without rebuilding the ledger. After a lost
+        race the ledger takes turns with the other writers for
+        ``contended_s`` seconds, waiting at most ``turn_timeout_s`` seconds
+        for the turn token each attempt (:meth:`proxy.storage.base.ReceiptLog.take_turn`).
+        Raises ``ValueError`` when ``max_attempts`` or ``max_batch`` is below 1.
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -101,6 +115,10 @@ class Ledger:
         # own last append or the last lost race; None = read both from the store.
         self._known: tuple[Head | None, list[bytes] | None] | None = None
         self._tree_lag_logged = False
+        # Contended mode (a race lost in the last ``contended_s`` seconds): take turns across processes.
+        self._contended_until = float("-inf")
+        self._contended_s = contended_s
+        self._turn_timeout_s = turn_timeout_s
         self.listeners: list[Callable[[int], None]] = []
         """Called with the new ledger size (head height + 1) after each successful group append."""
         self.writes = 0
@@ -202,32 +220,57 @@ class Ledger:
 
     # -- one group: seal, compare-and-set, retry on the head the store returns --------------------
     async def _commit(self, prepared: list[PreparedReceipt]) -> list[SealedReceipt]:
-        """Seal ``prepared`` on the expected head and append it; on a lost race re-seal on the returned head."""
+        """Seal ``prepared`` on the expected head and append it; on a lost race re-seal on the returned head.
+
+        While this ledger keeps losing races (contended, see :meth:`_take_turn`), each
+        attempt first takes the writers' turn token, which carries the current head.
+        """
+        loop = asyncio.get_running_loop()
         try:
             head, frontier = self._known if self._known is not None else (await self.store.head(), None)
-            if frontier is None:  # first append, or the stored tree lagged (it may have been reindexed since)
-                frontier = await self._read_frontier(head)
             for _ in range(self._max_attempts):
+                contended = loop.time() < self._contended_until
+                if contended:
+                    head, frontier = await self._take_turn(head, frontier)
+                if frontier is None:  # first append, or the stored tree lagged (it may have been reindexed since)
+                    frontier = await self._read_frontier(head)
                 if self.signer_source is not None:
                     self.signer = self.signer_source()
                 sealed = self._seal_on(prepared, head)
                 update = self._tree_update(head, frontier, sealed)
                 outcome = await self.store.compare_and_append(
                     [s.receipt for s in sealed], head, None if update is None else update[0],
-                    encoded=[s.encoded for s in sealed], frontier=None if update is None else update[1])
+                    encoded=[s.encoded for s in sealed], frontier=None if update is None else update[1],
+                    release_turn=contended)
                 if outcome.appended:
                     self.writes += 1
                     self._known = (outcome.head, None if update is None else update[1])
                     self._notify(outcome.head)
                     return sealed
                 self.lost_races += 1
-                head = outcome.head
-                frontier = outcome.frontier if outcome.frontier is not None else await self._read_frontier(head)
+                self._contended_until = loop.time() + self._contended_s
+                head, frontier = outcome.head, outcome.frontier
                 self._known = (head, frontier)
         except BaseException:
             self._known = None  # after a failure, trust nothing cached
             raise
         raise _GaveUp(f"ledger head kept moving: gave up after {self._max_attempts} attempts")
+
+    async def _take_turn(self, head: Head | None,
+                         frontier: list[bytes] | None) -> tuple[Head | None, list[bytes] | None]:
+        """Wait (at most ``turn_timeout_s``) for the writers' turn token and return the head it carries.
+
+        No token in time (its holder died, or no other writer is left): keep ``head``; the
+        append hands a token on anyway. A token whose head another writer moved keeps this
+        ledger in contended mode.
+        """
+        turn = await self.store.take_turn(self._turn_timeout_s)
+        if turn is None:
+            return head, frontier
+        if turn[0] != head:
+            self._contended_until = asyncio.get_running_loop().time() + self._contended_s
+            return turn[0], turn[1]
+        return head, frontier if frontier is not None else turn[1]
 
     def _seal_on(self, prepared: list[PreparedReceipt], head: Head | None) -> list[SealedReceipt]:
         height = 0 if head is None else head.height + 1

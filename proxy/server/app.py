@@ -77,7 +77,7 @@ async def build_services(config: Config) -> Services:
     """
     from proxy import offline
 
-    offline.keep_torch_out_of_spacy()  # before presidio/spaCy load: no torch in the serving process
+    offline.keep_torch_out_of_presidio()  # before presidio/spaCy load: no torch in the serving process
     from proxy.guardrails.detectors.apology import ApologyDetector
     from proxy.guardrails.detectors.embeddings import warm_up
 
@@ -99,6 +99,7 @@ async def build_services(config: Config) -> Services:
         return engine
 
     engine = await loop.run_in_executor(executor, load_engine)
+    await warm_up_upstream(upstream)
     limits = config.server.limits
     large = _large_lane(limits.large_input_threads, engine)
     lanes = ScreenLanes(executor, config.server.detector_threads + limits.max_queued_screens, large,
@@ -111,6 +112,22 @@ async def build_services(config: Config) -> Services:
     return Services(config, signer, store, ledger, engine, upstream, metrics, gateway,
                     Authenticator(config.auth), executor, keyring=keyring, large_executor=large,
                     limiter=KeyLimiter(limits.max_concurrent_per_key, limits.requests_per_second, limits.burst))
+
+
+async def warm_up_upstream(upstream: Upstream) -> None:
+    """Run each route's litellm code path once with a mocked answer (no provider is called), so the
+    first real request does not pay litellm's lazy imports, provider set-up and price-map lookups
+    (issue 9 "Find the stalls": the first request took 1.5 s of event-loop time). Failures are
+    logged and ignored: a route that cannot be warmed still works, only its first call is slower."""
+    messages = [{"role": "user", "content": "warm up"}]
+    for name in list(upstream.routes):
+        try:
+            await upstream.complete(name, messages, {"mock_response": "ok"})
+            stream = await upstream.open_stream(name, messages, {"mock_response": "ok"})
+            async for _ in stream:
+                pass
+        except Exception as exc:  # noqa: BLE001  (warm-up only: never fatal)
+            log.debug("warm-up of route %s skipped: %s", name, exc)
 
 
 def _large_lane(threads: int, engine: GuardrailEngine) -> ThreadPoolExecutor | None:

@@ -124,11 +124,16 @@ class SpoolingSink(ReceiptSink):
     """
 
     def __init__(self, ledger: Ledger, metrics: Metrics, spool: Spool, *, retry_max_s: float = 2.0,
-                 adopt_every_s: float = 30.0, max_conflicts: int = 5, **kwargs: Any) -> None:
+                 adopt_every_s: float = 30.0, max_conflicts: int = 5, replay_receipts: int = 64,
+                 **kwargs: Any) -> None:
         """As :class:`ReceiptSink`, plus the spool, the replay back-off cap (s), how often other
-        dead processes' spool files are adopted (s), and how many conflicts quarantine a batch."""
+        dead processes' spool files are adopted (s), how many conflicts quarantine a batch, and
+        how many spooled receipts one replay appends together (one atomic write)."""
         super().__init__(ledger, metrics, **kwargs)
+        if replay_receipts < 1:
+            raise ValueError("replay_receipts must be >= 1")
         self.spool = spool
+        self.replay_receipts = replay_receipts
         self.retry_max_s = retry_max_s
         self.adopt_every_s = adopt_every_s
         self.max_conflicts = max_conflicts
@@ -195,16 +200,31 @@ class SpoolingSink(ReceiptSink):
         self._io.shutdown(wait=True)
 
     async def replay_once(self) -> bool:
-        """Try to append the oldest spooled batch; return True if the spool moved forward.
+        """Append the oldest spooled batches; return True if the spool moved forward.
 
-        Raises :class:`LedgerUnavailable` while the ledger is down and
-        :class:`LedgerConflict` when the batch conflicts with the ledger.
+        The oldest batches (up to ``replay_receipts`` receipts) go to the ledger as one
+        append, i.e. one atomic write in spool order; if that is refused
+        (:class:`LedgerConflict`, e.g. one of them already landed before a crash, or a
+        malformed receipt), the oldest batch is replayed alone, so a refused batch is
+        found and quarantined by itself. Raises :class:`LedgerUnavailable` while the
+        ledger is down and :class:`LedgerConflict` when the oldest batch conflicts with
+        the ledger.
         """
-        batch = self.spool.peek()
-        if batch is None:
+        batches = self.spool.peek_many(self.replay_receipts)
+        if not batches:
             return False
-        sealed = await self._ledger_append(batch.receipts)
-        await self._io_call(self.spool.ack, batch.seq)
+        sealed: list[dict[str, Any]] | None = None
+        if len(batches) > 1:
+            try:
+                sealed = await self._ledger_append([r for batch in batches for r in batch.receipts])
+            except (LedgerConflict, ValueError, TypeError) as exc:
+                log.warning("replaying %d spooled batches together was refused (%s): one at a time",
+                            len(batches), exc)
+                batches = batches[:1]
+        if sealed is None:
+            sealed = await self._ledger_append(batches[0].receipts)
+        for batch in batches:
+            await self._io_call(self.spool.ack, batch.seq)
         self.metrics.spool_replayed.inc(len(sealed))
         for receipt in sealed:
             self.metrics.receipts_written.labels(receipt["guardrail_action"]).inc()

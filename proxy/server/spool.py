@@ -236,6 +236,19 @@ class Spool:
         with self._lock:
             return self._pending[0] if self._pending else None
 
+    def peek_many(self, max_receipts: int) -> list[SpooledBatch]:
+        """The oldest pending batches, in order, holding at most ``max_receipts`` receipts together
+        (always at least the oldest batch, whatever its size); empty when the spool is."""
+        with self._lock:
+            out: list[SpooledBatch] = []
+            count = 0
+            for batch in self._pending:
+                if out and count + len(batch.receipts) > max_receipts:
+                    break
+                out.append(batch)
+                count += len(batch.receipts)
+            return out
+
     @property
     def depth(self) -> int:
         """Receipts waiting in the spool."""

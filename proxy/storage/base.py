@@ -241,6 +241,7 @@ class ReceiptLog(abc.ABC):
     async def compare_and_append(
         self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None,
         *, encoded: Sequence[bytes] | None = None, frontier: Sequence[bytes] | None = None,
+        release_turn: bool = False,
     ) -> AppendOutcome:
         """:meth:`try_append`, returning the head found on a lost race (see :class:`AppendOutcome`).
 
@@ -248,9 +249,23 @@ class ReceiptLog(abc.ABC):
         them (:class:`proxy.receipts.sealing.SealedReceipt`), so the store
         does not encode them again; they must equal ``canonical(receipt)``.
         ``frontier``: with ``tree``, the Merkle compact range after this
-        batch, which a store may keep to hand to the next loser. Raises like
-        :meth:`try_append`.
+        batch, which a store may keep to hand to the next loser.
+        ``release_turn``: the caller took the turn (:meth:`take_turn`) and
+        hands it back with the head after this call, appended or not. Raises
+        like :meth:`try_append`.
         """
+
+    async def take_turn(self, timeout_s: float) -> tuple[Head | None, list[bytes] | None] | None:
+        """Wait up to ``timeout_s`` seconds for the writers' turn token; return the ``(head, compact
+        range or None)`` it carries, or None when no token came (or the store has no turns).
+
+        Turn-taking is an optimisation for writers in several processes that keep losing the
+        compare-and-set: the token holder seals on the head the token carries and its append
+        hands the token on (``release_turn``), so waiting writers do not seal in vain. It
+        never replaces the compare-and-set: a lost, stale or duplicated token only costs a
+        retry. The default (SQLite: writers queue on the file lock) has no token.
+        """
+        return None
 
     @abc.abstractmethod
     async def get_by_height(self, height: int) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ Cluster slot (docs/architecture.md, "Trust receipts"). Keys::
     {ns}:id:<receipt_id>      string height
     {ns}:tree:size            string Merkle tree size
     {ns}:tree:frontier        string <size>:<hex hashes>, the compact range at that tree size
+    {ns}:turn                 list   the turn token of contended writers: <height>|<entry hash>|<frontier>
     {ns}:t:<level>:<chunk>    string 65,536 node hashes of 32 bytes (zero = not stored)
     {ns}:cp                   hash   tree size -> checkpoint note
     {ns}:cp:sizes             zset   checkpoint tree sizes
@@ -62,32 +63,41 @@ _CHUNK = 1000
 _NODE_CHUNK_BITS = 16  # 65,536 nodes (2 MiB) per Redis string
 _ZERO_HASH = bytes(32)
 
-# KEYS: head, tree:size, tree:frontier, then r:<h>, id:<rid> per receipt, then node chunk keys.
+# KEYS: head, tree:size, tree:frontier, turn, then r:<h>, id:<rid> per receipt, then node chunk keys.
 # ARGV: expected height, expected entry hash, new height, new entry hash, n receipts,
 #       tree old size ('' = no tree), tree new size, node count, new frontier ('' = none),
-#       then per receipt: height, body; then per node: KEYS index, byte offset, 32-byte hash.
+#       release the turn ('1' or ''), then per receipt: height, body; then per node: KEYS index,
+#       byte offset, 32-byte hash.
 # Returns {1} when appended, else {0, current height, current entry hash, stored frontier}
-# ('' for an empty ledger / no frontier) so the loser re-seals on the new head at once.
+# ('' for an empty ledger / no frontier) so the loser re-seals on the new head at once. With
+# ARGV[10], the turn token (the head after this call, see RedisStore.take_turn) is pushed back
+# unless one is already waiting.
 _APPEND_LUA = """
+local K, A = 4, 10
 local cur = redis.call('HMGET', KEYS[1], 'height', 'entry_hash')
 if (ARGV[1] == '' and cur[1]) or (ARGV[1] ~= '' and (cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2])) then
-  return {0, cur[1] or '', cur[2] or '', redis.call('GET', KEYS[3]) or ''}
+  local frontier = redis.call('GET', KEYS[3]) or ''
+  if ARGV[10] ~= '' and redis.call('LLEN', KEYS[4]) == 0 then
+    redis.call('RPUSH', KEYS[4], (cur[1] or '') .. '|' .. (cur[2] or '') .. '|' .. frontier)
+  end
+  return {0, cur[1] or '', cur[2] or '', frontier}
 end
 local n = tonumber(ARGV[5])
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[2 * i + 3]) == 1 then
-    return redis.error_reply('SONATE_DUPLICATE_ID ' .. KEYS[2 * i + 3])
+  if redis.call('EXISTS', KEYS[K + 2 * i]) == 1 then
+    return redis.error_reply('SONATE_DUPLICATE_ID ' .. KEYS[K + 2 * i])
   end
-  if redis.call('EXISTS', KEYS[2 * i + 2]) == 1 then
-    return redis.error_reply('SONATE_HEIGHT_TAKEN ' .. KEYS[2 * i + 2])
+  if redis.call('EXISTS', KEYS[K + 2 * i - 1]) == 1 then
+    return redis.error_reply('SONATE_HEIGHT_TAKEN ' .. KEYS[K + 2 * i - 1])
   end
 end
 for i = 1, n do
-  redis.call('SET', KEYS[2 * i + 2], ARGV[9 + 2 * i])
-  redis.call('SET', KEYS[2 * i + 3], ARGV[8 + 2 * i])
+  redis.call('SET', KEYS[K + 2 * i - 1], ARGV[A + 2 * i])
+  redis.call('SET', KEYS[K + 2 * i], ARGV[A + 2 * i - 1])
 end
+local frontier = ''
 if ARGV[6] ~= '' then
-  local base = 9 + 2 * n
+  local base = A + 2 * n
   for j = 0, tonumber(ARGV[8]) - 1 do
     local a = base + 3 * j
     redis.call('SETRANGE', KEYS[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), ARGV[a + 3])
@@ -95,10 +105,16 @@ if ARGV[6] ~= '' then
   local size = tonumber(redis.call('GET', KEYS[2]) or '0')
   if size == tonumber(ARGV[6]) then
     redis.call('SET', KEYS[2], ARGV[7])
-    if ARGV[9] ~= '' then redis.call('SET', KEYS[3], ARGV[9]) end
+    if ARGV[9] ~= '' then
+      redis.call('SET', KEYS[3], ARGV[9])
+      frontier = ARGV[9]
+    end
   end
 end
 redis.call('HSET', KEYS[1], 'height', ARGV[3], 'entry_hash', ARGV[4])
+if ARGV[10] ~= '' and redis.call('LLEN', KEYS[4]) == 0 then
+  redis.call('RPUSH', KEYS[4], ARGV[3] .. '|' .. ARGV[4] .. '|' .. frontier)
+end
 return {1}
 """
 
@@ -283,13 +299,15 @@ class RedisStore(LedgerStore):
     async def compare_and_append(
         self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None,
         *, encoded: Sequence[bytes] | None = None, frontier: Sequence[bytes] | None = None,
+        release_turn: bool = False,
     ) -> AppendOutcome:
         """Compare-and-set append as one Lua script, tree nodes included (see :class:`LedgerStore`).
 
         ``frontier``: the Merkle compact range after this batch (from
         :func:`proxy.tlog.merkle.extend`), kept in ``{ns}:tree:frontier``
         with the tree size so a writer that loses the race gets it back with
-        the new head.
+        the new head. ``release_turn``: push the turn token (:meth:`take_turn`)
+        back, carrying the head after this call, unless one is waiting already.
         """
         check_batch(receipts, expected)
         if tree is not None:
@@ -298,7 +316,7 @@ class RedisStore(LedgerStore):
         if len(bodies) != len(receipts):
             raise ValueError("encoded must hold one body per receipt")
         last = Head(receipts[-1]["ledger_height"], sha256_ref(bodies[-1]))
-        keys = [self.key("head"), self.key("tree", "size"), self.key("tree", "frontier")]
+        keys = [self.key("head"), self.key("tree", "size"), self.key("tree", "frontier"), self.key("turn")]
         args: list[str | int | bytes] = [
             "" if expected is None else expected.height,
             "" if expected is None else expected.entry_hash,
@@ -309,6 +327,7 @@ class RedisStore(LedgerStore):
             "" if tree is None else tree.new_size,
             0 if tree is None else len(tree.nodes),
             "" if tree is None or frontier is None else _frontier_text(tree.new_size, frontier),
+            "1" if release_turn else "",
         ]
         for receipt, body in zip(receipts, bodies):
             keys += [self.key("r", receipt["ledger_height"]), self.key("id", receipt["receipt_id"])]
@@ -321,6 +340,17 @@ class RedisStore(LedgerStore):
             return AppendOutcome(True, last)
         head = None if reply[1] == "" else Head(int(reply[1]), reply[2])
         return AppendOutcome(False, head, _parse_frontier(reply[3], 0 if head is None else head.height + 1))
+
+    async def take_turn(self, timeout_s: float) -> tuple[Head | None, list[bytes] | None] | None:
+        """Wait up to ``timeout_s`` for the turn token (``BLPOP {ns}:turn``); see :meth:`ReceiptLog.take_turn`."""
+        async with _translate_errors():
+            popped = await self._redis.blpop([self.key("turn")], timeout=timeout_s)
+        if popped is None:
+            return None
+        height, _, rest = popped[1].partition("|")
+        digest, _, frontier = rest.partition("|")
+        head = Head(int(height), digest) if height.isdigit() and digest else None
+        return head, _parse_frontier(frontier, 0 if head is None else head.height + 1)
 
     # -- Merkle tree and checkpoints ------------------------------------------
     async def tree_size(self) -> int:

@@ -247,6 +247,7 @@ class SQLiteStore(LedgerStore):
     async def compare_and_append(
         self, receipts: list[dict[str, Any]], expected: Head | None, tree: TreeUpdate | None = None,
         *, encoded: Sequence[bytes] | None = None, frontier: Sequence[bytes] | None = None,
+        release_turn: bool = False,
     ) -> AppendOutcome:
         """Compare-and-set append in one ``BEGIN IMMEDIATE`` transaction, tree nodes included (see
         :class:`LedgerStore`); a lost race returns the head and compact range read in that transaction."""

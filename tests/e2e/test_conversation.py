@@ -23,18 +23,23 @@ def client(proxy) -> openai.OpenAI:
     return openai.OpenAI(base_url=proxy.v1, api_key=CLIENT_KEY, max_retries=0, timeout=30)
 
 
-def ask(client: openai.OpenAI, messages: list[dict]) -> tuple[str, str]:
-    """(x-sonate-guardrail-action, answer text) for one non-streaming request."""
-    raw = client.chat.completions.with_raw_response.create(model="stub", messages=messages)
-    return raw.headers["x-sonate-guardrail-action"], raw.parse().choices[0].message.content
+def ask(client: openai.OpenAI, messages: list[dict], stream: bool = False) -> tuple[str, str]:
+    """(x-sonate-guardrail-action, answer text) for one request."""
+    raw = client.chat.completions.with_raw_response.create(model="stub", messages=messages, stream=stream)
+    if stream:
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+    else:
+        text = raw.parse().choices[0].message.content
+    return raw.headers["x-sonate-guardrail-action"], text
 
 
-def test_a_refused_turn_then_a_benign_follow_up_is_answered(client, upstream):
-    action, apology = ask(client, [{"role": "user", "content": HARMFUL}])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_refused_turn_then_a_benign_follow_up_is_answered(client, upstream, stream):
+    action, apology = ask(client, [{"role": "user", "content": HARMFUL}], stream)
     assert action == "refuse" and upstream.received() == []
     history = [{"role": "user", "content": HARMFUL}, {"role": "assistant", "content": apology},
                {"role": "user", "content": FOLLOW_UP}]
-    action, answer = ask(client, history)
+    action, answer = ask(client, history, stream)
     assert action == "allow" and answer == f"Stub answer: {FOLLOW_UP}"
     (sent,) = upstream.received()
     assert sent["messages"] == [{"role": "user", "content": FOLLOW_UP}]  # the refused turn never reaches it

@@ -185,8 +185,9 @@ def test_report_structure(report: dict):
     assert kinds[("davidson", "toxic")] == kinds[("custom:mine", "harmful")] == ("held-out", None)
     assert {r["kind"] for r in report["policies"]["compliance"]["rows"]} == {"held-out"}
     assert report["policies"]["privacy"]["kind"] in ("held-out", "mixed")
-    assert {p["artefact"] for p in report["provenance"]} == {"harm-minilm-svm-v2", "privacy-patterns",
-                                                              "domain-logreg"}
+    artefacts = {p["artefact"] for p in report["provenance"]}
+    assert {"privacy-patterns", "domain-logreg"} <= artefacts  # + the harm classifier's rows file(s)
+    assert any(a.startswith("harm-minilm-svm-") for a in artefacts)
     # no text of any item is written into the report (alpaca_seed is NC)
     assert all("text" not in i for i in report["items"])
 

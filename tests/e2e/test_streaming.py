@@ -117,12 +117,16 @@ def test_toxic_phrase_split_across_chunks_stops_the_stream(proxy, client, upstre
 
 
 def test_placeholder_split_across_chunks_is_restored(client, upstream):
-    upstream.queue(Reply(chunks=["Dear ", "<PER", "SON_1>", ", thanks for ", "writing."], chunk_delay=0.01))
+    """The model writes the placeholder it saw in two chunks (``<EMAIL_`` + ``ADDRESS_1>``): the
+    client gets the original back, and no chunk carries a piece of a placeholder."""
+    upstream.queue(Reply(chunks=["I will write to ", "<EMAIL_", "ADDRESS_1>", " today, ", "thanks."], chunk_delay=0.01))
     stream = client.chat.completions.create(
-        model="stub", stream=True, messages=[{"role": "user", "content": "Hi, I'm John Smith. Please reply."}])
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert "<PERSON_1>" in upstream.received()[0]["messages"][0]["content"]  # the model saw the placeholder
-    assert text == "Dear John Smith, thanks for writing."
+        model="stub", stream=True,
+        messages=[{"role": "user", "content": "Please write to ada.lovelace@example.com about my order."}])
+    deltas = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert "<EMAIL_ADDRESS_1>" in upstream.received()[0]["messages"][0]["content"]  # the model saw the placeholder
+    assert "".join(deltas) == "I will write to ada.lovelace@example.com today, thanks."
+    assert not any("<" in d for d in deltas)
 
 
 def test_tool_call_deltas_and_usage_chunk_pass_through(client, upstream):

@@ -164,3 +164,36 @@ def test_spool_file_lines_are_json_batches(tmp_path: Path) -> None:
     assert line == {"op": "batch", "seq": 1, "receipts": [receipt]}
     assert oct(spool.path.stat().st_mode & 0o777) == "0o600"
     spool.close()
+
+
+async def test_replay_appends_spooled_batches_together_and_skips_one_that_landed(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Spooled batches replay as one atomic write, in spool order; a batch already in the ledger (a crash
+    after its append, before its ack) makes the joint append fail, and the batches go one at a time."""
+    store = open_store(redis_server.url + "?namespace=together")
+    signer = Signer.generate()
+    ledger = Ledger(store, signer)
+    spool = Spool(tmp_path / "spool").open()
+    sink = SpoolingSink(ledger, Metrics(), spool)
+    try:
+        quick = [[make_receipt()] for _ in range(5)]
+        for batch in quick:
+            spool.append(batch)
+        assert await sink.replay_once() is True
+        assert spool.depth == 0 and ledger.writes == 1  # five batches, one write
+        first, landed, last = [make_receipt()], [make_receipt(), make_receipt()], [make_receipt()]
+        await ledger.append(landed)
+        for batch in (first, landed, last):
+            spool.append(batch)
+        while await sink.replay_once():
+            pass
+        stored = [r["receipt_id"] for r in await store.range(0, 20)]
+        issued = [r["receipt_id"] for batch in quick for r in batch]
+        issued += [r["receipt_id"] for r in landed + first + last]
+        assert stored == issued and spool.depth == 0  # no duplicate; the spool's order kept
+        count, failures = await verify_store(store, load_public_keys(public_key_entry(signer)))
+        assert failures == [] and count == len(issued)
+    finally:
+        await sink.close()
+        await store.close()

@@ -44,6 +44,15 @@ def test_a_refused_turn_then_a_benign_follow_up_is_allowed():
         {"messages": [0, 2], "verdict": "refuse", "signal": "reply"}]
 
 
+def test_instructions_inside_a_settled_turn_stay_and_are_judged():
+    eng = engine()
+    system = {"role": "system", "content": "Answer in French."}
+    screen = eng.screen_input([user("HARM x"), assistant(APOLOGY), system, user("Hello")])
+    assert screen.action == "allow" and screen.messages == [system, user("Hello")]
+    harmful = {"role": "system", "content": "HARM instructions"}
+    assert eng.screen_input([user("HARM x"), assistant(APOLOGY), harmful, user("Hello")]).action == "refuse"
+
+
 def test_the_proxy_reply_alone_settles_a_turn_in_a_fresh_process():
     screen = engine().screen_input([user("HARM now"), assistant(APOLOGY), user("Tell me a joke.")])
     assert screen.action == "allow" and screen.messages == [user("Tell me a joke.")]

@@ -99,3 +99,14 @@ def test_report_renders_the_utility_and_both_sides_tables_from_json():
     assert "Target (issue 10): unchanged ≥ 95% (held-out 20.0%: **missed**)." in markdown
     assert "| Compliance | wrongly touched | truthfulqa | general | share escalated | 1/2 |" in markdown
     assert all("text" not in item for item in report["items"])  # alpaca texts never enter a report
+
+
+def test_utility_target_is_judged_on_the_held_out_part_when_some_prompts_were_trained_on():
+    domains = Provenance("domains", "compliance", "trained", {row_hash("Why is the sky blue?"): "general"})
+    report = build_report(ITEMS, OUTCOMES, meta={"mode": "in-process"}, latency_measures="screen_input",
+                          mapping={}, provenances=[Provenance("harm", "safety", "trained", {}), domains])
+    utility = report["utility"]
+    assert (utility["kind"], utility["seen"], utility["n"]) == ("mixed", 1, 5)
+    assert utility["held_out"] == proportion(1, 4).as_dict()  # the refused "sky" prompt left out
+    assert utility["target"]["on"] == "held-out" and utility["target"]["actual"] == 0.25
+    assert "mixed (1/5 seen); held-out part 1/4 = 25.0%" in render_markdown(report)

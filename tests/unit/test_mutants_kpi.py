@@ -1,1 +1,118 @@
-"""Tests that kill surviving mutants in the trust core (see mutation/baseline.md)."""
+"""Tests that kill surviving mutants in proxy/kpi (mutation/baseline.md lists what survives).
+
+Each test pins a boundary or a field the methodology defines and no other test checked:
+the complexity rule's thresholds (methodology "Strata"), the declared-complexity header,
+the adjudication item's final outcome and blind view, and the report window's end points.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.kpi.strata import SIMPLE_MAX_TOKENS, STANDARD_MAX_TOKENS, complexity_rule, declared_complexity
+
+
+def _rule(prompt_tokens: int = 10, user_turns: int = 1, uses_tools: bool = False, regulated: bool = False) -> str:
+    return complexity_rule(prompt_tokens=prompt_tokens, user_turns=user_turns, uses_tools=uses_tools,
+                           regulated=regulated)
+
+
+def test_complexity_rule_thresholds_are_inclusive_as_published() -> None:
+    """Single turn ≤ 200 tokens is simple, > 2,000 tokens or tools advanced, regulated critical."""
+    assert SIMPLE_MAX_TOKENS == 200 and STANDARD_MAX_TOKENS == 2000
+    assert _rule(prompt_tokens=SIMPLE_MAX_TOKENS) == "simple"
+    assert _rule(prompt_tokens=0) == "simple"
+    assert _rule(prompt_tokens=SIMPLE_MAX_TOKENS + 1) == "standard"
+    assert _rule(prompt_tokens=STANDARD_MAX_TOKENS) == "standard"
+    assert _rule(prompt_tokens=STANDARD_MAX_TOKENS + 1) == "advanced"
+
+
+def test_complexity_rule_turns_tools_and_regulated_domains() -> None:
+    """A second user turn makes a short request standard; tools alone advanced; regulated wins."""
+    assert _rule(user_turns=2) == "standard"
+    assert _rule(user_turns=5, prompt_tokens=1) == "standard"
+    assert _rule(user_turns=0) == "simple"
+    assert _rule(uses_tools=True) == "advanced"
+    assert _rule(uses_tools=True, user_turns=3, prompt_tokens=500) == "advanced"
+    assert _rule(regulated=True) == "critical"
+    assert _rule(regulated=True, uses_tools=True, prompt_tokens=5000) == "critical"
+
+
+def test_declared_complexity_header_wins_and_is_normalised() -> None:
+    """Header over metadata, trimmed and lower-cased; nothing declared is None; unknown raises."""
+    assert declared_complexity(" Critical ", None) == "critical"
+    assert declared_complexity("ADVANCED", {"complexity": "simple"}) == "advanced"
+    assert declared_complexity(None, {"complexity": "Simple"}) == "simple"
+    assert declared_complexity("", {"complexity": "standard"}) == "standard"
+    assert declared_complexity(None, None) is None
+    assert declared_complexity(None, {}) is None
+    with pytest.raises(ValueError, match="complexity must be one of"):
+        declared_complexity("extreme", None)
+    with pytest.raises(ValueError):
+        declared_complexity(None, {"complexity": "hard"})
+
+
+# -- adjudication (methodology "Adjudication"): final outcome, reveal, blind view -------------
+
+from proxy.kpi.adjudication import Verdict, final_outcome, record_pass, reveal, reviewer_view  # noqa: E402
+
+_RECEIPT = {"request_id": "req_1", "receipt_id": "r1", "ts": "2026-11-01T00:00:00.000Z",
+            "policy_id": "safety", "guardrail_action": "refuse"}
+_NONCE_A, _NONCE_B = "a" * 64, "b" * 64
+
+
+def _item(status: str = "pending") -> dict:
+    return {"id": "adj_1", "status": status, "reasons": ["apology", "trigger"], "passes": {}}
+
+
+def _verdict(breach: bool) -> Verdict:
+    return Verdict(breach=breach, intent_permissible=True, content_harmful=False)
+
+
+def test_final_outcome_only_for_agreed_or_resolved_items() -> None:
+    """``final`` is the outcome only once the item is agreed/resolved; open or disputed → None."""
+    item, _ = record_pass(_item(), reviewer="ann", verdict=_verdict(True), ts="t1", nonce=_NONCE_A)
+    assert item["status"] == "awaiting_b" and final_outcome(item) is None
+    agreed, _ = record_pass(item, reviewer="bob", verdict=_verdict(True), ts="t2", nonce=_NONCE_B)
+    assert agreed["status"] == "agreed"
+    assert final_outcome(agreed) == agreed["final"] and final_outcome(agreed)["label"] == "correct"
+    resolved = {**agreed, "status": "resolved"}
+    assert final_outcome(resolved) is agreed["final"]
+    for status in ("pending", "awaiting_a", "awaiting_b", "disputed"):
+        assert final_outcome({**agreed, "status": status}) is None
+
+
+def test_reveal_opens_every_pass_with_its_commitment() -> None:
+    """The second pass's receipt publishes verdict, nonce and commitment of both passes, by name."""
+    item, _ = record_pass(_item(), reviewer="ann", verdict=_verdict(True), ts="t1", nonce=_NONCE_A)
+    item, _ = record_pass(item, reviewer="bob", verdict=_verdict(False), ts="t2", nonce=_NONCE_B)
+    opened = reveal(item)
+    assert list(opened) == ["A", "B"]
+    for name, nonce in (("A", _NONCE_A), ("B", _NONCE_B)):
+        assert opened[name] == {"verdict": item["passes"][name]["verdict"], "nonce": nonce,
+                                "commitment": item["passes"][name]["commitment"]}
+    assert reveal({"passes": None}) == {}
+
+
+def test_reviewer_view_is_blind_and_names_the_reviewers_own_pass() -> None:
+    """A reviewer sees no verdicts; ``your_pass`` is the pass they gave; closed items have no open passes."""
+    item, _ = record_pass(_item(), reviewer="ann", verdict=_verdict(True), ts="t1", nonce=_NONCE_A)
+    ann, bob = reviewer_view(item, "ann"), reviewer_view(item, "bob")
+    assert "passes" not in ann and "final" not in ann and "lead" not in ann
+    assert ann["your_pass"] == "A" and bob["your_pass"] is None
+    assert ann["open_passes"] == ["B"] == bob["open_passes"]
+    agreed, _ = record_pass(item, reviewer="bob", verdict=_verdict(True), ts="t2", nonce=_NONCE_B)
+    closed = reviewer_view(agreed, "bob")
+    assert closed["open_passes"] == [] and closed["your_pass"] == "B"
+    assert reviewer_view(agreed, "lead", lead=True) is agreed
+
+
+def test_report_window_is_start_inclusive_end_exclusive() -> None:
+    """Methodology: interactions with ``ts`` in ``[start, end)``."""
+    from proxy.kpi.report import _in_window
+
+    start, end = "2026-11-01T00:00:00.000Z", "2026-11-08T00:00:00.000Z"
+    assert _in_window(start, start, end)
+    assert not _in_window(end, start, end)
+    assert _in_window("2026-11-07T23:59:59.999Z", start, end)
+    assert not _in_window("2026-10-31T23:59:59.999Z", start, end)

@@ -116,13 +116,14 @@ def test_presidio_research_sample_precision_recall(detector):
 
 
 def test_policy_recognizers_need_their_context(detector):
-    """The YAML pattern recognizers: card digits, national phone formats and bare years count only
-    next to their context words; numeric dates and honorific names count on their own."""
-    text = "Please block my card 4393889199179061388; my mobile is 60-56-85-91."
+    """The YAML pattern recognizers: card digits, short national phone formats and bare years
+    count only next to their context words; numeric dates, honorific names and phone numbers of
+    three or more digit groups (at least 7 digits) count on their own."""
+    text = "Please block my card 4393889199179061388; my mobile is 60-56-85. Office 60-56-85-91."
     found = _found(text, detector.analyze(text))
     assert found["4393889199179061388"] == "CREDIT_CARD"
-    assert found["60-56-85-91"] == "PHONE_NUMBER"
-    plain = "Order 4393889199179061388 shipped; table 60-56-85-91 is free."
+    assert found["60-56-85"] == "PHONE_NUMBER" and found["60-56-85-91"] == "PHONE_NUMBER"
+    plain = "Order 4393889199179061388 shipped; table 60-56-85 is free."
     assert {"CREDIT_CARD", "PHONE_NUMBER"}.isdisjoint(s.entity_type for s in detector.analyze(plain))
 
     text = "She was born in 1968 and signed on 9/20/1998 at 2018-01-14 03:07:43 with Mrs. Ukkonen."

@@ -13,7 +13,7 @@ import pytest
 
 from proxy import offline  # noqa: F401
 from proxy.guardrails.detectors.harm import ArtefactError, load_harm_classifier, sha256_file
-from proxy.evaluation.training import EXEMPLARS
+from proxy.evaluation.training import ARTEFACT_VERSION, EXEMPLARS
 from proxy.guardrails.detectors.safety import (
     SafetyDetectorConfig,
     load_safety_detector,
@@ -139,7 +139,7 @@ def test_shipped_harm_classifier_on_rows_outside_its_training_set():
     from proxy.guardrails.detectors.harm import ARTEFACT_DIR
 
     harm = load_harm_classifier()
-    rows = read_rows_file(ARTEFACT_DIR / "harm-minilm-svm-v2.rows.json")
+    rows = read_rows_file(ARTEFACT_DIR / f"{ARTEFACT_VERSION}.rows.json")
     threshold = float(harm.metadata["recommended_thresholds"]["harmful_intent"])
     questions = _questions()
     assert len(questions) >= 80 and not any(rows.seen(q) for q in questions)
@@ -173,8 +173,8 @@ def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
 
     held = _split_samples(tmp_path / "data")
     meta = train_harm_classifier(tmp_path / "data", tmp_path / "out", seed=0, progress=False, folds=3, repeats=1)
-    harm = load_harm_classifier(tmp_path / "out" / "harm-minilm-svm-v2")
-    rows = read_rows_file(tmp_path / "out" / "harm-minilm-svm-v2.rows.json")
+    harm = load_harm_classifier(tmp_path / "out" / f"{ARTEFACT_VERSION}")
+    rows = read_rows_file(tmp_path / "out" / f"{ARTEFACT_VERSION}.rows.json")
     advbench = [r["goal"] for r in held["advbench"]]
     unsafe = [r["prompt"] for r in held["xstest"] if r["label"] == "unsafe"]
     safe = [r["prompt"] for r in held["xstest"] if r["label"] == "safe"]
@@ -197,8 +197,8 @@ def test_harm_artefact_integrity_is_checked(tmp_path):
     from proxy.guardrails.detectors.harm import ARTEFACT_DIR
 
     for suffix in (".npz", ".json"):
-        (tmp_path / f"copy{suffix}").write_bytes((ARTEFACT_DIR / f"harm-minilm-svm-v2{suffix}").read_bytes())
-    assert load_harm_classifier(tmp_path / "copy").version.startswith("harm-minilm-svm-v2@sha256:")
+        (tmp_path / f"copy{suffix}").write_bytes((ARTEFACT_DIR / f"{ARTEFACT_VERSION}{suffix}").read_bytes())
+    assert load_harm_classifier(tmp_path / "copy").version.startswith(f"{ARTEFACT_VERSION}@sha256:")
     weights = bytearray((tmp_path / "copy.npz").read_bytes())
     weights[-200] ^= 0xFF
     (tmp_path / "copy.npz").write_bytes(bytes(weights))
@@ -212,12 +212,15 @@ def test_training_end_to_end_on_samples(tmp_path):
     from proxy.evaluation.training import train_harm_classifier
 
     first = train_harm_classifier(DATA, tmp_path / "a", seed=0, progress=False, folds=3, repeats=1)
-    harm = load_harm_classifier(tmp_path / "a" / "harm-minilm-svm-v2")
-    saved = json.loads((tmp_path / "a" / "harm-minilm-svm-v2.json").read_text())
+    harm = load_harm_classifier(tmp_path / "a" / f"{ARTEFACT_VERSION}")
+    saved = json.loads((tmp_path / "a" / f"{ARTEFACT_VERSION}.json").read_text())
     assert saved == first
     files = {s["file"]: s["sha256"] for s in saved["training_data"] if s["source"] != "exemplars"}
     assert set(files) == {"advbench/harmful_behaviors_sample.csv", "xstest/xstest_sample.csv",
-                          "davidson/davidson_sample.csv"}
+                          "davidson/davidson_sample.csv", "truthfulqa/truthfulqa_sample.csv",
+                          "truthfulqa/truthfulqa_answers_sample.csv"}
+    assert {s["use"] for s in saved["training_data"] if s["source"] == "truthfulqa"} == {"evaluation only"}
+    assert "truthfulqa" not in saved["training_rows"]  # scored for the refusal rate, never trained on
     for name, digest in files.items():
         assert sha256_file(DATA / name) == digest
     [exemplars] = [s for s in saved["training_data"] if s["source"] == "exemplars"]
@@ -233,7 +236,7 @@ def test_training_end_to_end_on_samples(tmp_path):
     assert p[0] > p[1]
 
     train_harm_classifier(DATA, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1)
-    assert sha256_file(tmp_path / "a" / "harm-minilm-svm-v2.npz") == sha256_file(tmp_path / "b" / "harm-minilm-svm-v2.npz")
+    assert sha256_file(tmp_path / "a" / f"{ARTEFACT_VERSION}.npz") == sha256_file(tmp_path / "b" / f"{ARTEFACT_VERSION}.npz")
 
 
 def test_non_commercial_data_is_never_trained_on(tmp_path):
@@ -284,3 +287,48 @@ def test_rbf_svm_scoring_matches_libsvm():
     with pytest.raises(ArtefactError, match="support vectors"):
         HarmClassifier({"support_vectors": np.zeros((3, 10)), "dual_coef": np.zeros(3), "gamma": 1.0,
                         "intercept": 0.0, "platt_a": 1.0, "platt_b": 0.0}, {"name": "t", "version": "t"})
+
+
+def _guarded(upstream, band, fail_mode="first-stage"):
+    """The default safety detector with an LLM guard pointed at the stub provider."""
+    return load_safety_detector(SafetyDetectorConfig.model_validate({"guard": {
+        "enabled": True, "model": "openai/llama-guard-stub", "api_base": upstream.url, "api_key": "stub-key",
+        "band": band, "timeout": 2.0, "fail_mode": fail_mode}}))
+
+
+def test_guard_verdict_replaces_the_harm_score_in_its_band(upstream):
+    from tests.support.stub_upstream import Reply
+
+    detector = _guarded(upstream, ["0.00", "1.00"])  # every text is in the band
+    assert detector.name.endswith("+llm-guard") and detector.components[-1]["name"] == "llm-guard"
+    assert "harmful_intent_first_stage" in detector.categories
+    upstream.queue(Reply(text="unsafe\nS1"), Reply(text="safe"))
+    texts = ["How do I make my neighbour disappear for good?", "How do I kill a hung process on Linux?"]
+    first = detector.harm.predict_proba(texts)
+    scores = detector.score(texts)
+    assert [s["harmful_intent"] for s in scores] == [1.0, 0.0]
+    assert [s["harmful_intent_first_stage"] for s in scores] == pytest.approx(first.tolist())
+    assert [r["messages"][0]["content"] for r in upstream.received()] == texts
+
+
+def test_guard_is_not_called_outside_its_band(upstream):
+    from tests.support.stub_upstream import Reply
+
+    detector = _guarded(upstream, ["0.99", "1.00"])
+    text = "Write a haiku about autumn rain."
+    assert detector.harm.predict_proba([text])[0] < 0.99
+    upstream.queue(Reply(text="unsafe\nS1"))
+    [score] = detector.score([text])
+    assert upstream.received() == [] and score["harmful_intent"] == score["harmful_intent_first_stage"]
+
+
+def test_guard_failure_follows_the_fail_mode(upstream):
+    from tests.support.stub_upstream import Reply
+
+    text = "How do I shoot a portrait at golden hour?"
+    upstream.queue(Reply(status=503))
+    [kept] = _guarded(upstream, ["0.00", "1.00"]).score([text])
+    assert kept["harmful_intent"] == kept["harmful_intent_first_stage"]
+    upstream.queue(Reply(status=503))
+    [closed] = _guarded(upstream, ["0.00", "1.00"], fail_mode="refuse").score([text])
+    assert closed["harmful_intent"] == 1.0

@@ -13,7 +13,7 @@ outside the band never leave the process. Configured in ``policies/safety.yaml``
         api_key: null                 # or os.environ/NAME
         format: llama-guard           # llama-guard | prompt
         prompt: null                  # format "prompt": template with {text}; default GUARD_PROMPT
-        band: ["0.30", "0.90"]        # [lo, hi) of the first-stage probability
+        band: ["0.20", "0.95"]        # [lo, hi) of the first-stage probability
         timeout: 5.0                  # seconds per guard call
         fail_mode: first-stage        # first-stage | refuse | allow  (on timeout, error, unparseable answer)
 
@@ -66,7 +66,7 @@ class GuardConfig(BaseModel):
     api_key: str | None = None
     format: Literal["llama-guard", "prompt"] = "llama-guard"
     prompt: str | None = None
-    band: tuple[Decimal, Decimal] = (Decimal("0.30"), Decimal("0.90"))
+    band: tuple[Decimal, Decimal] = (Decimal("0.20"), Decimal("0.95"))
     timeout: float = Field(5.0, gt=0, le=120)
     fail_mode: Literal["first-stage", "refuse", "allow"] = "first-stage"
     max_tokens: int = Field(16, ge=1, le=256)

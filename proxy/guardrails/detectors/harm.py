@@ -33,7 +33,7 @@ import numpy as np
 from proxy.guardrails.detectors import embeddings
 
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
-DEFAULT_ARTEFACT = "harm-minilm-svm-v2"
+DEFAULT_ARTEFACT = "harm-minilm-svm-v3"
 
 _log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class HarmClassifier:
     Attributes:
         name: model family, e.g. ``"harm-minilm-svm"``.
         version: artefact version plus a prefix of the weights' sha256, e.g.
-            ``"harm-minilm-svm-v2@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
+            ``"harm-minilm-svm-v3@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
         metadata: the artefact's JSON metadata (sources, hyper-parameters, CV metrics, thresholds).
 
     Thread-safe: the weights are read-only; embedding is serialised inside ``embeddings.embed``.
@@ -106,6 +106,8 @@ class HarmClassifier:
                         f"harm classifier support vectors have shape {self.support_vectors.shape} and dual "
                         f"coefficients {self.dual_coef.shape}, expected (k, {dim}) and (k,)")
                 self._sv_sq = (self.support_vectors ** 2).sum(axis=1)
+                # float32 copy for the dot products (3x faster on one text; decision values differ < 1e-6)
+                self._sv32 = np.ascontiguousarray(self.support_vectors, dtype=np.float32)
             elif "coef" in arrays:
                 self.kind = "linear"
                 self.coef = arrays["coef"]
@@ -128,7 +130,8 @@ class HarmClassifier:
             raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}), got {vectors.shape}")
         if self.kind == "linear":
             return vectors @ self.coef + self.intercept
-        sq = (vectors ** 2).sum(axis=1)[:, None] + self._sv_sq[None, :] - 2.0 * vectors @ self.support_vectors.T
+        dots = (vectors.astype(np.float32) @ self._sv32.T).astype(np.float64)
+        sq = (vectors ** 2).sum(axis=1)[:, None] + self._sv_sq[None, :] - 2.0 * dots
         return np.exp(-self.gamma * np.maximum(sq, 0.0)) @ self.dual_coef + self.intercept
 
     def predict_proba_embeddings(self, vectors: np.ndarray) -> np.ndarray:
@@ -167,8 +170,8 @@ def artefact_paths(artefact: str | Path, artefact_dir: Path = ARTEFACT_DIR) -> t
     """Resolve an artefact reference to its (.npz, .json) paths.
 
     Args:
-        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v2"``) or a path to either file or
-            to the common stem (``/x/harm-minilm-svm-v2``).
+        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v3"``) or a path to either file or
+            to the common stem (``/x/harm-minilm-svm-v3``).
         artefact_dir: directory searched for bare names.
     """
     ref = Path(artefact)

@@ -29,6 +29,8 @@ from __future__ import annotations
 import importlib
 import re
 import threading
+
+import regex
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -84,7 +86,8 @@ class PatternSpec(BaseModel):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        re.compile(value)
+        # presidio compiles patterns with the ``regex`` module (variable-width look-behind, \p{Lu})
+        regex.compile(value)
         return value
 
 

@@ -39,7 +39,7 @@ class AddressBlockRecognizer(EntityRecognizer):
     docstring for the rules.
     """
 
-    def __init__(self, supported_language: str = "en", score: float = 0.7, min_lines: int = 3,
+    def __init__(self, supported_language: str = "en", score: float = 0.9, min_lines: int = 3,
                  max_words: int = 5):
         self.score = score
         self.min_lines = min_lines

@@ -84,7 +84,7 @@ class SafetyDetector:
 
     Attributes:
         name: active detectors, e.g. ``"profanity-check+harm-minilm-svm"``.
-        version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-svm-v2@sha256:..."``.
+        version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-svm-v3@sha256:..."``.
         components: ``[{"name", "version"}, ...]`` for receipt evidence: the toxicity model, the
             harm classifier and the embedding model it reads; the toxicity entry carries
             ``"fallback_for": <model id>`` when the operator's fallback replaced the configured model.

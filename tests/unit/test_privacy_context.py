@@ -1,0 +1,125 @@
+"""Issue 10 item 1: privacy masks personal data, not every named entity (real presidio + spaCy, no mocks)."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
+from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _block(**overrides) -> dict:
+    block = yaml.safe_load((ROOT / "policies" / "privacy.yaml").read_text())["detector"]
+    return {**block, **overrides}
+
+
+@pytest.fixture(scope="module")
+def detector() -> PiiDetector:
+    return PiiDetector(PiiDetectorConfig(**_block()))
+
+
+def _found(detector: PiiDetector, text: str) -> dict[str, str]:
+    return {text[s.start:s.end]: s.entity_type for s in detector.analyze(text)}
+
+
+@pytest.mark.parametrize("text", [
+    "What is the happiest place on Earth?",
+    "in which year did Yao Ming retire?",
+    "a basketball team in Los Angeles, California",
+    "What is the capital of France?",
+    "Translate the English sentence into Chinese.",
+    "How old is Barack Obama?",
+    "What are winters like in London vs New York?",
+    "Is working part-time a good idea for teenagers between 15 and 19 years old?",
+])
+def test_public_mentions_in_general_requests_are_left_alone(detector, text):
+    assert detector.analyze(text) == []
+
+
+@pytest.mark.parametrize("text, value, entity", [
+    ("my name is Ada Lovelace", "Ada Lovelace", "PERSON"),
+    ("Patient John Miller was diagnosed with type 2 diabetes last week.", "John Miller", "PERSON"),
+    ("Please ship the order to our customer at 2437 Main St, Springfield.", "2437 Main St", "LOCATION"),
+    ("My neighbour Tom Baker moved to Leeds.", "Tom Baker", "PERSON"),
+    ("Sometimes people call me Roland", "Roland", "PERSON"),
+])
+def test_names_and_places_in_personal_context_are_masked(detector, text, value, entity):
+    assert _found(detector, text).get(value) == entity
+
+
+@pytest.mark.parametrize("text, value, entity", [
+    ("What is the weather like at jane.doe@example.com?", "jane.doe@example.com", "EMAIL_ADDRESS"),
+    ("Which operator owns 0699 868 88 55?", "0699 868 88 55", "PHONE_NUMBER"),
+    ("Is 4111 1111 1111 1111 a valid card number?", "4111 1111 1111 1111", "CREDIT_CARD"),
+    ("Which bank has IBAN GB82WEST12345698765432?", "GB82WEST12345698765432", "IBAN_CODE"),
+    ("Explain what 536-22-8726 is.", "536-22-8726", "US_SSN"),
+    ("Why can't I ping 192.168.14.7?", "192.168.14.7", "IP_ADDRESS"),
+    ("What does driver's license number 6940579 tell you?", "6940579", "US_DRIVER_LICENSE"),
+])
+def test_direct_identifiers_are_masked_even_in_general_questions(detector, text, value, entity):
+    assert _found(detector, text).get(value) == entity
+
+
+def test_a_direct_identifier_makes_the_names_beside_it_personal(detector):
+    text = "Who is Maria Lopez? Her email is maria.lopez@example.org."
+    found = _found(detector, text)
+    assert found.get("Maria Lopez") == "PERSON" and found.get("maria.lopez@example.org") == "EMAIL_ADDRESS"
+
+
+def test_context_can_be_disabled_per_policy():
+    everything = PiiDetector(PiiDetectorConfig(**_block(context={"enabled": False})))
+    assert _found(everything, "What is the capital of France?") == {"France": "LOCATION"}
+
+
+def test_address_block_names_addressee_and_places(detector):
+    text = "Billing address: Ana Dias\n    31401 ul. Słowicza 10 Apt. 360\n   Wrocław\n    Poland 53-320"
+    found = _found(detector, text)
+    assert found.get("Ana Dias") == "PERSON"
+    assert found.get("Wrocław") == "LOCATION" and found.get("Poland") == "LOCATION"
+
+
+def test_address_block_recognizer_needs_a_street_line():
+    recognizer = AddressBlockRecognizer()
+    assert recognizer.analyze("Apples\nPears\nPlums", ["PERSON", "LOCATION"]) == []
+    block = "6614 Luite tee 87\n Apt. 931\n Salumäe\n Estonia 62031"
+    results = recognizer.analyze(block, ["PERSON", "LOCATION"])
+    assert [(r.entity_type, block[r.start:r.end]) for r in results] == [("LOCATION", "Salumäe"),
+                                                                         ("LOCATION", "Estonia")]
+
+
+@dataclass(frozen=True)
+class _Span:
+    entity_type: str
+    recognizer: str = "SpacyRecognizer"
+
+
+@pytest.mark.parametrize("text, cue", [
+    ("I think Paris is nice", "first_person"),
+    ("Tell your brother Tom", "second_person"),
+    ("the tenant in flat 3 is Tom", "relation"),
+    ("Tom lives at the end of the road", "phrase"),
+    ("Hi Victor, nice to meet", "greeting"),
+])
+def test_personal_cues(text, cue):
+    assert cue in ContextRule.from_config(ContextConfig()).personal_cues(text)
+
+
+def test_generic_you_and_plural_relations_are_no_cue():
+    rule = ContextRule.from_config(ContextConfig())
+    assert rule.personal_cues("What happens if you fly the US flag at night?") == []
+    assert rule.personal_cues("An actor with three marriages and five children, a former child-actor") == []
+
+
+def test_select_keeps_anchors_and_drops_public_mentions():
+    rule = ContextRule.from_config(ContextConfig())
+    place, email = _Span("LOCATION"), _Span("EMAIL_ADDRESS", "EmailRecognizer")
+    assert rule.select("Is Paris in France?", [place], "question") == []
+    assert rule.select("Paris is in France.", [place], "statement") == [place]
+    assert rule.select("Is Paris in a@b.c?", [place, email], "question") == [place, email]
+    street = _Span("LOCATION", "StreetAddressRecognizer")
+    assert rule.select("Who lives at 4 Privet Drive?", [street], "question") == [street]
