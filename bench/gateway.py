@@ -20,9 +20,10 @@ embedding cache answers):
 - stream: ``--streams`` sequential streamed completions: time to the first content chunk (TTFT)
   and to ``data: [DONE]`` (total), medians;
 - sonate only, the large-input case: small requests sent one at a time while another client
-  sends a 12 KB pathological prompt (issue 15's ``"a." * 6000 + "@"``) and then a 1 MB prompt
-  of prose, back to back; small requests' p50/p99 during vs idle (the c=1 figures), and the large
-  requests' latency and status;
+  sends, back to back, a 12 KB pathological prompt (issue 15's ``"a." * 6000 + "@"``), then a
+  150 KB prompt of prose (screened: within the default budget), then a 1 MB one (over the default
+  ``server.limits.max_screen_chars``: refused with 413); small requests' p50/p99 during vs idle
+  (``--requests / 2`` sequential ones just before), and the large requests' latency and status;
 - sonate only: seconds from spawn to ``/readyz`` 200, and the resident set size (RSS, MB; the
   process and its children, from /proc) after start and after the load.
 
@@ -66,6 +67,7 @@ PATHOLOGICAL = "a." * 6000 + "@"  # issue 15: the 12 KB prompt
 _PROSE = ("The committee met on Tuesday to review the quarterly figures, and after a long discussion "
           "about shipping costs it agreed to revisit the supplier contracts before the summer. ")
 LARGE = (_PROSE * (1_000_000 // len(_PROSE) + 1))[:1_000_000]  # 1 MB of ordinary prose
+MEDIUM = LARGE[:150_000]  # within the default screening budget (server.limits.max_screen_chars 200,000)
 
 
 # ---------------------------------------------------------------- the stub provider (own process)
@@ -403,7 +405,7 @@ async def measure(target: Target, args: argparse.Namespace) -> dict[str, Any]:
         results["stream"] = await streams(session, target, args.streams)
         if target.name == "sonate":
             results["idle"] = await sequential(session, target, args.requests // 2)
-            for name, text in (("large_12k", PATHOLOGICAL), ("large_1m", LARGE)):
+            for name, text in (("large_12k", PATHOLOGICAL), ("large_150k", MEDIUM), ("large_1m", LARGE)):
                 print(f"  {target.name}: {name} ...", flush=True)
                 results[name] = await large_input(session, target, text, args.large_repeat)
             results["rss_after_mb"] = rss_mb(target.process.pid)
@@ -440,7 +442,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         pad = " |" * (len(names) - 1)
         idle = sonate.get("idle", {})
         lines.append(f"| small requests idle, p50 / p99 |{pad} {_ms(idle.get('p50_ms'))} / {_ms(idle.get('p99_ms'))} |")
-        for key, label in (("large_12k", "12 KB pathological"), ("large_1m", "1 MB prose")):
+        for key, label in (("large_12k", "12 KB pathological"), ("large_150k", "150 KB prose"),
+                           ("large_1m", "1 MB prose")):
             case = sonate.get(key)
             if case:
                 small = case["small"]
@@ -469,7 +472,7 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
                    f"(goal <= 25 ms, ideally <= 5 ms)")
         out.append(f"p99 at c=1: {_ms(_dig(s, ('c1', 'p99_ms')))} (goal < 100 ms)")
         idle = _dig(s, ("idle", "p99_ms"))
-        for key in ("large_12k", "large_1m"):
+        for key in ("large_12k", "large_150k", "large_1m"):
             during = _dig(s, (key, "small", "p99_ms"))
             if idle and during:
                 out.append(f"{key}: small requests' p99 during / idle = {during / idle:.2f}x (goal <= 2x)")

@@ -1,7 +1,8 @@
 """Ledger benchmark: append throughput/latency (group commit) and Merkle proof cost at 10^6 entries.
 
     .venv/bin/python bench/ledger.py [--redis URL (default: its own redis-server)] [--seconds 8]
-        [--writers 1,4] [--concurrency 1,8] [--stores redis,sqlite] [--entries 1000000] [--samples 300]
+        [--writers 1,4] [--concurrency 1,8] [--stores redis,sqlite] [--aof] [--no-verify]
+        [--entries 1000000] [--samples 300] [--skip-appends] [--skip-proofs]
 
 1. **Appends**: 1 and 4 writer *processes* (each a real :class:`proxy.receipts.Ledger` with
    its own store connection), each running ``--concurrency`` tasks that append one-receipt
@@ -10,8 +11,8 @@
    nodes in one atomic compare-and-set; a process's concurrent appends are sealed and
    written together (group commit, :mod:`proxy.receipts.chain`). Reports receipts appended
    per second (all writers together), p50/p99 latency of one ``Ledger.append`` call (queueing
-   included) and the mean receipts per atomic write, against Redis and SQLite (WAL,
-   ``synchronous=FULL``). Each receipt is fresh (new receipt_id, request_id and hashes) but
+   included), the mean receipts per atomic write and the compare-and-sets lost per write
+   (each a wasted re-seal), against Redis and SQLite (WAL, ``synchronous=FULL``). Each receipt is fresh (new receipt_id, request_id and hashes) but
    built from a template outside the timed call: building receipts is the pipeline's cost.
    Afterwards the whole chain is verified (``verify_store``: every signature and link) and
    the Merkle tree checked (``verify_tree``) unless ``--no-verify``.
@@ -240,6 +241,8 @@ def main() -> None:
                         help="concurrent appending tasks per writer process, comma-separated")
     parser.add_argument("--stores", default="redis,sqlite", help="stores to measure: redis, sqlite")
     parser.add_argument("--no-verify", action="store_true", help="skip verifying every appended receipt")
+    parser.add_argument("--aof", action="store_true",
+                        help="own redis-server with the append-only file, appendfsync always (default: none)")
     parser.add_argument("--entries", type=int, default=1_000_000, help="tree size for the proof benchmark")
     parser.add_argument("--samples", type=int, default=300, help="proofs generated per kind")
     parser.add_argument("--skip-appends", action="store_true")
@@ -251,9 +254,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sonate-bench-"))
     own_redis = None
     if args.redis is None and "redis" in stores:  # never assume a system service: start one on a free port
-        own_redis = RedisServer(tmp / "redis", aof=False).start()
+        own_redis = RedisServer(tmp / "redis", aof=args.aof).start()
         args.redis = own_redis.url
-        print(f"Redis: a redis-server of its own at {args.redis} (no persistence)")
+        persistence = "AOF, appendfsync always" if args.aof else "no persistence"
+        print(f"Redis: a redis-server of its own at {args.redis} ({persistence})")
     namespaces: list[str] = []
 
     def url(kind: str, tag: str) -> str:

@@ -87,6 +87,10 @@ class LimitsConfig(_Strict):
     lane), so large inputs never hold the threads short ones need. Each lane admits its threads
     plus ``max_queued_screens`` (small lane) / ``max_queued_large_screens`` (large lane) waiting
     screens; beyond that → 503 ``overloaded`` with ``Retry-After``, never an unbounded wait.
+    ``max_screen_chars`` is the per-request screening budget: a request with more client-written
+    text is refused with 413 ``input_too_large`` before any detector runs (0: no budget); it bounds
+    the seconds one request can hold a detector thread (about 50 µs per character of prose on one
+    core of the reference machine, most of it spaCy NER).
     """
 
     max_concurrent_per_key: int = Field(16, ge=0)
@@ -96,6 +100,7 @@ class LimitsConfig(_Strict):
     large_input_threads: int = Field(1, ge=0, le=16)
     max_queued_screens: int = Field(64, ge=0)
     max_queued_large_screens: int = Field(16, ge=0)
+    max_screen_chars: int = Field(200_000, ge=0)
 
 
 class ServerConfig(_Strict):

@@ -8,7 +8,8 @@ The ``sonate eval`` and ``sonate train`` commands (:mod:`proxy.cli.evaluate`,
 - :mod:`.client`: the one client of a running proxy (no retries; see its docstring).
 - Guardrail evaluation: :mod:`.guardrails` (items through the engine in-process or through a
   proxy), :mod:`.metrics` (span matching, F-beta, latency percentiles, Wilson proportions),
-  :mod:`.report` (JSON report and its Markdown tables).
+  :mod:`.utility` (the false-intervention side: what happens to ordinary prompts),
+  :mod:`.report` (JSON report and its Markdown tables: both sides of every policy, the utility row).
 - FAR-H: :mod:`.claims` (claim mining), :mod:`.claim_spans` (model-assisted span pass),
   :mod:`.oracle` (HaluEval/TruthfulQA oracle, regex rules, validators), :mod:`.hallucination`
   (scoring and the result), :mod:`.farh_run` (the steps of a run).

@@ -209,14 +209,21 @@ def _side_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], kind: str
 
 
 def _privacy_side_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Privacy's span-level sides: gold spans found (caught) and predicted spans that are no gold PII."""
+    """Privacy's span-level sides: gold spans found (caught) and predicted spans that are no gold PII;
+    ``seen`` counts texts (of ``texts``), not spans."""
     overall, base = section["overall"], {"policy": "privacy", "dataset": "presidio", "kind": section["kind"],
-                                         "seen": section["seen"]}
-    precision = overall["precision"]
-    false_spans = proportion(precision["n"] - precision["k"], precision["n"]).as_dict()
-    return [{**base, "side": "caught", "subset": "pii spans", "metric": "span recall", **overall["recall"]},
-            {**base, "side": "wrongly touched", "subset": "predicted spans", "metric": "false spans (1 − precision)",
-             **false_spans}]
+                                         "seen": section["seen"], "texts": section["texts"]}
+    def false_spans(scores: dict[str, Any]) -> dict[str, Any]:
+        precision = scores["precision"]
+        return proportion(precision["n"] - precision["k"], precision["n"]).as_dict()
+
+    caught = {**base, "side": "caught", "subset": "pii spans", "metric": "span recall", **overall["recall"]}
+    wrong = {**base, "side": "wrongly touched", "subset": "predicted spans", "metric": "false spans (1 − precision)",
+             **false_spans(overall)}
+    if "held_out" in section:  # mixed: the figures on the texts not tuned on
+        caught["held_out"] = section["held_out"]["overall"]["recall"]
+        wrong["held_out"] = false_spans(section["held_out"]["overall"])
+    return [caught, wrong]
 
 
 def both_sides(items: Sequence[Item], outcomes: Sequence[ItemOutcome], provenances: Sequence[Provenance],
@@ -378,7 +385,8 @@ def _kind_text(row: dict[str, Any]) -> str:
     kind = row.get("kind", "unknown")
     if kind in ("held-out", "unknown"):
         return kind
-    text = f"{kind} ({row['seen']}/{row['n']} seen)"
+    text = (f"{kind} ({row['seen']}/{row['texts']} texts seen)" if "texts" in row
+            else f"{kind} ({row['seen']}/{row['n']} seen)")
     if "held_out" in row:
         h = row["held_out"]
         text += f"; held-out part {h['k']}/{h['n']} = {pct(h['rate'])} {ci(h)}"

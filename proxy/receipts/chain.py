@@ -88,7 +88,7 @@ class Ledger:
         max_batch: int = 64,
         signer_source: Callable[[], Signer] | None = None,
         contended_s: float = 1.0,
-        turn_timeout_s: float = 0.02,
+        turn_timeout_s: float = 0.05,
     ) -> None:
         """Bind a store and a signer; no I/O happens here.
 

@@ -103,7 +103,8 @@ async def build_services(config: Config) -> Services:
     limits = config.server.limits
     large = _large_lane(limits.large_input_threads, engine)
     lanes = ScreenLanes(executor, config.server.detector_threads + limits.max_queued_screens, large,
-                        limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars)
+                        limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars,
+                        max_chars=limits.max_screen_chars)
     metrics = Metrics()
     ledger = Ledger(store, signer, signer_source=keyring.current)
     gateway = Gateway(config, engine, upstream, ledger, metrics, executor,
@@ -117,8 +118,11 @@ async def build_services(config: Config) -> Services:
 async def warm_up_upstream(upstream: Upstream) -> None:
     """Run each route's litellm code path once with a mocked answer (no provider is called), so the
     first real request does not pay litellm's lazy imports, provider set-up and price-map lookups
-    (issue 9 "Find the stalls": the first request took 1.5 s of event-loop time). Failures are
+    and the OpenAI SDK's resource modules (issue 9 "Find the stalls": the first request held the
+    event loop for 1.5 s importing them). Failures are
     logged and ignored: a route that cannot be warmed still works, only its first call is slower."""
+    import openai.resources  # noqa: F401  (imported by litellm's first real provider call: ~1.5 s of pydantic models)
+
     messages = [{"role": "user", "content": "warm up"}]
     for name in list(upstream.routes):
         try:

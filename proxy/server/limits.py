@@ -29,7 +29,8 @@ from typing import Any
 
 from proxy.server.errors import GatewayError
 
-__all__ = ["KeyLimiter", "Lease", "ScreenLanes", "TokenBucket", "overloaded", "rate_limited", "text_chars"]
+__all__ = ["KeyLimiter", "Lease", "ScreenLanes", "TokenBucket", "overloaded", "rate_limited", "text_chars",
+           "too_large_to_screen"]
 
 
 def _retry_after(seconds: float) -> str:
@@ -43,6 +44,16 @@ def rate_limited(message: str, seconds: float) -> GatewayError:
     wait = _retry_after(seconds)
     return GatewayError(429, f"{message} Please try again in {wait}s.", "requests", "rate_limit_exceeded",
                         result="rate_limited", headers={"Retry-After": wait})
+
+
+def too_large_to_screen(chars: int, limit: int) -> GatewayError:
+    """HTTP 413 (type ``invalid_request_error``, code ``input_too_large``): the client-written text
+    (``chars`` characters) exceeds the per-request screening budget ``limit``; the request is
+    refused before any detector runs and never forwarded unscreened (issue 9 "Bounded work per
+    request"). Counted as ``sonate_requests_total{result="client_error"}``."""
+    return GatewayError(413, f"The messages hold {chars} characters of text; the guardrails screen at most {limit} "
+                             f"per request (server.limits.max_screen_chars). Send less text per request.",
+                        "invalid_request_error", "input_too_large")
 
 
 def overloaded(message: str, seconds: float = 1.0) -> GatewayError:
@@ -179,15 +190,17 @@ class ScreenLanes:
 
     A lane admits ``small_slots`` / ``large_slots`` screens at once (its threads plus its queue);
     :meth:`run` with ``admit=True`` raises :func:`overloaded` beyond that, with ``admit=False``
-    (the output screen of a request already admitted) it queues.
+    (the output screen of a request already admitted) it queues. An admitted screen of more than
+    ``max_chars`` characters (0: no budget) is refused with :func:`too_large_to_screen`.
     """
 
     def __init__(self, small: Executor | None, small_slots: int, large: Executor | None = None,
-                 large_slots: int = 1, large_chars: int = 0) -> None:
+                 large_slots: int = 1, large_chars: int = 0, max_chars: int = 0) -> None:
         """No I/O; the executors belong to the caller (it shuts them down)."""
         self.small = _Lane("small", small, small_slots)
         self.large = _Lane("large", large, large_slots) if large is not None else None
         self.large_chars = large_chars
+        self.max_chars = max_chars
 
     def lane(self, chars: int) -> _Lane:
         """The lane for work on ``chars`` characters of text."""
@@ -196,8 +209,10 @@ class ScreenLanes:
         return self.small
 
     async def run(self, fn: Callable[..., Any], *args: Any, chars: int, admit: bool = True) -> Any:
-        """``fn(*args)`` in the lane for ``chars`` characters; GatewayError 503 when ``admit`` and the
-        lane is full (no unbounded queue behind busy detector threads)."""
+        """``fn(*args)`` in the lane for ``chars`` characters. With ``admit``: GatewayError 413 over the
+        ``max_chars`` budget, 503 when the lane is full (no unbounded queue behind busy detector threads)."""
+        if admit and self.max_chars and chars > self.max_chars:
+            raise too_large_to_screen(chars, self.max_chars)
         lane = self.lane(chars)
         if admit and lane.busy >= lane.slots:
             raise overloaded(f"The guardrail detectors are saturated ({lane.name} inputs).")

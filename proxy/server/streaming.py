@@ -206,9 +206,9 @@ class StreamedAnswer:
                 observe.labels(self.x.req.model).observe(self._first_content - self.x.started)
         self.delivered.append(piece)
 
-    def _usage(self) -> dict[str, int]:
-        usage = self.usage or {}
-        return {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    def _usage(self) -> dict[str, Any]:
+        """The provider's usage object as received (zeros when it sent none)."""
+        return self.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
     # -- receipts ---------------------------------------------------------------------------------
     def body(self) -> dict[str, Any]:

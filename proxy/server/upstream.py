@@ -99,6 +99,11 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return obj.model_dump(exclude_none=True) if hasattr(obj, "model_dump") else dict(obj)
 
 
+def _has_content(chunk: Any) -> bool:
+    """True when a litellm stream chunk carries content text in one of its choices."""
+    return any(getattr(getattr(c, "delta", None), "content", None) for c in getattr(chunk, "choices", None) or [])
+
+
 class UpstreamStream:
     """An open provider stream: ``async for chunk in stream`` yields each ``chat.completion.chunk``
     as a plain dict as it arrives; :meth:`result` assembles the call afterwards; :meth:`aclose`
@@ -118,8 +123,7 @@ class UpstreamStream:
         try:
             async for chunk in self._stream:
                 self._chunks.append(chunk)
-                if self.ttft_seconds is None and any(
-                        getattr(getattr(c, "delta", None), "content", None) for c in getattr(chunk, "choices", None) or []):
+                if self.ttft_seconds is None and _has_content(chunk):
                     self.ttft_seconds = time.perf_counter() - self._started
                 yield _as_dict(chunk)
         except Exception as exc:

@@ -8,6 +8,7 @@ wall-clock thresholds.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -154,6 +155,26 @@ def test_provider_error_mid_stream_is_an_error_event_after_the_receipt(proxy, up
     status, receipt = get_receipt(proxy, response.headers["x-sonate-receipt-id"])
     assert status == 200 and receipt["evidence"]["stream"]["ended"] == "upstream_error"
     assert receipt["evidence"]["stream"]["delivered_chars"] == len(content_of(events))
+
+
+def test_client_that_goes_away_still_gets_a_receipt_of_what_it_received(proxy, upstream):
+    """The client closes the connection after the first content chunk: the proxy stops reading the
+    provider and appends the receipt of what had been written (``ended: client_disconnected``)."""
+    upstream.queue(Reply(chunks=[f"part{i} " for i in range(8)], chunk_delay=0.2))
+    body = {"model": "stub", "messages": [{"role": "user", "content": "Go slowly"}], "stream": True}
+    with httpx.stream("POST", proxy.v1 + "/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as response:
+        receipt_id = response.headers["x-sonate-receipt-id"]
+        for line in response.iter_lines():
+            if line.startswith("data: ") and "part0" in line:
+                break  # leave: the connection closes with the block
+    deadline = time.monotonic() + 30
+    while (status := get_receipt(proxy, receipt_id)[0]) != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status == 200
+    receipt = get_receipt(proxy, receipt_id)[1]
+    assert receipt["evidence"]["stream"]["ended"] == "client_disconnected"
+    assert receipt["evidence"]["stream"]["delivered_chars"] < len("".join(f"part{i} " for i in range(8)))
 
 
 # ---- fail_closed: the append is refused after the stream started (Redis ACL, as tests/e2e/test_faults.py)

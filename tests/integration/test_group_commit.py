@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from proxy.receipts import Ledger, LedgerConflict, Signer, verify_store
+from proxy.receipts import Ledger, LedgerConflict, Signer, entry_hash, verify_store
 from proxy.receipts.sealing import PreparedReceipt
 from proxy.storage.base import LedgerStore
 from proxy.tlog import merkle
@@ -71,6 +71,10 @@ async def test_lost_race_returns_the_head_and_compact_range(store: LedgerStore, 
     stored = await store.get_nodes(merkle.frontier_ids(current.height + 1))
     assert outcome.frontier == stored  # the loser can extend the tree without reading it
     assert (await store.head()) == current and await store.get_by_id(sealed.receipt["receipt_id"]) is None
+    resealed = PreparedReceipt(sealed.receipt).seal(current.height + 1, current.entry_hash, signer)
+    won = await store.compare_and_append([resealed.receipt], current, encoded=[resealed.encoded])
+    assert won.appended is True and won.head == await store.head()
+    assert won.head.entry_hash == resealed.entry_hash
 
 
 @both
@@ -159,3 +163,30 @@ async def test_listeners_hear_each_write(store: LedgerStore, signer: Signer) -> 
     assert sizes[-1] == 11 and sizes == sorted(sizes) and len(sizes) == ledger.writes
     assert sorted((r for batch in written for r in batch), key=lambda r: r["ledger_height"]) == \
         await store.range(0, 11)
+
+
+redis_only = pytest.mark.parametrize("ledger_url", ["redis"], indirect=True)
+
+
+@redis_only
+async def test_contended_writers_take_turns_and_survive_lost_and_stale_tokens(
+    store: LedgerStore, signer: Signer, keys: dict[str, bytes]
+) -> None:
+    a = Ledger(store, signer, turn_timeout_s=0.05)
+    b = Ledger(store, signer, turn_timeout_s=0.05)
+    await a.append([make_receipt()])
+    await b.append([make_receipt()])
+    await a.append([make_receipt()])  # a lost a race: contended, it takes turns from now on
+    assert a.lost_races == 1
+    turn = await store.take_turn(0.05)  # a's append handed the token on with the head it wrote
+    assert turn is not None and turn[0] == await store.head()
+    assert turn[1] == await store.get_nodes(merkle.frontier_ids(3))
+    # No token at all (its holder was killed): a waits turn_timeout_s, then appends on what it knows.
+    await a.append([make_receipt()])
+    # A stale token (another writer moved the head since): the compare-and-set refuses it; a retries.
+    await b.append([make_receipt()])
+    stale = await store.get_by_height(1)
+    await store._redis.delete(store.key("turn"))
+    await store._redis.rpush(store.key("turn"), f"1|{entry_hash(stale)}|")
+    await asyncio.gather(*(ledger.append([make_receipt()]) for ledger in (a, b, a, b)))
+    await _assert_whole(store, keys, 9)

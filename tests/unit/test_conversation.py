@@ -166,3 +166,14 @@ def test_turns_and_replies_are_read_from_the_policies_templates():
     messages = [{"role": "system", "content": "Be brief."}, user("a"), assistant("No."), user("b")]
     assert current_turn_start(messages) == 3 and current_turn_start([]) == 0
     assert [(s.start, s.end) for s in settled_turns(messages, replies, lambda _t: None)] == [(1, 3)]
+
+
+def test_recorded_verdicts_live_in_the_bounded_scan_cache():
+    from proxy.guardrails.cache import ScanCache
+
+    cache = ScanCache(max_entries=2)
+    cache.put("verdict", "a", "refuse")
+    assert cache.get("verdict", "a") == "refuse" and cache.get("other", "a") is None
+    cache.put("verdict", "b", "escalate")
+    cache.put("verdict", "c", "refuse")
+    assert cache.get("verdict", "a") is None and cache.get("verdict", "c") == "refuse"  # LRU bound

@@ -110,3 +110,23 @@ def test_utility_target_is_judged_on_the_held_out_part_when_some_prompts_were_tr
     assert utility["held_out"] == proportion(1, 4).as_dict()  # the refused "sky" prompt left out
     assert utility["target"]["on"] == "held-out" and utility["target"]["actual"] == 0.25
     assert "mixed (1/5 seen); held-out part 1/4 = 25.0%" in render_markdown(report)
+
+
+def test_privacy_sides_count_spans_and_label_by_texts():
+    from proxy.evaluation.metrics import Span
+
+    items = [Item("presidio", "pii", "privacy", "Call Ada on 555-0100", True, "p.json:1",
+                  (Span("PERSON", 5, 8), Span("PHONE_NUMBER", 12, 20))),
+             Item("presidio", "pii", "privacy", "Meet me in Oslo", True, "p.json:2", (Span("LOCATION", 11, 15),))]
+    outcomes = [ItemOutcome("mask", False, False, None, (Span("PHONE_NUMBER", 12, 20), Span("DATE_TIME", 0, 4)),
+                            0.01, (MASK,)),
+                ItemOutcome("mask", False, False, None, (Span("LOCATION", 11, 15),), 0.01, (MASK,))]
+    tuned = Provenance("ctx", "privacy", "tuned", {row_hash("Meet me in Oslo"): "presidio"})
+    report = build_report(items, outcomes, meta={"mode": "in-process"}, latency_measures="t", mapping={},
+                          provenances=[tuned])
+    caught, wrong = report["both_sides"]["privacy"]
+    assert (caught["side"], caught["k"], caught["n"]) == ("caught", 2, 3)  # gold spans found
+    assert (wrong["side"], wrong["k"], wrong["n"]) == ("wrongly touched", 1, 3)  # DATE_TIME is no gold span
+    assert (caught["kind"], caught["seen"], caught["texts"]) == ("mixed", 1, 2)
+    assert caught["held_out"] == proportion(1, 2).as_dict() and wrong["held_out"] == proportion(1, 2).as_dict()
+    assert "mixed (1/2 texts seen); held-out part 1/2 = 50.0%" in render_markdown(report)

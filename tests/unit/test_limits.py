@@ -150,3 +150,22 @@ async def test_lanes_route_by_size_and_refuse_beyond_the_queue() -> None:
     finally:
         gate.set()
         small.shutdown(), large.shutdown()
+
+
+async def test_a_screen_over_the_budget_is_refused_before_any_detector_runs() -> None:
+    pool = ThreadPoolExecutor(1, "small")
+    lanes = ScreenLanes(pool, small_slots=4, max_chars=1000)
+    ran: list[int] = []
+    try:
+        with pytest.raises(GatewayError) as refused:
+            await lanes.run(ran.append, 1, chars=1001)
+        assert (refused.value.status, refused.value.type, refused.value.code) == (413, "invalid_request_error",
+                                                                                 "input_too_large")
+        assert "1001" in refused.value.message and "1000" in refused.value.message
+        assert ran == [] and lanes.small.busy == 0
+        await lanes.run(ran.append, 2, chars=1000)  # at the budget: screened
+        await lanes.run(ran.append, 3, chars=50_000, admit=False)  # output screens are never refused
+        assert ran == [2, 3]
+        assert LimitsConfig().max_screen_chars == 200_000 and LimitsConfig(max_screen_chars=0).max_screen_chars == 0
+    finally:
+        pool.shutdown()

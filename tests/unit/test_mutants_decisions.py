@@ -95,7 +95,8 @@ def test_privacy_decision_records_offsets_never_values() -> None:
     decision = privacy_decision(policy, "input", [0, 1, 1], spans, _Detector(),
                                 fields=["content", "content", "tool_calls.0.function.arguments"],
                                 piece_numbers=[4, 5, 6])
-    assert (decision.kind, decision.stage, decision.action, decision.scores) == ("privacy", "input", "mask", {})
+    assert (decision.policy_id, decision.kind, decision.stage, decision.action, decision.scores) == (
+        "privacy", "privacy", "input", "mask", {})
     assert decision.evidence == {
         "stage": "input",
         "entity_types": ["EMAIL_ADDRESS", "PERSON", "PHONE_NUMBER"],
@@ -119,22 +120,26 @@ def test_compliance_escalation_and_notice_evidence() -> None:
     policy = CompliancePolicy(id="compliance", kind="compliance", stages=["input"])
     result = SimpleNamespace(domain="health", scores={"health": 0.81234, "general": 0.1}, ambiguous=0)
     escalated = escalation_decision(policy, result, "high", "esc_1", _Detector())
-    assert (escalated.kind, escalated.stage, escalated.action) == ("compliance", "input", "escalate")
+    assert (escalated.policy_id, escalated.kind, escalated.stage, escalated.action) == (
+        "compliance", "compliance", "input", "escalate")
     assert escalated.scores == {"general": "0.1000", "health": "0.8123"}
     assert escalated.evidence == {"domain": "health", "confidence": "high", "routing": "human",
                                   "escalation_id": "esc_1", "ambiguous": False,
                                   "detector": {"name": "stub-detector", "version": "1.2"}}
     noticed = notice_decision(policy, result, "low", _Detector())
-    assert (noticed.kind, noticed.stage, noticed.action) == ("compliance", "input", "allow")
+    assert (noticed.policy_id, noticed.kind, noticed.stage, noticed.action) == ("compliance", "compliance", "input", "allow")
     assert noticed.scores == escalated.scores
     assert noticed.evidence == {"domain": "health", "confidence": "low", "routing": "model", "notice": True,
                                 "ambiguous": True, "detector": {"name": "stub-detector", "version": "1.2"}}
+    ambiguous = SimpleNamespace(domain="legal", scores={"legal": 0.55}, ambiguous=1)
+    assert escalation_decision(policy, ambiguous, "low", "esc_2", _Detector()).evidence["ambiguous"] is True
 
 
 def test_summary_decision_records_hash_and_token_counts() -> None:
     policy = ContinuityPolicy(id="continuity", kind="continuity", stages=["input"], max_tokens=1000)
     decision = summary_decision(policy, "sha256:ab", 1500, 300, 6)
-    assert (decision.kind, decision.stage, decision.action, decision.scores) == ("continuity", "input", "summarize", {})
+    assert (decision.policy_id, decision.kind, decision.stage, decision.action, decision.scores) == (
+        "continuity", "continuity", "input", "summarize", {})
     assert decision.evidence == {"continuity": True, "summary_hash": "sha256:ab", "tokens_before": 1500,
                                  "tokens_after": 300, "max_tokens": 1000, "summarized_messages": 6}
 

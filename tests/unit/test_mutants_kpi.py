@@ -116,3 +116,50 @@ def test_report_window_is_start_inclusive_end_exclusive() -> None:
     assert not _in_window(end, start, end)
     assert _in_window("2026-11-07T23:59:59.999Z", start, end)
     assert not _in_window("2026-10-31T23:59:59.999Z", start, end)
+
+
+# -- audit depth (docs/architecture.md "Metric conventions") ------------------------------------
+
+from proxy.kpi.audit_depth import evidence_present  # noqa: E402
+
+
+def test_evidence_counts_top_level_and_evidence_fields_but_not_empty_ones() -> None:
+    """A field counts at the top level or inside ``evidence``; None, "", {} and [] do not count."""
+    required = ["policy_id", "guardrail_action", "categories", "spans", "detector", "note"]
+    receipt = {"policy_id": "safety", "guardrail_action": "",
+               "evidence": {"categories": ["toxicity"], "spans": [], "detector": {}, "note": None,
+                            "guardrail_action": "refuse"}}
+    assert evidence_present(receipt, required) == 2
+    assert evidence_present({"policy_id": "p"}, ["policy_id"]) == 1
+    assert evidence_present({"evidence": {"policy_id": "p"}}, ["policy_id"]) == 1
+    assert evidence_present({"policy_id": 0, "evidence": None}, ["policy_id", "x"]) == 1
+    assert evidence_present({}, []) == 0
+
+
+# -- stats (methodology "TIS", "Statistics") ----------------------------------------------------
+
+from proxy.kpi import stats  # noqa: E402
+
+
+@pytest.mark.parametrize("bad", [True, False, "0.5", None, 1.0001, -0.0001, float("nan")])
+def test_tis_refuses_components_that_are_not_proportions(bad: object) -> None:
+    """Booleans and numeric strings are not components (a True would pass for 1.0)."""
+    with pytest.raises(ValueError, match="TIS component"):
+        stats.tis(bad, 1.0, 1.0, 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="TIS component ad"):
+        stats.tis(1.0, 1.0, 1.0, bad)  # type: ignore[arg-type]
+
+
+def test_resolve_records_the_lead_and_the_final_outcome() -> None:
+    """A disputed item resolved by the lead keeps who decided, their verdict and when."""
+    from proxy.kpi.adjudication import resolve
+
+    item, _ = record_pass(_item(), reviewer="ann", verdict=_verdict(True), ts="t1", nonce=_NONCE_A)
+    item, _ = record_pass(item, reviewer="bob", verdict=_verdict(False), ts="t2", nonce=_NONCE_B)
+    assert item["status"] == "disputed" and final_outcome(item) is None
+    lead_verdict = _verdict(False)
+    resolved = resolve(item, lead="lea", verdict=lead_verdict, ts="t3")
+    assert resolved["status"] == "resolved"
+    assert resolved["lead"] == {"reviewer": "lea", "verdict": lead_verdict.model_dump(), "ts": "t3"}
+    assert final_outcome(resolved)["decided_by"] == "lead" and final_outcome(resolved)["ts"] == "t3"
+    assert final_outcome(resolved)["label"] == "unnecessary_apology"

@@ -36,6 +36,8 @@ def _found(detector: PiiDetector, text: str) -> dict[str, str]:
     "How old is Barack Obama?",
     "What are winters like in London vs New York?",
     "Is working part-time a good idea for teenagers between 15 and 19 years old?",
+    "Tell me about the history of Rome.",
+    "Question: Who painted the Mona Lisa in Florence?",
 ])
 def test_public_mentions_in_general_requests_are_left_alone(detector, text):
     assert detector.analyze(text) == []
@@ -47,6 +49,9 @@ def test_public_mentions_in_general_requests_are_left_alone(detector, text):
     ("Please ship the order to our customer at 2437 Main St, Springfield.", "2437 Main St", "LOCATION"),
     ("My neighbour Tom Baker moved to Leeds.", "Tom Baker", "PERSON"),
     ("Sometimes people call me Roland", "Roland", "PERSON"),
+    ("Mr. Rangel flew to HORTEN on Monday morning.", "HORTEN", "LOCATION"),
+    ("Bot: What's the name on the account? User: Eve Magrath", "Eve Magrath", "PERSON"),
+    ("Can you recommend restaurants in Paris for my trip?", "Paris", "LOCATION"),
 ])
 def test_names_and_places_in_personal_context_are_masked(detector, text, value, entity):
     assert _found(detector, text).get(value) == entity
@@ -104,6 +109,7 @@ class _Span:
     ("the tenant in flat 3 is Tom", "relation"),
     ("Tom lives at the end of the road", "phrase"),
     ("Hi Victor, nice to meet", "greeting"),
+    ("Name: Ana\nAddress: somewhere", "record_field"),
 ])
 def test_personal_cues(text, cue):
     assert cue in ContextRule.from_config(ContextConfig()).personal_cues(text)
@@ -112,6 +118,8 @@ def test_personal_cues(text, cue):
 def test_generic_you_and_plural_relations_are_no_cue():
     rule = ContextRule.from_config(ContextConfig())
     assert rule.personal_cues("What happens if you fly the US flag at night?") == []
+    assert rule.personal_cues("Tell me where I can see the Northern Lights; can I go in May?") == []
+    assert rule.personal_cues("Complete the name: New what?") == []
     assert rule.personal_cues("An actor with three marriages and five children, a former child-actor") == []
 
 
@@ -123,3 +131,21 @@ def test_select_keeps_anchors_and_drops_public_mentions():
     assert rule.select("Is Paris in a@b.c?", [place, email], "question") == [place, email]
     street = _Span("LOCATION", "StreetAddressRecognizer")
     assert rule.select("Who lives at 4 Privet Drive?", [street], "question") == [street]
+
+
+def test_rows_file_of_the_context_rules_covers_every_presidio_row(tmp_path):
+    """The context rules were written reading every development row: the rows file says so."""
+    from proxy.evaluation.data import load_builtin
+    from proxy.evaluation.provenance import read_rows_file
+    from proxy.evaluation.training_privacy import privacy_context_rows
+
+    data = ROOT.parent / "shared" / "data"
+    if not (data / "presidio").is_dir():
+        pytest.skip("no development data beside the project")
+    out = privacy_context_rows(data, tmp_path / "privacy-context.rows.json")
+    assert out["policy"] == "privacy" and out["how"] == "tuned" and out["out_of_fold"] == {}
+    seen = read_rows_file(tmp_path / "privacy-context.rows.json")
+    presidio = [i for i in load_builtin(data)[0] if i.dataset == "presidio"]
+    assert presidio and all(seen.seen(i.text) for i in presidio)
+    shipped = ROOT / "proxy" / "guardrails" / "artefacts" / "privacy-context.rows.json"
+    assert (tmp_path / "privacy-context.rows.json").read_text() == shipped.read_text()

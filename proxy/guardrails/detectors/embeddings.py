@@ -35,6 +35,9 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
 MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of the model
 BATCH = 32
+#: Upper bound of batch × sequence² per ONNX call (4 sequences of 256 tokens): attention tensors grow
+#: with it, and memory the allocator took once stays resident, so long texts go in small batches.
+ATTENTION_BUDGET = 4 * MAX_SEQ_LENGTH ** 2
 #: ONNX Runtime threads per call (each concurrent call gets its own; the machine's cores are
 #: shared between the detector threads, so one per call keeps calls from fighting).
 INTRA_OP_THREADS = int(os.environ.get("SONATE_EMBED_THREADS", "1"))
@@ -107,22 +110,29 @@ class OnnxEncoder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = INTRA_OP_THREADS
         options.inter_op_num_threads = 1
+        options.enable_cpu_mem_arena = False  # an arena keeps the largest batch's tensors resident
         self.session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
         self.tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts`` in batches of :data:`BATCH` (sorted by length, as sentence-transformers does)."""
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        """Embed ``texts``, longest first, in batches of at most :data:`BATCH` texts and
+        :data:`ATTENTION_BUDGET` batch × tokens² (sentence-transformers sorts by length the same way)."""
+        encodings = self.tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-        for start in range(0, len(order), BATCH):
-            chosen = order[start:start + BATCH]
+        start = 0
+        while start < len(order):
+            longest = len(encodings[order[start]].ids)
+            size = max(1, min(BATCH, ATTENTION_BUDGET // max(1, longest * longest)))
+            chosen = order[start:start + size]
             out[chosen] = self._batch([texts[i] for i in chosen])
+            start += size
         return out
 
     def _batch(self, texts: list[str]) -> np.ndarray:
-        encodings = self.tokenizer.encode_batch(texts)
+        encodings = self.tokenizer.encode_batch(texts)  # padded to this batch's longest
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         types = np.array([e.type_ids for e in encodings], dtype=np.int64)

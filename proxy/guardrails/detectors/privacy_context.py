@@ -16,11 +16,13 @@ entity. The detector's spans fall into three groups (configured in ``policies/pr
 Cues (:func:`personal_cues`), all plain regular expressions over the text (no I/O, linear
 time):
 
-- first person ("I", "my", "me", "we", "our", lower-case "us");
+- first person ("I", "my", "me", "we", "our", lower-case "us") beyond the writer's requests to
+  the assistant ("tell me", "can I", "let's");
 - second person addressed to someone ("your", "you" outside the generic "if you", "can you",
   "do you", "would you"... of a general question);
 - a relation word (patient, customer, employee, tenant, neighbour, my wife, ...), configurable;
-- an honorific (Mr., Mrs., Ms., Dr.) or a speaker label / greeting ("Alice:", "Hi Victor,");
+- an honorific (Mr., Mrs., Ms., Dr.) or a greeting ("Hi Victor,", "Dear Ms. Lee");
+- a field of a record about a person ("Name:", "Address:", "User:", "Where:");
 - a personal verb phrase (lives at/in, born on, was born, contact, address).
 
 A public mention in a general question ("in which year did Yao Ming retire?", "What is the
@@ -80,6 +82,8 @@ class ContextConfig(BaseModel):
         personal_phrases: words or phrases (lower case) that make a text personal anywhere.
         second_person: True counts a "you"/"your" addressed to someone as a cue (generic
             "if you", "can you", "do you" ... are never cues).
+        general_moods: moods (:func:`text_mood`) of a general request, whose quasi-identifiers
+            need a cue; any other mood (a statement) masks them.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -101,6 +105,11 @@ class _Span(Protocol):
 
 
 _FIRST_PERSON = re.compile(r"\b(?:I|us)\b|\b(?i:i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|our|ours)\b")
+# the writer asking the assistant, not about themselves: "tell me", "can I", "would I"
+_GENERIC_FIRST_PERSON = re.compile(
+    r"\b(?i:tell|give|show|help|let|teach|explain to|remind|recommend|suggest to|find|get|bring)\s+me\b"
+    r"|\b(?i:can|could|should|do|does|would|will|shall|may|might|must|where|how|what|when|why)\s+I\b"
+    r"|\b(?i:let's|let us)\b")
 # generic "you" of a general question / instruction: not a cue
 _GENERIC_YOU = re.compile(
     r"(?i:\b(?:if|can|could|do|does|would|will|should|did|when|what|where|how|whether|"
@@ -108,7 +117,14 @@ _GENERIC_YOU = re.compile(
 _SECOND_PERSON = re.compile(r"(?i:\byour\b|\byou\b)")
 _GREETING = re.compile(
     r"(?-i:\b(?:Mr|Mrs|Ms|Dr|Miss)\.?\s+[A-Z]|\b(?i:hi|hello|hey|dear)\s+[A-Z][\w'-]+\s*[,!:]"
-    r"|^[A-Z][\w'-]+(?: [A-Z][\w'-]+)?\s*:\s|\b(?i:ms|mr|mrs)\.\s*[a-z])", re.MULTILINE)
+    r"|\b(?i:ms|mr|mrs)\.\s*[a-z])")
+
+# a field of a record about a person: "Name: ...", "Address: ...", "User: ...", "Where: ..."
+_FIELDS = ("Full name", "First name", "Last name", "Name", "Address", "User", "Customer", "Patient", "Client",
+           "Employee", "Guest", "DOB", "Date of birth", "Where", "When")
+_RECORD_FIELD = re.compile(
+    r"(?im:^[\s>*-]*(?:" + "|".join(_FIELDS) + r")\s*:)"  # any case at a line start
+    r"|(?<!\w)(?:" + "|".join(_FIELDS) + r")\s*:")  # capitalised anywhere ("... User: Eve")
 
 
 def _alternation(words: Iterable[str]) -> str:
@@ -147,7 +163,7 @@ class ContextRule:
     def personal_cues(self, text: str) -> list[str]:
         """Names of the personal-context cues found in ``text`` (empty: a general text)."""
         cues = []
-        if _FIRST_PERSON.search(text):
+        if len(_FIRST_PERSON.findall(text)) > len(_GENERIC_FIRST_PERSON.findall(text)):
             cues.append("first_person")
         if self.second_person and len(_SECOND_PERSON.findall(text)) > len(_GENERIC_YOU.findall(text)):
             cues.append("second_person")
@@ -157,6 +173,8 @@ class ContextRule:
             cues.append("phrase")
         if _GREETING.search(text):
             cues.append("greeting")
+        if _RECORD_FIELD.search(text):
+            cues.append("record_field")
         return cues
 
     def _always(self, span: _Span) -> bool:

@@ -1,0 +1,47 @@
+"""The serving process never loads torch (issue 9 "Memory and start-up": torch alone is hundreds of MB
+of resident memory and seconds of start-up).
+
+A child Python does what ``sonate serve`` does before building its services
+(``offline.keep_torch_out_of_presidio()``, then the server modules, whose guardrails import
+presidio and spaCy), embeds a text, and reports whether torch or transformers got imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.models
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import json, sys
+from proxy import offline
+offline.keep_torch_out_of_presidio()
+import proxy.server.app  # noqa: F401  (guardrails → presidio → spaCy/thinc)
+import presidio_analyzer, spacy  # noqa: F401
+from proxy.guardrails.detectors import embeddings
+vector = embeddings.embed(["Is torch loaded?"])
+print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,
+                  "shape": list(vector.shape)}))
+"""
+
+
+def test_server_imports_and_embeddings_load_no_torch() -> None:
+    done = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"torch": False, "transformers": False, "shape": [1, 384]}
+
+
+def test_torch_still_imports_afterwards_for_detectors_that_need_it() -> None:
+    child = ("from proxy import offline; offline.keep_torch_out_of_presidio(); import spacy, presidio_analyzer; "
+             "import torch; print(torch.tensor([1.0]).sum().item())")
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "1.0"
