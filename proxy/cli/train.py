@@ -8,7 +8,8 @@ Example::
 ``safety`` writes the artefact's weights (.npz), metadata (.json) and the hashes of the rows it
 was trained on (.rows.json, :mod:`proxy.evaluation.provenance`). ``privacy-rows`` records which
 presidio rows the privacy policy's comments quote (the rows its patterns were tuned on) in
-``proxy/guardrails/artefacts/privacy-tuning.rows.json``.
+``proxy/guardrails/artefacts/privacy-tuning.rows.json``, and every development row read while the
+privacy context rules were written (``privacy-context.rows.json``, :mod:`proxy.evaluation.training_privacy`).
 
 The training itself is :func:`proxy.evaluation.training.train_harm_classifier`; this module holds
 its options and prints the cross-validation summary. Exit codes: 0 written, 2 a data error (one
@@ -70,14 +71,17 @@ def add_privacy_rows_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_privacy_rows(args: argparse.Namespace) -> int:
-    """Write the privacy patterns' rows file and print how many rows were quoted. Returns 0."""
+    """Write the privacy rows files (patterns' quoted rows, context rules' tuning rows). Returns 0."""
     from proxy.evaluation.training import DataError, privacy_tuning_rows
+    from proxy.evaluation.training_privacy import ROWS_PATH, privacy_context_rows
 
     try:
         document = privacy_tuning_rows(args.data_dir, args.root, args.out)
+        privacy_context_rows(args.data_dir)
     except (DataError, OSError) as exc:
         raise UsageError(str(exc)) from None
     print(f"wrote {args.out}: {len(document['quoted_rows'])} presidio rows quoted by the privacy comments")
+    print(f"wrote {ROWS_PATH}: the development rows read while tuning the privacy context rules")
     return 0
 
 

@@ -17,6 +17,8 @@ Routes (OpenAI-compatible where OpenAI has one), one module each under ``routes/
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -110,9 +112,24 @@ async def build_services(config: Config) -> Services:
     gateway = Gateway(config, engine, upstream, ledger, metrics, executor,
                       sink=build_sink(config, ledger, metrics), lanes=lanes)  # ledger.on_unavailable
     log.info("policies: %s", ", ".join(f"{p.id} ({p.kind}: {', '.join(p.stages)})" for p in policies))
+    settle_heap()
     return Services(config, signer, store, ledger, engine, upstream, metrics, gateway,
                     Authenticator(config.auth), executor, keyring=keyring, large_executor=large,
                     limiter=KeyLimiter(limits.max_concurrent_per_key, limits.requests_per_second, limits.burst))
+
+
+def settle_heap() -> None:
+    """After start-up: collect garbage, move every surviving object to the collector's permanent
+    generation (``gc.freeze``: later collections no longer walk the models' millions of start-up
+    objects, so they stay short instead of stalling requests), and hand freed heap pages back to
+    the OS (glibc ``malloc_trim``; model loading frees large temporary buffers: about 70 MB of RSS).
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 async def warm_up_upstream(upstream: Upstream) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import re
 from typing import Any, AsyncIterator, Sequence
 
@@ -57,6 +58,8 @@ from proxy.storage.base import (
 )
 
 __all__ = ["RedisStore"]
+
+_log = logging.getLogger("sonate.storage.redis")
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 _CHUNK = 1000
@@ -267,6 +270,7 @@ class RedisStore(LedgerStore):
         self._put_item = self._redis.register_script(_PUT_ITEM_LUA)
         self._update_item = self._redis.register_script(_UPDATE_ITEM_LUA)
         self._page_items = self._redis.register_script(_PAGE_ITEMS_LUA)
+        self._turns_refused = False
 
     def key(self, *parts: str | int) -> str:
         """Return the full key for ``parts``, e.g. ``key("r", 5)`` -> ``{ns}:r:5``."""
@@ -327,7 +331,7 @@ class RedisStore(LedgerStore):
             "" if tree is None else tree.new_size,
             0 if tree is None else len(tree.nodes),
             "" if tree is None or frontier is None else _frontier_text(tree.new_size, frontier),
-            "1" if release_turn else "",
+            "1" if release_turn and not self._turns_refused else "",
         ]
         for receipt, body in zip(receipts, bodies):
             keys += [self.key("r", receipt["ledger_height"]), self.key("id", receipt["receipt_id"])]
@@ -342,9 +346,22 @@ class RedisStore(LedgerStore):
         return AppendOutcome(False, head, _parse_frontier(reply[3], 0 if head is None else head.height + 1))
 
     async def take_turn(self, timeout_s: float) -> tuple[Head | None, list[bytes] | None] | None:
-        """Wait up to ``timeout_s`` for the turn token (``BLPOP {ns}:turn``); see :meth:`ReceiptLog.take_turn`."""
-        async with _translate_errors():
-            popped = await self._redis.blpop([self.key("turn")], timeout=timeout_s)
+        """Wait up to ``timeout_s`` for the turn token (``BLPOP {ns}:turn``); see :meth:`ReceiptLog.take_turn`.
+
+        A Redis that refuses ``BLPOP`` (an ACL without list commands) turns turn-taking off
+        for this store, with one warning: appends go on without it.
+        """
+        if self._turns_refused:
+            return None
+        try:
+            async with _translate_errors():
+                popped = await self._redis.blpop([self.key("turn")], timeout=timeout_s)
+        except LedgerUnavailable as exc:
+            if not isinstance(exc.__cause__, ResponseError):
+                raise
+            self._turns_refused = True
+            _log.warning("Redis refused BLPOP on the turn key (%s): appends go on without turn-taking", exc)
+            return None
         if popped is None:
             return None
         height, _, rest = popped[1].partition("|")

@@ -8,11 +8,14 @@ project's own verifiers after every scenario (docs/architecture.md "Trust receip
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import redis.asyncio as aioredis
 
-from proxy.receipts import Ledger, LedgerConflict, Signer, entry_hash, verify_store
+from proxy.receipts import Ledger, LedgerConflict, Signer, entry_hash, open_store, verify_store
 from proxy.receipts.sealing import PreparedReceipt
 from proxy.storage.base import LedgerStore
 from proxy.tlog import merkle
@@ -190,3 +193,26 @@ async def test_contended_writers_take_turns_and_survive_lost_and_stale_tokens(
     await store._redis.rpush(store.key("turn"), f"1|{entry_hash(stale)}|")
     await asyncio.gather(*(ledger.append([make_receipt()]) for ledger in (a, b, a, b)))
     await _assert_whole(store, keys, 9)
+
+
+@redis_only
+async def test_a_redis_user_without_list_commands_appends_without_turns(
+    ledger_url: str, signer: Signer, keys: dict[str, bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ACL that allows the append script but not BLPOP/RPUSH: contended writers append anyway."""
+    parts = urlsplit(ledger_url)
+    admin = aioredis.Redis(host=parts.hostname, port=parts.port)
+    user = "nolists-" + uuid.uuid4().hex[:8]
+    await admin.execute_command("ACL", "SETUSER", user, "on", ">pw-for-test", "~*", "&*", "+@all", "-@list")
+    limited = open_store(ledger_url.replace("redis://", f"redis://{user}:pw-for-test@", 1))
+    try:
+        a, b = Ledger(limited, signer, turn_timeout_s=0.05), Ledger(limited, signer, turn_timeout_s=0.05)
+        await a.append([make_receipt()])
+        await b.append([make_receipt()])
+        await asyncio.gather(*(ledger.append([make_receipt()]) for ledger in (a, b, a, b, a)))
+        assert a.lost_races >= 1 and "without turn-taking" in caplog.text
+        await _assert_whole(limited, keys, 7)
+    finally:
+        await limited.close()
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()

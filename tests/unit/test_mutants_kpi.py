@@ -163,3 +163,14 @@ def test_resolve_records_the_lead_and_the_final_outcome() -> None:
     assert resolved["lead"] == {"reviewer": "lea", "verdict": lead_verdict.model_dump(), "ts": "t3"}
     assert final_outcome(resolved)["decided_by"] == "lead" and final_outcome(resolved)["ts"] == "t3"
     assert final_outcome(resolved)["label"] == "unnecessary_apology"
+
+
+def test_new_item_records_when_it_was_created_and_outcome_needs_no_reasons() -> None:
+    from proxy.kpi.adjudication import new_item, outcome
+
+    item = new_item([_RECEIPT], messages=[], response=None, model_apology=False, sampled=False,
+                    created="2026-11-02T00:00:00.000Z")
+    assert item["created"] == "2026-11-02T00:00:00.000Z" and item["reasons"] == ["apology", "trigger"]
+    # an item without reasons (none recorded) is judged like a sampled allowed interaction
+    assert outcome({}, {"breach": True, "intent_permissible": True, "content_harmful": False})["label"] == "false_negative"
+    assert outcome({}, {"breach": False, "intent_permissible": True, "content_harmful": False})["label"] == "correct"
