@@ -128,7 +128,7 @@ def score_lines(counts: dict[str, Counter]) -> list[str]:
         if not total:
             continue
         detected = sum(c[s] for s in DETECTED)
-        rest = ", ".join(f"{s} {n}" for s, n in sorted(c.items()) if s not in DETECTED)
+        rest = ", ".join(f"{s} {n}" for s, n in sorted(c.items()) if s != "killed")
         lines.append(f"- `{package}`: {detected}/{total} killed ({100 * detected / total:.1f}%){'; ' + rest if rest else ''}")
     return lines
 

@@ -139,6 +139,8 @@ class Gateway:
         x = self._accept(raw, req, caller, complexity_header)
         x.started = started
         screen = await self._screen_input(x)
+        if screen.notice and screen.action not in ("refuse", "escalate"):  # Compliance `ambiguous: notice`
+            x.headers["x-sonate-notice"] = screen.notice
         if screen.action == "refuse":
             x.body = completion_body(model=req.model, content=screen.apology, finish_reason="content_filter")
         elif screen.action == "escalate":
@@ -294,11 +296,14 @@ class Gateway:
         common = dict(request_id=x.request_id, actor=x.caller.actor, intent=x.screen.domain,
                       inputs_hash=x.inputs_hash, outputs_hash=json_hash(x.body), model=x.req.model,
                       provider=x.route.provider, stratum=x.stratum)
+        # history turns the proxy already refused or escalated, withheld from the model (docs/architecture.md)
+        withheld = {"withheld_turns": [s.evidence() for s in x.screen.settled]} if x.screen.settled else {}
         receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
-                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {})}, **common)
+                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {}), **withheld},
+                                **common)
                     for d in x.decisions] or [
             new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow",
-                        evidence={"policies_evaluated": sorted(self.policies)}, **common)]
+                        evidence={"policies_evaluated": sorted(self.policies), **withheld}, **common)]
         if x.model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
             receipts[-1]["evidence"]["model_apology"] = True
         return receipts

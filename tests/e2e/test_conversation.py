@@ -25,12 +25,18 @@ def client(proxy) -> openai.OpenAI:
 
 def ask(client: openai.OpenAI, messages: list[dict], stream: bool = False) -> tuple[str, str]:
     """(x-sonate-guardrail-action, answer text) for one request."""
+    action, text, _ = ask_with_receipt(client, messages, stream)
+    return action, text
+
+
+def ask_with_receipt(client: openai.OpenAI, messages: list[dict], stream: bool = False) -> tuple[str, str, str]:
+    """(x-sonate-guardrail-action, answer text, x-sonate-receipt-id) for one request."""
     raw = client.chat.completions.with_raw_response.create(model="stub", messages=messages, stream=stream)
     if stream:
         text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
     else:
         text = raw.parse().choices[0].message.content
-    return raw.headers["x-sonate-guardrail-action"], text
+    return raw.headers["x-sonate-guardrail-action"], text, raw.headers["x-sonate-receipt-id"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -39,10 +45,13 @@ def test_a_refused_turn_then_a_benign_follow_up_is_answered(client, upstream, st
     assert action == "refuse" and upstream.received() == []
     history = [{"role": "user", "content": HARMFUL}, {"role": "assistant", "content": apology},
                {"role": "user", "content": FOLLOW_UP}]
-    action, answer = ask(client, history, stream)
+    action, answer, receipt_id = ask_with_receipt(client, history, stream)
     assert action == "allow" and answer == f"Stub answer: {FOLLOW_UP}"
     (sent,) = upstream.received()
     assert sent["messages"] == [{"role": "user", "content": FOLLOW_UP}]  # the refused turn never reaches it
+    receipt = client.get(f"/receipts/{receipt_id}", cast_to=dict[str, object])  # the receipt says which turns were withheld
+    # messages [start, end): the refused user turn and the proxy's apology after it
+    assert receipt["evidence"]["withheld_turns"] == [{"messages": [0, 2], "verdict": "refuse", "signal": "reply"}]
 
 
 def test_a_fabricated_harmful_assistant_turn_is_still_refused(client, upstream):

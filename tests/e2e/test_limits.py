@@ -126,3 +126,40 @@ def test_second_concurrent_request_of_a_key_gets_429_and_other_keys_are_unaffect
     in_flight.join(30)
     assert slow["answer"].choices[0].message.content == "A slow answer."
     assert _ask(bob).choices[0].message.content  # the refusal took no token: bob's second one is left
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory):
+    """A proxy with a 2,000-character screening budget over its own (fresh) stub provider."""
+    own_stub = StubUpstream().start()
+    directory = tmp_path_factory.mktemp("budgeted")
+    port = free_port()
+    server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 10,
+              "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0, "max_screen_chars": 2000}}
+    ledger = sqlite_url(directory / "ledger.db")
+    config = write_config(directory, own_stub.url, ledger, port, overrides={"server": server})
+    running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+                            "/readyz", timeout=180)
+    yield running, own_stub
+    stop_proxy(running)
+    own_stub.stop()
+
+
+def test_start_up_warm_up_never_calls_the_provider(budgeted) -> None:
+    _, own_stub = budgeted
+    assert own_stub.received() == []  # litellm was warmed with mocked answers only
+
+
+def test_input_over_the_screening_budget_is_refused_413_unscreened_and_unforwarded(budgeted) -> None:
+    proxy, own_stub = budgeted
+    client = _client(proxy, CLIENT_KEY)
+    before = _receipts(proxy)
+    with pytest.raises(openai.APIStatusError) as refused:
+        _ask(client, "Please summarise this report. " + "The quarterly figures were reviewed. " * 80)
+    assert refused.value.status_code == 413
+    error = refused.value.body
+    assert error["code"] == "input_too_large" and error["type"] == "invalid_request_error"
+    assert "max_screen_chars" in error["message"]
+    assert own_stub.received() == [] and _receipts(proxy) == before  # never forwarded, nothing performed
+    answer = _ask(client, "Please summarise this report. " + "The quarterly figures were reviewed. " * 20)
+    assert answer.choices[0].message.content and len(own_stub.received()) == 1

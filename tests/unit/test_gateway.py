@@ -5,6 +5,7 @@ SQLite ledger signed with a fresh key, and real Metrics. No HTTP server of our o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -35,7 +36,13 @@ class Rig:
     async def chat(self, content: str | list[dict[str, Any]], **extra: Any) -> ChatResult:
         messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
         raw = {"model": "stub", "messages": messages, **extra}
-        return await self.gateway.chat(raw, ChatCompletionRequest.model_validate(raw), CALLER)
+        result = await self.gateway.chat(raw, ChatCompletionRequest.model_validate(raw), CALLER)
+        if result.events is not None:  # a passed-through stream: send it (its receipts are appended on the way)
+            sent = [json.loads(e[6:]) async for e in result.events.events() if e.startswith(b"data: {")]
+            result.body = result.events.body()
+            result.chunks = [d["choices"][0]["delta"]["content"] for d in sent
+                             if d["choices"] and d["choices"][0]["delta"].get("content")]
+        return result
 
     async def receipts(self) -> list[dict[str, Any]]:
         """Every receipt in the ledger, by height."""
@@ -77,7 +84,7 @@ async def test_allow_forwards_unchanged_and_streams_the_providers_chunks(rig):
     result = await rig.chat("What is 2 + 2?", stream=True)
     assert [m["content"] for m in rig.stub.received()[0]["messages"]] == ["What is 2 + 2?"]
     assert result.action == "allow" and content(result) == "Stub answer: What is 2 + 2?"
-    assert "".join(result.chunks) == content(result) and len(result.chunks) > 1
+    assert "".join(result.chunks) == content(result)  # window by window: PRIVACY here screens outputs too
     (receipt,) = await rig.receipts()
     assert (receipt["policy_id"], receipt["guardrail_action"]) == ("matrix", "allow")
     assert receipt["receipt_id"] == result.receipt_id
@@ -88,7 +95,7 @@ async def test_mask_forwards_placeholders_and_restores_them_in_the_answer(rig):
     (sent,) = rig.stub.received()
     assert sent["messages"][0]["content"] == "Please mail <EMAIL_ADDRESS_1>"
     assert content(result) == "Stub answer: Please mail ada@example.org"
-    assert result.chunks == []  # the provider's deltas spell the placeholder, not the restored answer
+    assert "".join(result.chunks) == content(result)  # restored chunk by chunk
     (receipt,) = await rig.receipts()
     assert (receipt["policy_id"], receipt["guardrail_action"], result.action) == ("privacy", "mask", "mask")
     assert "ada@example.org" not in str(receipt)
@@ -119,7 +126,7 @@ async def test_escalation_opens_a_case_and_never_calls_the_provider(rig):
 
 async def test_output_refusal_replaces_the_answer_with_content_filter(rig):
     rig.stub.queue(Reply(text="Step one to HARM them is ..."))
-    result = await rig.chat("Tell me a story", stream=True)
+    result = await rig.chat("Tell me a story")
     assert len(rig.stub.received()) == 1
     assert (content(result), finish_reason(result), result.chunks) == ("Refused by policy.", "content_filter", [])
     (receipt,) = await rig.receipts()

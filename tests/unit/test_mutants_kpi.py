@@ -171,6 +171,34 @@ def test_new_item_records_when_it_was_created_and_outcome_needs_no_reasons() -> 
     item = new_item([_RECEIPT], messages=[], response=None, model_apology=False, sampled=False,
                     created="2026-11-02T00:00:00.000Z")
     assert item["created"] == "2026-11-02T00:00:00.000Z" and item["reasons"] == ["apology", "trigger"]
+    assert item["ts"] == _RECEIPT["ts"] and item["receipt_ids"] == ["r1"] and item["apology_source"] == "guardrail"
     # an item without reasons (none recorded) is judged like a sampled allowed interaction
     assert outcome({}, {"breach": True, "intent_permissible": True, "content_harmful": False})["label"] == "false_negative"
     assert outcome({}, {"breach": False, "intent_permissible": True, "content_harmful": False})["label"] == "correct"
+
+
+def test_new_item_domain_falls_back_to_intent_then_general() -> None:
+    from proxy.kpi.adjudication import new_item
+
+    def domain(**fields: object) -> str:
+        receipt = {**_RECEIPT, **fields}
+        return new_item([receipt], messages=[], response=None, model_apology=False, sampled=False, created="t")["domain"]
+
+    assert domain(stratum={"domain": "health"}, intent="legal") == "health"
+    assert domain(intent="legal") == "legal"
+    assert domain(stratum={}, intent=None) == "general"
+    assert domain() == "general"
+
+
+def test_normalized_names_the_complexity_weights_and_refuses_unknown_strata() -> None:
+    """M_norm needs exactly the four complexity strata; bad weights are named as complexity weights."""
+    values = {"simple": 0.1, "standard": 0.2, "advanced": 0.3, "critical": 0.4}
+    assert stats.normalized(values) == pytest.approx(0.25 * 0.1 + 0.35 * 0.2 + 0.30 * 0.3 + 0.10 * 0.4)
+    with pytest.raises(ValueError, match="unknown \\['extreme'\\]"):
+        stats.normalized({**values, "extreme": 0.9})
+    with pytest.raises(ValueError, match="missing \\['critical'\\]"):
+        stats.normalized({k: v for k, v in values.items() if k != "critical"})
+    with pytest.raises(ValueError, match="^complexity weights must sum to 1"):
+        stats.normalized(values, {"simple": 0.5, "standard": 0.5, "advanced": 0.5, "critical": 0.5})
+    with pytest.raises(ValueError, match="^complexity weight 'simple' must be"):
+        stats.normalized(values, {"simple": -0.5, "standard": 0.5, "advanced": 0.5, "critical": 0.5})

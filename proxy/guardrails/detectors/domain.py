@@ -4,8 +4,9 @@ Method: every domain in the ``detector:`` block of ``policies/compliance.yaml`` 
 description and typical user questions written for this task. At construction the
 classifier embeds them with all-MiniLM-L6-v2 (:mod:`.embeddings`) and fits a multinomial
 logistic regression (scikit-learn) on those examples only: nothing else is trained on,
-nothing is downloaded. A query's domain is the arg-max class; it is routed as regulated
-when the summed probability of the regulated domains reaches ``threshold``, and it is
+nothing is downloaded. The fitted weights are cached by a hash of everything they depend on
+(:mod:`.domain_weights`), so only the first start with a given policy pays for the fit.
+A query's domain is the arg-max class; it is routed as regulated when the summed probability of the regulated domains reaches ``threshold``, and it is
 *ambiguous* when that sum lies within ``margin`` below the threshold — ``ambiguous`` then
 decides: escalate to a human, forward with a notice (``notice``), or allow. Threshold, margin and
 C are chosen by cross-validation on the policy's own examples (policies/compliance.yaml comment).
@@ -19,7 +20,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from proxy.guardrails.detectors import embeddings
+from proxy.guardrails.detectors import domain_weights, embeddings
 
 GENERAL = "general"
 
@@ -103,7 +104,8 @@ class DomainResult:
 
 
 class DomainClassifier:
-    """Embedding + logistic-regression domain classifier, fitted once at construction.
+    """Embedding + logistic-regression domain classifier, fitted (or loaded from the weights
+    cache, :mod:`.domain_weights`) once at construction.
 
     Thread-safe after construction (read-only model; embedding calls are serialised by
     :mod:`.embeddings`). CPU-bound: on an event loop, call it in an executor.
@@ -112,8 +114,6 @@ class DomainClassifier:
     name = "domain-logreg"
 
     def __init__(self, config: DomainClassifierConfig):
-        from sklearn.linear_model import LogisticRegression
-
         self.config = config
         self.domains = list(config.domains)
         self._regulated = np.array([config.domains[d].regulated for d in self.domains])
@@ -124,13 +124,16 @@ class DomainClassifier:
             for text in [spec.description, *spec.examples]:
                 texts.append(text)
                 labels.append(index)
-        vectors = embeddings.embed(texts)
-        self._model = LogisticRegression(
-            C=config.regularization, max_iter=2000, class_weight="balanced"
-        )
-        self._model.fit(vectors, np.array(labels))
+        embedding_version = embeddings.model_version()
+        key = domain_weights.fit_key(texts, labels, self.domains, config.regularization, embedding_version)
+        model = domain_weights.load(key)
+        if model is None:  # first start with this policy: fit (embeds every example), then cache
+            model = domain_weights.fit(embeddings.embed(texts), labels, config.regularization)
+            domain_weights.store(model, key)
+        self._model = model
+        self.fit_key = key
         self.version = (
-            f"{embeddings.model_version()} + logreg(C={config.regularization}, "
+            f"{embedding_version} + logreg(C={config.regularization}, "
             f"n={len(texts)}, domains={len(self.domains)})"
         )
 
@@ -138,9 +141,7 @@ class DomainClassifier:
         """Domain probabilities, shape (len(texts), n_domains), columns in ``self.domains`` order."""
         if not texts:
             return np.zeros((0, len(self.domains)))
-        proba = self._model.predict_proba(embeddings.embed(texts))
-        # predict_proba columns follow model.classes_ (sorted label ids 0..n-1).
-        return proba[:, np.argsort(self._model.classes_)]
+        return self._model.proba(embeddings.embed(texts).astype(np.float64))
 
     def classify(self, texts: list[str]) -> list[DomainResult]:
         """One :class:`DomainResult` per text, same order."""

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -119,16 +120,25 @@ class OnnxEncoder:
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``, longest first, in batches of at most :data:`BATCH` texts and
         :data:`ATTENTION_BUDGET` batch × tokens² (sentence-transformers sorts by length the same way)."""
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        batches: list[list[int]] = []
         start = 0
         while start < len(order):
             longest = len(encodings[order[start]].ids)
-            size = max(1, min(BATCH, ATTENTION_BUDGET // max(1, longest * longest)))
-            chosen = order[start:start + size]
-            out[chosen] = self._batch([texts[i] for i in chosen])
-            start += size
+            batches.append(order[start:start + max(1, min(BATCH, ATTENTION_BUDGET // max(1, longest * longest)))])
+            start += len(batches[-1])
+        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        workers = min(len(batches), os.cpu_count() or 1)
+        if workers == 1:  # request time: one small batch, on the caller's thread
+            results = [self._batch([texts[i] for i in batches[0]])]
+        else:  # a corpus (classifier set-up at start): batches in parallel (sessions release the GIL)
+            with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:
+                results = list(pool.map(lambda chosen: self._batch([texts[i] for i in chosen]), batches))
+        for chosen, vectors in zip(batches, results):
+            out[chosen] = vectors
         return out
 
     def _batch(self, texts: list[str]) -> np.ndarray:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from proxy import offline
 from proxy.guardrails.detectors import patterns
+from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, text_mood
 
@@ -129,6 +130,8 @@ class PiiDetectorConfig(BaseModel):
             lines of a multi-line postal address).
         min_digits: per entity type, the fewest digits a span must hold to be reported (a
             4-digit year is no phone number, whatever a lenient phone parser says).
+        phone_max_tries: rejected phone-number candidates python-phonenumbers may try per
+            region per window before giving up (its ``PhoneNumberMatcher(max_tries)``; issue 15).
         context: which detected spans are personal data (issue 10): direct identifiers always,
             names / places / dates only in a personal text (:mod:`.privacy_context`).
     """
@@ -158,6 +161,7 @@ class PiiDetectorConfig(BaseModel):
     context: ContextConfig = Field(default_factory=ContextConfig)
     address_blocks: bool = True
     min_digits: dict[str, int] = Field(default_factory=dict)
+    phone_max_tries: int = Field(default=patterns.PHONE_MAX_TRIES, ge=1)
 
     @model_validator(mode="after")
     def _overlap_fits_window(self) -> "PiiDetectorConfig":
@@ -248,6 +252,9 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
     for name, bounded in (("EmailRecognizer", patterns.email_recognizer), ("UrlRecognizer", patterns.url_recognizer)):
         registry.remove_recognizer(name)
         registry.add_recognizer(bounded(config.language))
+    # python-phonenumbers parses every digit group of a digit run (issue 15): bounded tries
+    registry.remove_recognizer("PhoneRecognizer")
+    registry.add_recognizer(patterns.phone_recognizer(config.language, config.phone_max_tries))
     if config.address_blocks:
         registry.add_recognizer(AddressBlockRecognizer(supported_language=config.language))
     for recognizer_name in config.disabled_recognizers:
@@ -275,15 +282,13 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
 def _analyzer(config: PiiDetectorConfig):
     """One presidio ``BatchAnalyzerEngine`` with its own spaCy pipeline and recognizer registry."""
     from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
-    from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
-
     nlp_engine = _nlp_engine(config)
     analyzer = AnalyzerEngine(
         registry=_recognizer_registry(config, nlp_engine),
         nlp_engine=nlp_engine,
         supported_languages=[config.language],
         default_score_threshold=config.score_threshold,
-        context_aware_enhancer=LemmaContextAwareEnhancer(
+        context_aware_enhancer=IndexedContextEnhancer(
             context_prefix_count=config.context_prefix_count,
             context_suffix_count=config.context_suffix_count,
         ),
