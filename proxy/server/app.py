@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import itertools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -101,6 +102,7 @@ async def build_services(config: Config) -> Services:
         return engine
 
     engine = await loop.run_in_executor(executor, load_engine)
+    await loop.run_in_executor(None, warm_threads, executor, config.server.detector_threads, engine, "small")
     await warm_up_upstream(upstream)
     limits = config.server.limits
     large = _large_lane(limits.large_input_threads, engine)
@@ -156,15 +158,26 @@ def _large_lane(threads: int, engine: GuardrailEngine) -> ThreadPoolExecutor | N
     if not threads:
         return None
     pool = ThreadPoolExecutor(threads, thread_name_prefix="guardrails-large")
-    barrier = threading.Barrier(threads)
+    warm_threads(pool, threads, engine, "large")
+    return pool
 
-    def warm() -> None:  # every thread screens once (builds its analyzer), none twice
-        engine.screen_input([{"role": "user", "content": "Hello, my name is Ada. What is 2 + 2?"}])
+
+def warm_threads(pool: ThreadPoolExecutor, threads: int, engine: GuardrailEngine, lane: str) -> None:
+    """Make each of the ``threads`` threads of ``pool`` screen once, so each builds its own PII analyzer
+    (spaCy pipeline) now rather than in a request (issue 9 "Find the stalls": a lane's first large
+    prompt spent 0.5 s loading one). Each thread screens a different text: a repeated one would be
+    answered by the scan cache without reaching the detectors. A barrier keeps one thread from
+    taking two of the warm-ups."""
+    barrier = threading.Barrier(threads)
+    counter = itertools.count()
+
+    def warm() -> None:
+        n = next(counter)
+        engine.screen_input([{"role": "user", "content": f"Hello, my name is Ada ({lane} {n}). What is 2 + {n}?"}])
         barrier.wait(timeout=300)
 
     for future in [pool.submit(warm) for _ in range(threads)]:
         future.result()
-    return pool
 
 
 def create_app(services: Services) -> web.Application:

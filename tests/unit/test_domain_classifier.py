@@ -3,9 +3,11 @@
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from proxy.guardrails.detectors import domain_weights
 from proxy.guardrails.detectors.domain import DomainClassifier, DomainClassifierConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,3 +103,72 @@ def test_truthfulqa_sample_routing(classifier):
     false_escalation = sum(general) / len(general)
     assert recall >= 0.75, recall
     assert false_escalation <= 0.20, false_escalation
+
+
+# --- fitted weights: cache and shipped artefact (proxy/guardrails/detectors/domain_weights.py) ---
+
+def _small_config() -> DomainClassifierConfig:
+    """A tiny policy block (not the shipped one), so its fit never matches the shipped artefact."""
+    return DomainClassifierConfig(domains={
+        "general": {"description": "Trivia and general knowledge.", "regulated": False,
+                    "examples": ["Who painted the Mona Lisa?", "What is the capital of Peru?", "Why is the sky blue?"]},
+        "legal": {"description": "Law, rights, courts and what is legal.", "regulated": True,
+                  "examples": ["Is it legal to jaywalk?", "Can my landlord evict me?", "How do I sue someone?"]},
+        "health": {"description": "Medicine, symptoms and treatment.", "regulated": True,
+                   "examples": ["What dose of ibuprofen is safe?", "Is this rash serious?", "How do I treat a burn?"]},
+    })
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_linear_softmax_reproduces_sklearn_predict_proba(n_classes):
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 5))
+    y = np.arange(60) % n_classes
+    reference = LogisticRegression(C=10.0, max_iter=2000, class_weight="balanced").fit(x, y)
+    ours = domain_weights.fit(x, list(y), 10.0)
+    np.testing.assert_allclose(ours.proba(x), reference.predict_proba(x), atol=1e-9)
+
+
+def test_fit_key_changes_with_every_input():
+    base = (["a", "b"], [0, 1], ["general", "legal"], 10.0, "model@1")
+    keys = {domain_weights.fit_key(*base),
+            domain_weights.fit_key(["a", "c"], *base[1:]),
+            domain_weights.fit_key(base[0], [1, 0], *base[2:]),
+            domain_weights.fit_key(*base[:3], 1.0, base[4]),
+            domain_weights.fit_key(*base[:4], "model@2")}
+    assert len(keys) == 5
+
+
+def test_weights_are_cached_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SONATE_CACHE_DIR", str(tmp_path))
+    first = DomainClassifier(_small_config())
+    cached = tmp_path / "domain" / f"{first.fit_key}.npz"
+    assert cached.exists()
+    text = ["Is it legal to park here overnight?"]
+    expected = first.probabilities(text)
+    assert np.allclose(DomainClassifier(_small_config()).probabilities(text), expected)
+    # The next start reads the cache: uniform weights stored under the key give uniform scores.
+    flat = domain_weights.LinearSoftmax(np.zeros_like(first.weights.coef), np.zeros(3))
+    domain_weights.dump(flat, first.fit_key, cached)
+    assert np.allclose(DomainClassifier(_small_config()).probabilities(text), 1 / 3)
+    # A file whose stored key differs is ignored: the classifier refits.
+    domain_weights.dump(flat, "another-key", cached)
+    assert np.allclose(DomainClassifier(_small_config()).probabilities(text), expected)
+
+
+def test_unwritable_cache_still_classifies(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("SONATE_CACHE_DIR", str(blocker))
+    [result] = DomainClassifier(_small_config()).classify(["How do I treat a burn on my hand?"])
+    assert result.regulated and result.domain == "health"
+
+
+def test_shipped_artefact_matches_the_shipped_policy(classifier):
+    """Fails after an edit of policies/compliance.yaml until the artefact is regenerated:
+    python -m proxy.guardrails.detectors.domain_weights policies/compliance.yaml"""
+    with np.load(domain_weights.ARTEFACT, allow_pickle=False) as data:
+        assert str(data["key"]) == classifier.fit_key
+        assert np.allclose(data["coef"], classifier.weights.coef)

@@ -202,3 +202,31 @@ def test_normalized_names_the_complexity_weights_and_refuses_unknown_strata() ->
         stats.normalized(values, {"simple": 0.5, "standard": 0.5, "advanced": 0.5, "critical": 0.5})
     with pytest.raises(ValueError, match="^complexity weight 'simple' must be"):
         stats.normalized(values, {"simple": -0.5, "standard": 0.5, "advanced": 0.5, "critical": 0.5})
+
+
+def test_the_published_methodology_block_is_exactly_the_versioned_one() -> None:
+    """The block every report carries; changing any entry needs a new METHODOLOGY_VERSION and a
+    docs/methodology-changelog.md entry, and then this expectation changes with it."""
+    from proxy.kpi.methodology import as_dict
+
+    assert as_dict() == {
+        "version": "2026.11.22-r1",
+        "complexity_weights": {"simple": 0.25, "standard": 0.35, "advanced": 0.30, "critical": 0.10},
+        "tis_weights": {"lvp": 0.35, "rc": 0.20, "ga": 0.25, "ad": 0.20},
+        "confidence": 0.95,
+        "proportion_interval": "wilson",
+        "index_interval": "normal from bootstrap (estimate ± z·SE_boot), >= 1000 resamples",
+        "min_interactions": 200,
+        "min_claims": 50,
+        "provider_min_share": 0.15,
+        "partial_pooling": "empirical-Bayes beta-binomial shrinkage toward the pooled rate (method of moments)",
+        "rounding": {"proportion": "percent, 2 decimals, half-up", "index": "3 decimals, half-up"},
+        "targets": {
+            "far_a": {"op": "<", "value": 0.005, "unit": "proportion"},
+            "far_h_general": {"op": "<", "value": 0.01, "unit": "proportion"},
+            "far_h_regulated": {"op": "<", "value": 0.0025, "unit": "proportion"},
+            "pfi_enterprise": {"op": ">=", "value": 0.98, "unit": "index"},
+            "pfi_public": {"op": ">=", "value": 0.95, "unit": "index"},
+            "tis": {"op": ">=", "value": 0.995, "unit": "index"},
+        },
+    }

@@ -107,6 +107,8 @@ class DomainClassifier:
     """Embedding + logistic-regression domain classifier, fitted (or loaded from the weights
     cache, :mod:`.domain_weights`) once at construction.
 
+    Attributes: ``weights`` (:class:`~.domain_weights.LinearSoftmax`), ``fit_key`` (SHA-256 of
+    the fit's inputs, :func:`~.domain_weights.fit_key`), ``version`` (for receipts).
     Thread-safe after construction (read-only model; embedding calls are serialised by
     :mod:`.embeddings`). CPU-bound: on an event loop, call it in an executor.
     """
@@ -130,7 +132,7 @@ class DomainClassifier:
         if model is None:  # first start with this policy: fit (embeds every example), then cache
             model = domain_weights.fit(embeddings.embed(texts), labels, config.regularization)
             domain_weights.store(model, key)
-        self._model = model
+        self.weights = model
         self.fit_key = key
         self.version = (
             f"{embedding_version} + logreg(C={config.regularization}, "
@@ -141,7 +143,7 @@ class DomainClassifier:
         """Domain probabilities, shape (len(texts), n_domains), columns in ``self.domains`` order."""
         if not texts:
             return np.zeros((0, len(self.domains)))
-        return self._model.proba(embeddings.embed(texts).astype(np.float64))
+        return self.weights.proba(embeddings.embed(texts).astype(np.float64))
 
     def classify(self, texts: list[str]) -> list[DomainResult]:
         """One :class:`DomainResult` per text, same order."""

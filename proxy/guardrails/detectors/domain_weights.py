@@ -10,6 +10,10 @@ method). It is looked up, in order, in the shipped artefact
 (``$SONATE_CACHE_DIR`` or ``~/.cache/sonate``, file ``domain/<key>.npz``); a file whose stored
 key differs is ignored, so editing the policy can never load stale weights, it only costs one
 refit. Files are read with numpy only (``allow_pickle=False``).
+
+After editing the policy's ``detector:`` block, regenerate the shipped artefact (a unit test
+checks it matches ``policies/compliance.yaml``):
+``python -m proxy.guardrails.detectors.domain_weights policies/compliance.yaml``.
 """
 
 from __future__ import annotations
@@ -124,3 +128,23 @@ def store(model: LinearSoftmax, key: str) -> None:
         dump(model, key, cache_dir() / f"{key}.npz")
     except OSError as exc:
         log.warning("could not cache the domain classifier weights: %s", exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fit the classifier of the compliance policy file ``argv[0]`` and write :data:`ARTEFACT`."""
+    import sys
+
+    import yaml
+
+    from proxy.guardrails.detectors.domain import DomainClassifier, DomainClassifierConfig
+
+    [policy] = sys.argv[1:] if argv is None else argv
+    block = yaml.safe_load(Path(policy).read_text(encoding="utf-8"))["detector"]
+    classifier = DomainClassifier(DomainClassifierConfig.model_validate(block))
+    dump(classifier.weights, classifier.fit_key, ARTEFACT)
+    print(f"wrote {ARTEFACT} (key {classifier.fit_key})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

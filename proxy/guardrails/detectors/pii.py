@@ -26,6 +26,7 @@ The spaCy model is loaded from the installed package's directory (never download
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import re
 import threading
@@ -213,12 +214,20 @@ def resolve_overlaps(spans: Iterable[PiiSpan]) -> list[PiiSpan]:
     """Keep a non-overlapping subset of spans, sorted by start.
 
     Greedy by priority: higher score first, then longer span, then earlier start; a span is
-    kept if it overlaps no span kept before it.
+    kept if it overlaps no span kept before it. O(n log n) comparisons: the kept spans are
+    disjoint, so kept in start order their ends are in order too, and only the last kept span
+    starting before a candidate's end can overlap it (issue 15: a 24 KB text has thousands).
     """
+    starts: list[tuple[int, int]] = []  # (start, end) of kept spans, sorted
     kept: list[PiiSpan] = []
     for span in sorted(spans, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
-        if all(span.end <= k.start or span.start >= k.end for k in kept):
-            kept.append(span)
+        index = bisect.bisect_left(starts, (span.end, -1)) - 1  # last kept span starting before span.end
+        while index >= 0 and starts[index][1] <= span.start and starts[index][0] == starts[index][1]:
+            index -= 1  # an empty kept span overlaps nothing; look further back
+        if index >= 0 and starts[index][1] > span.start:
+            continue
+        bisect.insort(starts, (span.start, span.end))
+        kept.append(span)
     return sorted(kept, key=lambda s: s.start)
 
 
@@ -306,15 +315,19 @@ def _union(a: PiiSpan, b: PiiSpan) -> PiiSpan | None:
 
 def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[PiiSpan]:
     """Spans found in windows of one text, in offsets of the whole text (``starts[i]`` is
-    window i's offset), made non-overlapping by :func:`resolve_overlaps`.
+    window i's offset, increasing), made non-overlapping by :func:`resolve_overlaps`.
 
     The same entity seen by two overlapping windows (or cut at one window's edge) is reported
     once: a span overlapping a same-type span of an earlier window is merged into their union
-    (the higher score). Only spans reaching past the current window's start are compared.
+    (the higher score). Only spans reaching past the current window's start are compared; they
+    are among the spans open at the previous window's start or added by it (a span closed there
+    stays closed), so the work per window is proportional to the spans of two windows.
     """
     merged: list[PiiSpan] = []
+    recent: list[int] = []  # indices of merged spans that may reach past the next window's start
     for spans, offset in zip(per_window, starts):
-        open_spans = [i for i, kept in enumerate(merged) if kept.end > offset]
+        open_spans = [i for i in recent if merged[i].end > offset]
+        recent = list(open_spans)
         for span in spans:
             span = PiiSpan(span.entity_type, span.start + offset, span.end + offset, span.score, span.recognizer)
             for i in open_spans:
@@ -323,6 +336,7 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
                     merged[i] = joined
                     break
             else:
+                recent.append(len(merged))
                 merged.append(span)
     return resolve_overlaps(merged)
 
