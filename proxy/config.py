@@ -116,6 +116,9 @@ class ServerConfig(_Strict):
     public_metrics: bool = False
     #: Per-key rate and concurrency limits and the guardrail lanes (:class:`LimitsConfig`).
     limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig())
+    #: Top-level chat-completion fields the proxy does not interpret are passed to the provider
+    #: (``extra_body``); the fields named here are refused with a 400 instead.
+    forbidden_params: list[str] = Field(default_factory=list)
 
 
 class ModelRoute(BaseModel):

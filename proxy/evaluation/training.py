@@ -36,7 +36,7 @@ all-MiniLM-L6-v2 embeddings; its decision values are mapped to probabilities by 
 split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression (ROC AUC 0.89 vs
 0.85 with the exemplars) at the same AdvBench recall.
 
-Provenance: next to the weights, ``harm-minilm-svm-v3.rows.json`` lists the sha256 of every row of
+Provenance: next to the weights, ``harm-minilm-svm-v4.rows.json`` lists the sha256 of every row of
 the final fit (normalised text, :mod:`proxy.evaluation.provenance`) and the out-of-fold rate per
 cross-validated group, so ``sonate eval guardrails`` can label figures in-sample / out-of-fold /
 held-out. :func:`privacy_tuning_rows` writes the same kind of file for the privacy patterns.
@@ -70,7 +70,7 @@ __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose
            "privacy_tuning_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
-ARTEFACT_VERSION = "harm-minilm-svm-v3"
+ARTEFACT_VERSION = "harm-minilm-svm-v4"
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
 HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
 BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
@@ -310,7 +310,7 @@ def _fit_rows(d: _Design, x: np.ndarray, x_always: np.ndarray) -> tuple[np.ndarr
 
 
 def _write_weights(out_dir: Path, final, platt: tuple[float, float]) -> Path:
-    """Write ``<out_dir>/harm-minilm-svm-v3.npz`` (created if missing); returns its path."""
+    """Write ``<out_dir>/harm-minilm-svm-v4.npz`` (created if missing); returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
@@ -353,8 +353,8 @@ def _metadata(npz_path: Path, final, sources: list[dict], groups_fit: np.ndarray
 
 def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progress: bool = True, c: float = 3.0,
                           folds: int = 5, repeats: int = 3, target_recall: float = 0.98,
-                          toxicity_threshold: float = 0.80, exemplars: Path | None = EXEMPLARS) -> dict:
-    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v3.{npz,json}``.
+                          toxicity_threshold: float = 0.90, exemplars: Path | None = EXEMPLARS) -> dict:
+    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v4.{npz,json}``.
 
     Steps: read the data and exemplars → labels and strata → embed, toxicity scores →
     cross-validated decision values → Platt scaling → thresholds and CV rates → XSTest type-pair

@@ -40,7 +40,7 @@ from proxy.server.metrics import Metrics
 from proxy.server.streaming import StreamedAnswer
 from proxy.server.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
-from proxy.server.wire import ChatCompletionRequest, completion_body
+from proxy.server.wire import ChatCompletionRequest, completion_body, free_text_path
 from proxy.storage.base import LedgerError
 
 __all__ = ["ALLOW_POLICY_ID", "ChatResult", "Gateway"]
@@ -91,6 +91,19 @@ class _Exchange:
     model_apology: bool = False
     upstream_seconds: float = 0.0
     stratum: dict[str, str] = field(default_factory=dict)
+
+
+def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None:
+    """400 for an unknown field the operator forbids, or one carrying free text (unscreened)."""
+    for name, value in (req.model_extra or {}).items():
+        if name in forbidden:
+            raise GatewayError(400, f"The parameter '{name}' is not allowed by this gateway.",
+                               param=name, code="unsupported_parameter")
+        where = free_text_path(value, name)
+        if where is not None:
+            raise GatewayError(400, f"The parameter '{where}' carries free text; this gateway forwards text "
+                                    "only in the fields its guardrails screen (the messages).",
+                               param=where, code="unsupported_parameter")
 
 
 class Gateway:
@@ -169,6 +182,7 @@ class Gateway:
             declared = declared_complexity(complexity_header, req.metadata)
         except ValueError as exc:
             raise GatewayError(400, str(exc), param="metadata.complexity") from None
+        _check_passthrough(req, self.config.server.forbidden_params)
         try:
             inputs_hash = json_hash(raw)
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision

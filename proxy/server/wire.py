@@ -190,8 +190,43 @@ class StreamOptions(_Wire):
     include_usage: bool = False
 
 
+#: Longest string an unknown (passed-through) field may hold. Free text reaches the provider
+#: only through the fields the guardrails screen (the messages); an unknown field may carry
+#: identifiers and enum values (``verbosity: "low"``, ``prompt_cache_key``, ``top_k``), not prose.
+PASSTHROUGH_MAX_STRING = 128
+
+
+def free_text_path(value: Any, path: str) -> str | None:
+    """The path of the first string leaf in ``value`` that reads as free text, else None.
+
+    Free text = longer than :data:`PASSTHROUGH_MAX_STRING` characters or containing whitespace.
+    ``value`` is parsed JSON, already bounded in depth by ``proxy.server.requests.MAX_JSON_DEPTH``;
+    the walk is iterative. Paths look like ``prediction.content`` or ``modalities[0]``.
+    """
+    stack = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            if len(node) > PASSTHROUGH_MAX_STRING or any(c.isspace() for c in node):
+                return where
+        elif isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+    return None
+
+
 class ChatCompletionRequest(_Wire):
-    """The accepted request body. Unknown top-level fields are rejected (as OpenAI does)."""
+    """The accepted request body.
+
+    The fields below are validated; any other top-level field (``top_k``, ``verbosity``,
+    ``service_tier``, ``prompt_cache_key``, the next field OpenAI adds) is kept in
+    ``model_extra`` and passed to the provider through litellm's ``extra_body`` (see
+    :meth:`upstream_params`), unless the operator forbids it (``server.forbidden_params``) or it
+    carries free text (:func:`free_text_path`); both checks are the gateway's (400).
+    """
+
+    model_config = ConfigDict(strict=True, extra="allow")
 
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(min_length=1, max_length=2048)
@@ -218,8 +253,13 @@ class ChatCompletionRequest(_Wire):
     reasoning_effort: str | None = None
 
     def upstream_params(self) -> dict[str, Any]:
-        """Provider parameters the client set (None values dropped)."""
-        return {k: getattr(self, k) for k in PASSTHROUGH if getattr(self, k) is not None}
+        """Provider parameters the client set (None values dropped); fields the proxy does not
+        know go in ``extra_body``, which litellm forwards in the provider's request body without
+        reading it (so a client cannot set litellm's own arguments such as ``api_base``)."""
+        params = {k: getattr(self, k) for k in PASSTHROUGH if getattr(self, k) is not None}
+        if self.model_extra:
+            params["extra_body"] = dict(self.model_extra)
+        return params
 
     def message_dicts(self) -> list[dict[str, Any]]:
         """The messages as plain JSON dicts (exactly the fields the client sent)."""

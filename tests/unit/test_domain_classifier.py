@@ -110,12 +110,12 @@ def test_truthfulqa_sample_routing(classifier):
 def _small_config() -> DomainClassifierConfig:
     """A tiny policy block (not the shipped one), so its fit never matches the shipped artefact."""
     return DomainClassifierConfig(domains={
-        "general": {"description": "Trivia and general knowledge.", "regulated": False,
-                    "examples": ["Who painted the Mona Lisa?", "What is the capital of Peru?", "Why is the sky blue?"]},
-        "legal": {"description": "Law, rights, courts and what is legal.", "regulated": True,
-                  "examples": ["Is it legal to jaywalk?", "Can my landlord evict me?", "How do I sue someone?"]},
-        "health": {"description": "Medicine, symptoms and treatment.", "regulated": True,
-                   "examples": ["What dose of ibuprofen is safe?", "Is this rash serious?", "How do I treat a burn?"]},
+        "general": {"description": "Trivia and general knowledge.", "regulated": False, "examples": [
+            "Who painted the Mona Lisa?", "What is the capital of Peru?", "Why is the sky blue?"]},
+        "legal": {"description": "Law, rights, courts and what is legal.", "regulated": True, "examples": [
+            "Is it legal to jaywalk?", "Can my landlord evict me?", "How do I sue someone?"]},
+        "health": {"description": "Medicine, symptoms and treatment.", "regulated": True, "examples": [
+            "What dose of ibuprofen is safe?", "Is this rash serious?", "How do I treat a burn?"]},
     })
 
 
@@ -171,4 +171,5 @@ def test_shipped_artefact_matches_the_shipped_policy(classifier):
     python -m proxy.guardrails.detectors.domain_weights policies/compliance.yaml"""
     with np.load(domain_weights.ARTEFACT, allow_pickle=False) as data:
         assert str(data["key"]) == classifier.fit_key
+        assert classifier.version.endswith(f"@sha256:{classifier.fit_key[:12]}")  # receipts name the weights
         assert np.allclose(data["coef"], classifier.weights.coef)

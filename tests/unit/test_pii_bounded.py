@@ -137,3 +137,169 @@ def test_threads_use_distinct_analyzers_without_a_shared_lock(detector):
     assert seen["a"].analyzer_engine.nlp_engine is not seen["b"].analyzer_engine.nlp_engine
     assert results["a"] == results["b"] and {s.entity_type for s in results["a"]} >= {"PERSON", "EMAIL_ADDRESS"}
     assert not hasattr(detector, "_lock")
+
+
+# --- issue 15/13 follow-up: bounded work on digit runs, repeated honorifics, dense spans --------
+
+import random  # noqa: E402
+
+import phonenumbers  # noqa: E402
+from phonenumbers import phonenumbermatcher  # noqa: E402
+from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer  # noqa: E402
+
+from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, first_token_ending_after  # noqa: E402
+from proxy.guardrails.detectors.pii import resolve_overlaps  # noqa: E402
+
+PHONE_REGIONS = 8  # presidio's PhoneRecognizer.DEFAULT_SUPPORTED_REGIONS
+
+
+class _ParseCounter:
+    """Counts python-phonenumbers' candidate parses (its ``_parse_and_verify``): the phone work."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        original = phonenumbermatcher.PhoneNumberMatcher._parse_and_verify
+
+        def counted(matcher, candidate, offset):
+            self.calls += 1
+            return original(matcher, candidate, offset)
+
+        monkeypatch.setattr(phonenumbermatcher.PhoneNumberMatcher, "_parse_and_verify", counted)
+
+
+def test_phone_recognizer_is_the_bounded_one(detector):
+    phones = [r for r in detector.analyzer().analyzer_engine.registry.recognizers if r.name == "PhoneRecognizer"]
+    assert len(phones) == 1 and type(phones[0]).__name__ == "BoundedPhoneRecognizer"
+    assert len(phones[0].supported_regions) == PHONE_REGIONS
+    with pytest.raises(ValueError):
+        patterns.phone_recognizer("en", max_tries=0)
+    with pytest.raises(ValueError):
+        _config(phone_max_tries=0)
+
+
+@pytest.mark.parametrize("unit", ["1 ", "12-", "555 123 ", "2020-01-02 ", "(1) "])
+def test_phone_parses_per_window_are_capped_on_digit_runs(detector, monkeypatch, unit):
+    text = (unit * 3000)[:6000]
+    counter = _ParseCounter(monkeypatch)
+    spans = detector.analyze(text)
+    windows = len(detector.windows(text))
+    # each region's matcher gives up after max_tries rejected candidates; each accepted one is a result
+    phone_results = sum(s.entity_type == "PHONE_NUMBER" for s in spans)
+    assert counter.calls <= windows * PHONE_REGIONS * (detector.config.phone_max_tries + 1) + 4 * phone_results
+    assert counter.calls > 0
+
+
+def test_phone_work_grows_linearly_with_length(detector, monkeypatch):
+    counts = []
+    for size in (3000, 12000):
+        counter = _ParseCounter(monkeypatch)
+        detector.analyze(("1 " * size)[:size])
+        counts.append(counter.calls)
+    assert counts[1] <= 4.5 * counts[0]  # 4x the text, at most ~4x the parses (windows overlap)
+
+
+def test_phone_bound_keeps_ordinary_phone_numbers(detector):
+    text = "Call me on 212-555-0198 or +44 20 7946 0958; the office line is (415) 555-2671."
+    found = {text[s.start:s.end] for s in detector.analyze(text) if s.entity_type == "PHONE_NUMBER"}
+    assert {"212-555-0198", "+44 20 7946 0958"} <= found
+    assert any("555-2671" in f for f in found)
+
+
+def test_context_enhancer_never_walks_the_token_list(detector, monkeypatch):
+    engine = detector.analyzer().analyzer_engine
+    assert isinstance(engine.context_aware_enhancer, IndexedContextEnhancer)
+    walks = []
+    original = LemmaContextAwareEnhancer._find_index_of_match_token
+
+    def counted(word, start, tokens, tokens_indices):
+        walks.append(start)
+        return original(word, start, tokens, tokens_indices)
+
+    monkeypatch.setattr(LemmaContextAwareEnhancer, "_find_index_of_match_token", staticmethod(counted))
+    spans = detector.analyze("My phone number is 212-555-0198. " * 40)
+    assert spans and walks == []
+
+
+def test_indexed_token_lookup_agrees_with_presidio():
+    doc_tokens = ["Call", "me", "on", "212", "-", "555", "now", "."]
+    indices, position = [], 0
+    for token in doc_tokens:
+        indices.append(position)
+        position += len(token) + 1
+    ends = [i + len(t) for i, t in zip(indices, doc_tokens)]
+    for start in range(position - 2):
+        assert first_token_ending_after(ends, start) == LemmaContextAwareEnhancer._find_index_of_match_token(
+            "w", start, doc_tokens, indices)
+
+
+def _resolve_reference(spans):
+    """The quadratic definition resolve_overlaps must agree with."""
+    kept = []
+    for span in sorted(spans, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
+        if all(span.end <= k.start or span.start >= k.end for k in kept):
+            kept.append(span)
+    return sorted(kept, key=lambda s: s.start)
+
+
+def test_resolve_overlaps_agrees_with_the_pairwise_definition():
+    rng = random.Random(15)
+    for _ in range(500):
+        spans = [PiiSpan(rng.choice("AB"), a, a + rng.randint(0, 8), rng.choice([0.3, 0.5, 0.9]))
+                 for a in (rng.randint(0, 60) for _ in range(rng.randint(0, 25)))]
+        assert resolve_overlaps(spans) == _resolve_reference(spans)
+
+
+def test_merge_windows_compares_only_spans_open_at_the_window_start(monkeypatch):
+    # 60 windows of 20 spans each: every span is compared only with the spans of the window before
+    unions = []
+    from proxy.guardrails.detectors import pii
+
+    original = pii._union
+    monkeypatch.setattr(pii, "_union", lambda a, b: unions.append(1) or original(a, b))
+    starts = [i * 180 for i in range(60)]
+    per_window = [[PiiSpan("PERSON", j * 10, j * 10 + 4, 0.85) for j in range(20)] for _ in starts]
+    merged = merge_windows(per_window, starts)
+    assert len(merged) == len({(s + j * 10) for s in starts for j in range(20)})
+    assert len(unions) <= len(starts) * 20 * 2  # spans of the 20-char overlap only, not all earlier spans
+
+
+LETTERLESS = ["4111 1111 1111 1111", "call-free: 212-555-0198".split(": ")[1], "078-05-1120", "192.168.0.1",
+              "12/05/1990 555 123 4567", "+44 20 7946 0958", "2020-01-02?", "(415) 555-2671, 1 2 3"]
+
+
+@pytest.fixture(scope="module")
+def personal_detector() -> PiiDetector:
+    """The shipped policy as is (context rule on)."""
+    return PiiDetector(_config(analysis_window_chars=400, analysis_overlap_chars=60))
+
+
+def _spacy_texts(detector, monkeypatch) -> list[str]:
+    seen: list[str] = []
+    nlp_engine = detector.analyzer().analyzer_engine.nlp_engine
+    original = nlp_engine.process_batch
+
+    def recorded(texts, language, **kwargs):
+        texts = list(texts)
+        seen.extend(texts)
+        return original(texts=texts, language=language, **kwargs)
+
+    monkeypatch.setattr(nlp_engine, "process_batch", recorded)
+    return seen
+
+
+def test_letterless_windows_skip_spacys_models(detector, monkeypatch):
+    seen = _spacy_texts(detector, monkeypatch)
+    detector.analyze("1 " * 3000)
+    assert seen == []
+    mixed = "12-" * 400 + " My name is John Smith. " + "12-" * 400
+    detector.analyze(mixed)
+    assert seen and len(seen) < len(detector.windows(mixed)) and all(any(c.isalpha() for c in t) for t in seen)
+
+
+@pytest.mark.parametrize("text", LETTERLESS)
+def test_letterless_texts_find_what_the_full_pipeline_finds(personal_detector, monkeypatch, text):
+    shortcut = personal_detector.analyze(text)
+    from proxy.guardrails.detectors import pii
+
+    monkeypatch.setattr(pii, "_LETTER", pii.re.compile(""))  # every piece through spaCy's models
+    assert personal_detector.analyze(text) == shortcut

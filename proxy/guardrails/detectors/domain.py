@@ -6,10 +6,11 @@ classifier embeds them with all-MiniLM-L6-v2 (:mod:`.embeddings`) and fits a mul
 logistic regression (scikit-learn) on those examples only: nothing else is trained on,
 nothing is downloaded. The fitted weights are cached by a hash of everything they depend on
 (:mod:`.domain_weights`), so only the first start with a given policy pays for the fit.
-A query's domain is the arg-max class; it is routed as regulated when the summed probability of the regulated domains reaches ``threshold``, and it is
-*ambiguous* when that sum lies within ``margin`` below the threshold — ``ambiguous`` then
-decides: escalate to a human, forward with a notice (``notice``), or allow. Threshold, margin and
-C are chosen by cross-validation on the policy's own examples (policies/compliance.yaml comment).
+A query's domain is the arg-max class; it is routed as regulated when the summed
+probability of the regulated domains reaches ``threshold``, and it is *ambiguous* when
+that sum lies within ``margin`` below the threshold; ``ambiguous`` then decides: escalate to
+a human, forward with a notice (``notice``), or allow. Threshold, margin and C are chosen by
+cross-validation on the policy's own examples (policies/compliance.yaml comment).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class DomainClassifier:
         self.fit_key = key
         self.version = (
             f"{embedding_version} + logreg(C={config.regularization}, "
-            f"n={len(texts)}, domains={len(self.domains)})"
+            f"n={len(texts)}, domains={len(self.domains)})@sha256:{key[:12]}"
         )
 
     def probabilities(self, texts: list[str]) -> np.ndarray:

@@ -43,7 +43,7 @@ from proxy import offline
 from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
-from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, text_mood
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
 
 #: Mapping from the entity names of presidio-research's synthetic dataset
 #: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this
@@ -341,6 +341,10 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
     return resolve_overlaps(merged)
 
 
+#: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
+_LETTER = re.compile(r"[^\W\d_]")
+
+
 class PiiDetector:
     """Presidio analyzer built from a :class:`PiiDetectorConfig`; loads spaCy once per thread.
 
@@ -400,16 +404,38 @@ class PiiDetector:
         needed = self.config.min_digits.get(span.entity_type, 0)
         return not needed or sum(c.isdigit() for c in text[span.start:span.end]) >= needed
 
+    def _nlp_artifacts(self, pieces: list[str]):
+        """(piece, presidio ``NlpArtifacts``, mood) per piece, in order; one spaCy ``pipe`` pass
+        over the pieces holding a letter, as presidio's ``analyze_iterator``.
+
+        A piece without any letter (digit runs, separators: issue 15's ``"1 " * 6000``) is only
+        tokenised: spaCy's tagger, parser and NER cost ~90% of such a window and can add nothing
+        the policy reports (its names, places and nationalities need letters, its dates come from
+        the pattern recognizers, context words are words); lemmas are the token texts.
+        """
+        from presidio_analyzer.nlp_engine import NlpArtifacts
+
+        nlp_engine, language = self.analyzer().analyzer_engine.nlp_engine, self.config.language
+        full = nlp_engine.process_batch(texts=[p for p in pieces if _LETTER.search(p)], language=language)
+        for piece in pieces:
+            if _LETTER.search(piece):
+                text, artifacts = next(full)
+                yield str(text), artifacts, text_mood(artifacts.tokens)
+                continue
+            doc = nlp_engine.get_nlp(language).make_doc(piece)
+            artifacts = NlpArtifacts(entities=[], tokens=doc, tokens_indices=[t.idx for t in doc],
+                                     lemmas=[t.text for t in doc], nlp_engine=nlp_engine, language=language)
+            yield piece, artifacts, letterless_mood(doc)
+
     def _analyze_pieces(self, pieces: list[str]):
         """Per piece: its personal-data spans (:class:`ContextRule` applied to presidio's
-        non-overlapping results). One spaCy ``pipe`` pass, as presidio's ``analyze_iterator``."""
+        non-overlapping results)."""
         engine = self.analyzer().analyzer_engine
-        language = self.config.language
-        for piece, artifacts in engine.nlp_engine.process_batch(texts=pieces, language=language):
-            results = engine.analyze(text=str(piece), language=language, nlp_artifacts=artifacts,
+        for piece, artifacts, mood in self._nlp_artifacts(pieces):
+            results = engine.analyze(text=piece, language=self.config.language, nlp_artifacts=artifacts,
                                      entities=self._entities, allow_list=self.config.allow_list or None)
             spans = resolve_overlaps(s for s in self._to_spans(results) if self._enough_digits(piece, s))
-            yield self.context_rule.select(piece, spans, text_mood(artifacts.tokens))
+            yield self.context_rule.select(piece, spans, mood)
 
     def analyze(self, text: str) -> list[PiiSpan]:
         """PII spans of one text: non-overlapping, sorted by start offset."""

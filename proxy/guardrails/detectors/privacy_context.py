@@ -225,3 +225,16 @@ def text_mood(doc) -> str:
     if not any(s.root.pos_ in ("VERB", "AUX") for s in doc.sents):
         return "fragment"
     return "statement"
+
+
+def letterless_mood(doc) -> str:
+    """:func:`text_mood` of a text without letters, from its tokens alone (no parse needed).
+
+    A text without letters has no verb, so it is ``"question"`` when it ends with "?", else a
+    ``"fragment"`` (``"empty"`` when it has no tokens), as spaCy's parse says for such texts
+    ("1 1 1", "2020-01-02", "(1) (1)").
+    """
+    tokens = [t for t in doc if not t.is_space]
+    if not tokens:
+        return "empty"
+    return "question" if tokens[-1].text.endswith("?") else "fragment"
