@@ -176,7 +176,7 @@ def test_report_structure(report: dict):
     compliance = {(r["dataset"], r["subset"], r["metric"]) for r in report["policies"]["compliance"]["rows"]}
     assert compliance == {("truthfulqa", "regulated", "recall"), ("truthfulqa", "general", "escalation_rate")}
     targets = report["policies"]["privacy"]["overall"]["targets"]
-    assert targets["f2"]["value"] == 0.90 and targets["precision"]["value"] == 0.85
+    assert targets["f2"]["value"] == 0.85 and targets["precision"]["value"] == 0.90
     # the samples of the harm classifier's training sources are its training rows: in-sample, judged
     # on the artefact's out-of-fold figure; the rest was never trained on
     kinds = {key: (r["kind"], r["target"]["on"] if "target" in r else None) for key, r in rows.items()}
