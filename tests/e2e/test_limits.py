@@ -140,18 +140,20 @@ def budgeted(tmp_path_factory: pytest.TempPathFactory):
     config = write_config(directory, own_stub.url, ledger, port, overrides={"server": server})
     running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
-    yield running, own_stub
+    received_at_ready = own_stub.received()  # before any test sends anything (tests run in random order)
+    yield running, own_stub, received_at_ready
     stop_proxy(running)
     own_stub.stop()
 
 
 def test_start_up_warm_up_never_calls_the_provider(budgeted) -> None:
-    _, own_stub = budgeted
-    assert own_stub.received() == []  # litellm was warmed with mocked answers only
+    _, _, received_at_ready = budgeted
+    assert received_at_ready == []  # litellm was warmed with mocked answers only
 
 
 def test_input_over_the_screening_budget_is_refused_413_unscreened_and_unforwarded(budgeted) -> None:
-    proxy, own_stub = budgeted
+    proxy, own_stub, _ = budgeted
+    own_stub.reset()
     client = _client(proxy, CLIENT_KEY)
     before = _receipts(proxy)
     with pytest.raises(openai.APIStatusError) as refused:

@@ -19,3 +19,22 @@ def test_index_equal_to_size_is_outside_the_tree(size: int) -> None:
     assert root_from_inclusion(size, size, leaf, [leaf] * size.bit_length()) is None
     assert root_from_inclusion(size, size, leaf, []) is None
     assert inclusion_ranges(size - 1, size) is not None
+
+
+def test_bad_proof_arguments_give_none_never_a_root() -> None:
+    """Never raises, never returns a root for: a bool index, a short leaf hash, a proof too short."""
+    leaf = leaf_hash(b"entry")
+    assert root_from_inclusion(0, 1, leaf, []) == leaf
+    assert root_from_inclusion(True, 2, leaf, [leaf]) is None
+    assert root_from_inclusion(0, True, leaf, []) is None
+    assert root_from_inclusion(0.0, 2, leaf, [leaf]) is None  # type: ignore[arg-type]
+    assert root_from_inclusion(0, 1, leaf[:31], []) is None
+    assert root_from_inclusion(0, 4, leaf, [leaf]) is None  # a tree of 4 needs a path of 2
+    assert root_from_inclusion(0, 4, leaf, [leaf, leaf]) is not None
+
+
+def test_range_errors_name_the_argument() -> None:
+    with pytest.raises(MerkleError, match="^tree size must be an integer >= 1"):
+        inclusion_ranges(0, 0)
+    with pytest.raises(MerkleError, match="^leaf index must be an integer >= 0"):
+        inclusion_ranges(-1, 4)
