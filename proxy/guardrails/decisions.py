@@ -68,12 +68,13 @@ def safety_decision(policy: SafetyPolicy, stage: str, worst: dict[str, float], d
     )
 
 
-def privacy_decision(policy: PrivacyPolicy, stage: str, message_index: list[int],
+def privacy_decision(policy: PrivacyPolicy, stage: str, message_index: list[int | None],
                      spans_per_text: list[list[Any]], detector: Any, fields: list[str] | None = None,
                      piece_numbers: list[int] | None = None) -> Decision:
     """Mask decision; span offsets (never values) per message index and text piece.
 
-    ``message_index[p]`` is the message of text piece ``p``; ``spans_per_text[p]`` its spans;
+    ``message_index[p]`` is the message of text piece ``p`` (None: a tool definition of the
+    request, ``tools`` / ``tool_choice`` / ``response_format``); ``spans_per_text[p]`` its spans;
     ``fields[p]`` (optional) where in the message the piece sits (``"content"``,
     ``"tool_calls.0.function.arguments"``: :class:`proxy.guardrails.messages.TextPiece`, field
     names and positions only), recorded per span as ``field``; ``piece_numbers[p]`` (optional,

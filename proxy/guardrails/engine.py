@@ -33,7 +33,17 @@ from proxy.guardrails.decisions import (
 )
 from proxy.guardrails.detector import ApologyCheck, Detector
 from proxy.guardrails.detectors.pii import PiiMasker
-from proxy.guardrails.messages import last_user_text, map_text, map_tool_calls, message_text, screened_text, text_pieces
+from proxy.guardrails.messages import (
+    definition_pieces,
+    definition_texts,
+    last_user_text,
+    map_definitions,
+    map_text,
+    map_tool_calls,
+    message_text,
+    screened_text,
+    text_pieces,
+)
 from proxy.guardrails.plan import ContinuityPlan, DomainRoute, InputScreen, Message, OutputScreen, SummaryResult
 from proxy.guardrails.registry import DetectorRegistry, default_registry
 from proxy.guardrails.schema import Policy, SafetyPolicy
@@ -121,26 +131,35 @@ class GuardrailEngine:
         (result,) = self.detect(policies[0], [text])
         return DomainRoute(result.domain, fmt_score(result.confidence), result, policies[0])
 
-    def _safety(self, stage: str, texts_of: Callable[[SafetyPolicy], list[str]]) -> list[Decision]:
-        """Refuse decisions of every safety policy of ``stage`` that fires on its ``texts_of(policy)``."""
+    def _safety(self, stage: str, texts_of: Callable[[SafetyPolicy], list[str]],
+                definitions: bool = False) -> list[Decision]:
+        """Refuse decisions of every safety policy of ``stage`` that fires on its ``texts_of(policy)``
+        (``definitions``: the texts are tool definitions, judged at the policy's
+        :meth:`~proxy.guardrails.schema.SafetyPolicy.for_definitions` thresholds)."""
         fired = []
         for policy in self._policies("safety", stage):
             texts = [t for t in texts_of(policy) if t.strip()]
             if texts:
-                fired.append(safety_decision(policy, stage, worst_scores(self.detect(policy, texts)),
+                judged_by = policy.for_definitions() if definitions else policy
+                fired.append(safety_decision(judged_by, stage, worst_scores(self.detect(policy, texts)),
                                              self.detectors[policy.id]))
         return [d for d in fired if d is not None]
 
     def _policy(self, policy_id: str) -> Any:
         return next(p for p in self.policies if p.id == policy_id)
 
-    def screen_input(self, messages: list[Message]) -> InputScreen:
-        """Apply Safety, Privacy and Compliance to the request's messages.
+    def screen_input(self, messages: list[Message], definitions: dict[str, Any] | None = None) -> InputScreen:
+        """Apply Safety, Privacy and Compliance to the request's messages and tool definitions.
 
         Everything the client wrote is input (:mod:`proxy.guardrails.messages`): Safety judges
         every message's texts (:func:`input_texts`: client-written assistant turns, tool calls and
         tool results too), Privacy masks every text piece of every message (tool-call arguments
-        inside their JSON), Compliance reads the last user message. History turns the proxy
+        inside their JSON), Compliance reads the last user message. ``definitions`` (the request's
+        ``tools`` / ``tool_choice`` / ``response_format``, any subset, None: none) are input too:
+        Safety judges their :func:`~proxy.guardrails.messages.definition_texts` (a refusal caused
+        by them alone records no verdict for the user's turn), Privacy masks them before the messages
+        (:func:`~proxy.guardrails.messages.definition_pieces`; schemas stay valid); the masked
+        copy is ``InputScreen.definitions``. History turns the proxy
         already refused or escalated (:mod:`proxy.guardrails.conversation`) keep that verdict:
         they are not judged again and are withheld from the model; the placeholders of the rest
         are numbered over the whole request, so a resent history is masked identically. Returns
@@ -151,18 +170,23 @@ class GuardrailEngine:
         settled = self.settled(messages)
         withheld = withheld_indexes(messages, settled)
         judged = [m for i, m in enumerate(messages) if i not in withheld]
-        refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
+        tool_texts = definition_texts(definitions)
+        message_refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
+        refusals = message_refusals or (self._safety("input", lambda p: tool_texts, definitions=True)
+                                        if tool_texts else [])
         if refusals:
-            self._record(messages, "refuse")
+            if message_refusals:  # the verdict belongs to the user's turn only when its messages fire
+                self._record(messages, "refuse")
             apology = self._policy(refusals[0].policy_id).apology
             return InputScreen("refuse", messages, [refusals[0]], refusals, route.domain, route.confidence,
-                               apology=apology, settled=settled)
-        masked, masker, mask = self._mask_input(messages, withheld)
+                               apology=apology, settled=settled, definitions=definitions)
+        masked, masked_definitions, masker, mask = self._mask_input(messages, withheld, definitions)
         escalation = self._escalate(route)
         notice = self._notice(route) if escalation is None else None
         decisions = [d for d in (mask, escalation, notice) if d is not None]
         screen = InputScreen(decisive_action([d.action for d in decisions]), masked, decisions, list(decisions),
-                             route.domain, route.confidence, masker=masker, settled=settled)
+                             route.domain, route.confidence, masker=masker, settled=settled,
+                             definitions=masked_definitions)
         if escalation is not None and route.policy is not None:
             self._record(messages, "escalate")
             screen.escalation_id = escalation.evidence["escalation_id"]
@@ -189,30 +213,37 @@ class GuardrailEngine:
         request, e.g. the review item of a refused prompt (docs/security.md "Review")."""
         return self._mask_input(messages)[0]
 
-    def _mask_input(self, messages: list[Message], withheld: set[int] = frozenset()
-                    ) -> tuple[list[Message], PiiMasker | None, Decision | None]:
-        """(messages with PII replaced by placeholders, minus the ``withheld`` indexes; their
-        masker; the mask decision, over the forwarded messages only).
+    def _mask_input(self, messages: list[Message], withheld: set[int] = frozenset(),
+                    definitions: dict[str, Any] | None = None
+                    ) -> tuple[list[Message], dict[str, Any] | None, PiiMasker | None, Decision | None]:
+        """(messages with PII replaced by placeholders, minus the ``withheld`` indexes; the
+        ``definitions`` likewise masked; their masker; the mask decision, over the forwarded
+        texts only).
 
-        Placeholders are numbered over every message, withheld ones included, so the same
-        history gets the same placeholders in every request of a conversation. Only the first
-        input privacy policy masks; a second would only see placeholders.
+        Pieces are read definitions first (a conversation resends the same tools, so their
+        placeholders stay put), then the messages; placeholders are numbered over every message,
+        withheld ones included, so the same history gets the same placeholders in every request
+        of a conversation. A definition piece's span has ``message: null`` and a ``field`` such as
+        ``tools.0.function.description``. Only the first input privacy policy masks; a second
+        would only see placeholders.
         """
         forwarded = [m for i, m in enumerate(messages) if i not in withheld]
         for policy in self._policies("privacy", "input"):
-            pieces = [(i, p) for i, m in enumerate(messages) for p in text_pieces(m)]
+            pieces = [(None, p) for p in definition_pieces(definitions)]
+            pieces += [(i, p) for i, m in enumerate(messages) for p in text_pieces(m)]
             spans = self.detect(policy, [p.text for _, p in pieces])
             keep = [k for k, (i, _) in enumerate(pieces) if i not in withheld]
             if not any(spans[k] for k in keep):
                 break
             masker = PiiMasker()
-            remaining = iter(spans)  # map_text visits pieces in text_pieces order
+            remaining = iter(spans)  # the walkers visit pieces in definition_pieces / text_pieces order
+            masked_definitions = map_definitions(definitions, lambda t: masker.mask(t, next(remaining)))
             masked = [map_text(m, lambda t: masker.mask(t, next(remaining))) for m in messages]
             decision = privacy_decision(policy, "input", [pieces[k][0] for k in keep], [spans[k] for k in keep],
                                         self.detectors[policy.id], fields=[pieces[k][1].field for k in keep],
                                         piece_numbers=keep)
-            return [m for i, m in enumerate(masked) if i not in withheld], masker, decision
-        return forwarded, None, None
+            return [m for i, m in enumerate(masked) if i not in withheld], masked_definitions, masker, decision
+        return forwarded, definitions, None, None
 
     def _notice(self, route: DomainRoute) -> Decision | None:
         """A notice decision when the route is in the ambiguous band of a ``notice`` policy."""

@@ -16,6 +16,28 @@ Function arguments are a JSON text: each object key, string value and number of 
 JSON is a piece of its own, so a rewrite (masking) keeps the arguments valid JSON; arguments
 that do not parse are one piece. Empty strings are not pieces. Functions here never mutate
 their argument.
+
+A request's tool definitions (the top-level ``tools``, ``tool_choice`` and ``response_format``
+of the Chat Completions request) are client text too; :func:`definition_pieces` lists and
+:func:`map_definitions` rewrites them, in this order:
+
+1. per ``tools`` entry: ``function.name``, ``function.description``, then inside
+   ``function.parameters`` (a JSON Schema, :func:`_walk_schema`); or ``custom.name``,
+   ``custom.description`` and ``custom.format.grammar.definition``; any other key of a tool
+   or of its ``function``/``custom`` object (not ``type``/``strict``/``syntax``) as JSON values;
+2. ``tool_choice``: the function or custom tool's ``name`` (also inside ``allowed_tools.tools``);
+   a string (``auto``, ``none``, ``required``) is a keyword, not text;
+3. ``response_format.json_schema``: ``name``, ``description``, then inside ``schema``.
+
+In a JSON Schema the texts are the values of ``title``, ``description`` and ``$comment``, every
+string and number inside ``enum``, ``const``, ``default`` and ``examples``, property names
+(keys of ``properties``) with the entries of ``required`` and ``dependentRequired`` (so a
+masked property name stays consistent: the same text gets the same placeholder), and any
+keyword the walker does not know (vendor extensions, as JSON values). Keywords and their
+structural values (``type``, ``format``, ``pattern``, ``$ref``, numeric bounds, names in
+``$defs``) are not text: a rewrite never touches them, so the schema stays valid. The field of
+a piece inside a schema is the schema's place (``tools.0.function.parameters``,
+``response_format.json_schema.schema``), never the client's property names.
 """
 
 from __future__ import annotations
@@ -26,7 +48,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["TextPiece", "text_pieces", "text_parts", "map_text", "map_tool_calls", "message_text",
-           "screened_text", "last_user_text"]
+           "screened_text", "last_user_text", "DEFINITION_KEYS", "definition_pieces", "definition_texts",
+           "map_definitions"]
 
 #: ``fn(field, text) -> new text``: the rewrite the walker applies to each piece.
 _Rewrite = Callable[[str, str], str]
@@ -176,3 +199,168 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
         if message.get("role") == "user":
             return message_text(message)
     return ""
+
+
+# ---- tool definitions (tools, tool_choice, response_format) --------------------------------------
+
+#: The top-level request fields that define tools and output schemas: client text the provider reads.
+DEFINITION_KEYS = ("tools", "tool_choice", "response_format")
+
+#: JSON Schema keywords whose string value is text for the model (JSON Schema 2020-12, "Meta-Data").
+_SCHEMA_TEXT = frozenset({"title", "description", "$comment"})
+#: Keywords whose value is an instance (any JSON): every key, string and number inside is text.
+_SCHEMA_INSTANCES = frozenset({"enum", "const", "default", "examples"})
+#: Keywords whose value is one subschema.
+_SCHEMA_ONE = frozenset({"items", "additionalProperties", "not", "if", "then", "else", "contains",
+                         "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"})
+#: Keywords whose value is a list of subschemas.
+_SCHEMA_LIST = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+#: Keywords whose value maps names that are not text (refs, regexes, property names) to subschemas.
+_SCHEMA_MAP = frozenset({"$defs", "definitions", "patternProperties", "dependentSchemas"})
+#: Keywords with structural values: neither read nor rewritten.
+_SCHEMA_STRUCTURE = frozenset({
+    "type", "format", "pattern", "$ref", "$schema", "$id", "$anchor", "$dynamicRef", "$dynamicAnchor",
+    "$vocabulary", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+    "maxLength", "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties", "minContains",
+    "maxContains", "contentEncoding", "contentMediaType", "readOnly", "writeOnly", "deprecated", "nullable",
+    "strict",
+})
+
+
+#: Keys of a tool definition object whose value is a keyword, not text.
+_NOT_TEXT = ("type", "strict", "syntax")
+
+
+def _names(value: Any, field: str, fn: _Rewrite) -> Any:
+    """A list of property names (``required``) with ``fn`` applied to each."""
+    return [_text(v, field, fn) for v in value] if isinstance(value, list) else value
+
+
+def _schema_keyword(key: str, value: Any, field: str, fn: _Rewrite) -> Any:
+    """The value of schema keyword ``key`` with ``fn`` applied to its texts (module docstring)."""
+    if key in _SCHEMA_STRUCTURE:
+        return value
+    if key in _SCHEMA_TEXT:
+        return _text(value, field, fn)
+    if key == "properties" and isinstance(value, dict):
+        return {_text(k, field, fn): _walk_schema(v, field, fn) for k, v in value.items()}
+    if key == "required":
+        return _names(value, field, fn)
+    if key == "dependentRequired" and isinstance(value, dict):
+        return {_text(k, field, fn): _names(v, field, fn) for k, v in value.items()}
+    if key in _SCHEMA_ONE:
+        return _walk_schema(value, field, fn)
+    if key in _SCHEMA_LIST and isinstance(value, list):
+        return [_walk_schema(v, field, fn) for v in value]
+    if key in _SCHEMA_MAP and isinstance(value, dict):
+        return {k: _walk_schema(v, field, fn) for k, v in value.items()}
+    return _json_value(value, field, fn)  # instance keywords, vendor extensions
+
+
+def _walk_schema(schema: Any, field: str, fn: _Rewrite) -> Any:
+    """A JSON Schema (parsed) with ``fn`` applied to each of its texts; keywords untouched.
+
+    Every piece gets ``field`` (the schema's place in the request). Booleans and other
+    non-objects are schemas without text. Depth is bounded by the request parser's JSON depth.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    return {key: _schema_keyword(key, value, field, fn) for key, value in schema.items()}
+
+
+def _walk_object(obj: dict[str, Any], field: str, fn: _Rewrite, texts: tuple[str, ...],
+                 schemas: tuple[str, ...] = ()) -> None:
+    """``obj`` in place: ``texts`` keys as text, ``schemas`` keys as JSON Schemas, then every other
+    key except the keywords ``type``/``strict``/``syntax`` as JSON values (field: ``field`` itself,
+    no client key)."""
+    for key in texts:
+        if key in obj:
+            obj[key] = _text(obj[key], f"{field}.{key}", fn)
+    for key in schemas:
+        if key in obj:
+            obj[key] = _walk_schema(obj[key], f"{field}.{key}", fn)
+    for key in [k for k in obj if k not in texts and k not in schemas and k not in _NOT_TEXT]:
+        if not isinstance(obj[key], dict) or key not in ("function", "custom", "format", "grammar"):
+            obj[key] = _json_value(obj[key], field, fn)
+
+
+def _walk_tool(tool: Any, field: str, fn: _Rewrite) -> None:
+    """One ``tools`` entry in place: a function tool, a custom tool, or another type's JSON values."""
+    if not isinstance(tool, dict):
+        return
+    function, custom = tool.get("function"), tool.get("custom")
+    if isinstance(function, dict):
+        _walk_object(function, f"{field}.function", fn, ("name", "description"), ("parameters",))
+    if isinstance(custom, dict):
+        _walk_object(custom, f"{field}.custom", fn, ("name", "description"))
+        grammar = custom.get("format", {}).get("grammar") if isinstance(custom.get("format"), dict) else None
+        if isinstance(grammar, dict):
+            _walk_object(grammar, f"{field}.custom.format.grammar", fn, ("definition",))
+    _walk_object(tool, field, fn, ())
+
+
+def _walk_choice(choice: Any, field: str, fn: _Rewrite) -> None:
+    """``tool_choice`` in place: the chosen function/custom tool's name (also in ``allowed_tools``)."""
+    if not isinstance(choice, dict):
+        return
+    for kind in ("function", "custom"):
+        if isinstance(choice.get(kind), dict) and "name" in choice[kind]:
+            choice[kind]["name"] = _text(choice[kind]["name"], f"{field}.{kind}.name", fn)
+    allowed = choice.get("allowed_tools")
+    if isinstance(allowed, dict) and isinstance(allowed.get("tools"), list):
+        for j, tool in enumerate(allowed["tools"]):
+            _walk_choice(tool, f"{field}.allowed_tools.tools.{j}", fn)
+
+
+def _walk_definitions(definitions: dict[str, Any], fn: _Rewrite) -> dict[str, Any]:
+    """Apply ``fn`` to every text of ``definitions`` in place (the module docstring's order)."""
+    for i, tool in enumerate(definitions.get("tools") or []):
+        _walk_tool(tool, f"tools.{i}", fn)
+    _walk_choice(definitions.get("tool_choice"), "tool_choice", fn)
+    schema = (definitions.get("response_format") or {}).get("json_schema") \
+        if isinstance(definitions.get("response_format"), dict) else None
+    if isinstance(schema, dict):
+        _walk_object(schema, "response_format.json_schema", fn, ("name", "description"), ("schema",))
+    return definitions
+
+
+def definition_pieces(definitions: dict[str, Any] | None) -> list[TextPiece]:
+    """Every non-empty text of a request's tool definitions (``{"tools", "tool_choice",
+    "response_format"}``, any subset; None → []), in the order :func:`map_definitions` rewrites them."""
+    pieces: list[TextPiece] = []
+
+    def collect(field: str, text: str) -> str:
+        pieces.append(TextPiece(field, text))
+        return text
+
+    if definitions:
+        _walk_definitions(copy.deepcopy(definitions), collect)
+    return pieces
+
+
+def definition_texts(definitions: dict[str, Any] | None) -> list[str]:
+    """What Safety judges of the definitions: every piece with more than one word on its own (a
+    description judged as a user message would be), then one text per tool, one for
+    ``tool_choice`` and one for ``response_format`` (the newline-joined texts of its pieces: names
+    and single words, and an instruction split across fields); blank and repeated texts left out.
+
+    Joining alone is not enough: the schema's names dilute a harmful description (an AdvBench goal
+    as a tool description scored 0.56 harmful_intent joined, 0.9995 alone; docs/operations.md).
+    """
+    groups: dict[str, list[str]] = {}
+    sentences: list[str] = []
+    for piece in definition_pieces(definitions):
+        head = piece.field.split(".")
+        groups.setdefault(".".join(head[:2]) if head[0] == "tools" else head[0], []).append(piece.text)
+        if len(piece.text.split()) > 1:
+            sentences.append(piece.text)
+    texts = [*sentences, *("\n".join(g) for g in groups.values())]
+    return [t for t in dict.fromkeys(texts) if t.strip()]
+
+
+def map_definitions(definitions: dict[str, Any] | None, fn: Callable[[str], str]) -> dict[str, Any] | None:
+    """A deep copy of ``definitions`` with ``fn`` applied to each text of :func:`definition_pieces`,
+    in that order (JSON Schemas stay valid: keywords are never passed to ``fn``)."""
+    if not definitions:
+        return definitions
+    return _walk_definitions(copy.deepcopy(definitions), lambda _field, text: fn(text))

@@ -49,7 +49,8 @@ class InputScreen:
     (``ambiguous: notice``) the client must be shown with the answer, else None. ``settled``
     lists the history turns that kept an earlier refuse/escalate verdict: not judged again and
     withheld from ``messages`` (:mod:`proxy.guardrails.conversation`; indexes are those of the
-    request as received).
+    request as received). ``definitions`` are the request's ``tools`` / ``tool_choice`` /
+    ``response_format`` as the model may see them (PII masked; None when the request had none).
     """
 
     action: str
@@ -63,6 +64,7 @@ class InputScreen:
     notice: str | None = None
     escalation_id: str | None = None
     settled: list[Settled] = field(default_factory=list)
+    definitions: dict[str, Any] | None = None
 
 
 @dataclass

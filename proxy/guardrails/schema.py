@@ -88,6 +88,18 @@ class SafetyPolicy(_Policy):
     #: role is always judged): None (the default) = all of them, 0 = none (issue 15: a prefilled
     #: assistant turn is client input like any other).
     input_assistant_turns: int | None = Field(None, ge=0)
+    #: Thresholds for the texts of the request's tool definitions (``tools``, ``tool_choice``,
+    #: ``response_format``), per category; a category not named here uses ``thresholds``. A false
+    #: refusal of a tool definition refuses every request an application sends with that tool,
+    #: and definitions are terse imperatives ("Look up a customer by id") that read like
+    #: instructions, so they may get stricter (higher) thresholds than messages.
+    definition_thresholds: dict[str, Decimal] = Field(default_factory=dict)
+
+    def for_definitions(self) -> "SafetyPolicy":
+        """This policy with :attr:`definition_thresholds` over :attr:`thresholds` (a copy)."""
+        if not self.definition_thresholds:
+            return self
+        return self.model_copy(update={"thresholds": {**self.thresholds, **self.definition_thresholds}})
 
 
 class PrivacyPolicy(_Policy):

@@ -5,6 +5,12 @@
 overloaded), or
 ``server_error`` for an unexpected exception, which is logged and answered with a 500 that
 carries no traceback.
+
+A request aiohttp cannot parse as HTTP (a control byte in a header, a bad request line) is
+answered 400 by aiohttp itself before any middleware runs; aiohttp logs it at ERROR with a
+traceback. :class:`ClientProtocolErrorFilter` (attached to ``aiohttp.server`` on import) turns
+that into one WARNING line without the traceback: a client's malformed bytes are not a proxy fault
+(issue 13: zero unhandled exceptions in the log).
 """
 
 from __future__ import annotations
@@ -13,14 +19,35 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.server.errors import GatewayError
 from proxy.server.requests import services
 from proxy.server.wire import error_body
 
-__all__ = ["error_middleware", "json_error"]
+__all__ = ["ClientProtocolErrorFilter", "error_middleware", "json_error"]
 
 log = logging.getLogger("sonate.server")
+
+
+class ClientProtocolErrorFilter(logging.Filter):
+    """Rewrites aiohttp's ERROR record of a client's unparseable HTTP (an ``HttpProcessingError``
+    with a 4xx code, answered 400 by aiohttp) as one WARNING line naming the error, no traceback.
+    Other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 0) < 500:
+            record.msg = "malformed HTTP request from %s answered %d: %s"
+            record.args = (record.args[0] if isinstance(record.args, tuple) and record.args else "?", exc.code,
+                           type(exc).__name__)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_PROTOCOL_FILTER = ClientProtocolErrorFilter()
+logging.getLogger("aiohttp.server").addFilter(_PROTOCOL_FILTER)  # idempotent: the same instance
 
 _HTTP_CODES = {404: ("not_found", "Unknown URL"), 405: ("method_not_allowed", "Method not allowed"),
                413: ("request_too_large", "Request body too large")}

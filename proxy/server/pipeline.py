@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable
 
 from proxy.config import Config, ModelRoute
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
-from proxy.guardrails.messages import map_text
+from proxy.guardrails.messages import DEFINITION_KEYS, map_text
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
@@ -104,6 +104,14 @@ def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None
             raise GatewayError(400, f"The parameter '{where}' carries free text; this gateway forwards text "
                                     "only in the fields its guardrails screen (the messages).",
                                param=where, code="unsupported_parameter")
+
+
+def _upstream_params(x: _Exchange) -> dict[str, Any]:
+    """The provider parameters, with the tool definitions as the input screen left them (masked)."""
+    params = x.req.upstream_params()
+    if x.screen is not None and x.screen.definitions:
+        params.update(x.screen.definitions)
+    return params
 
 
 class Gateway:
@@ -194,7 +202,9 @@ class Gateway:
         """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
         lane for the messages' size; GatewayError 503 ``overloaded`` when that lane is saturated."""
         t = time.perf_counter()
-        screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, chars=text_chars(x.messages))
+        definitions = {k: getattr(x.req, k) for k in DEFINITION_KEYS if getattr(x.req, k) is not None} or None
+        screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, definitions,
+                                                 chars=text_chars(x.messages) + text_chars(definitions))
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
         x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
         return screen
@@ -212,7 +222,7 @@ class Gateway:
         try:
             messages = await self._continuity(x)
             call = self.upstream.complete_streaming if x.req.stream else self.upstream.complete
-            x.result = await call(x.req.model, messages, x.req.upstream_params())
+            x.result = await call(x.req.model, messages, _upstream_params(x))
         except UpstreamError as exc:
             raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
         x.upstream_seconds += x.result.duration_seconds
@@ -230,7 +240,7 @@ class Gateway:
             raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
         try:
             messages = await self._continuity(x)
-            stream = await self.upstream.open_stream(x.req.model, messages, x.req.upstream_params())
+            stream = await self.upstream.open_stream(x.req.model, messages, _upstream_params(x))
         except UpstreamError as exc:
             raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
         receipt_id = "rcpt_" + uuid.uuid4().hex
