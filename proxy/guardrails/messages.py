@@ -204,7 +204,7 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
 # ---- tool definitions (tools, tool_choice, response_format) --------------------------------------
 
 #: The top-level request fields that define tools and output schemas: client text the provider reads.
-DEFINITION_KEYS = ("tools", "tool_choice", "response_format")
+DEFINITION_KEYS = ("tools", "tool_choice", "response_format", "user", "extra_body")
 
 #: JSON Schema keywords whose string value is text for the model (JSON Schema 2020-12, "Meta-Data").
 _SCHEMA_TEXT = frozenset({"title", "description", "$comment"})
@@ -321,7 +321,14 @@ def _walk_definitions(definitions: dict[str, Any], fn: _Rewrite) -> dict[str, An
         if isinstance(definitions.get("response_format"), dict) else None
     if isinstance(schema, dict):
         _walk_object(schema, "response_format.json_schema", fn, ("name", "description"), ("schema",))
-    return definitions
+    # the end-user id (often an e-mail) and passed-through fields the proxy does not interpret
+    # (short tokens only: proxy.server.wire.free_text_path) are client text the provider receives
+    definitions["user"] = _text(definitions.get("user"), "user", fn)
+    extra = definitions.get("extra_body")
+    if isinstance(extra, dict):
+        for name in extra:
+            extra[name] = _json_value(extra[name], f"extra_body.{name}", fn)
+    return {k: v for k, v in definitions.items() if v is not None}
 
 
 def definition_pieces(definitions: dict[str, Any] | None) -> list[TextPiece]:

@@ -107,7 +107,8 @@ def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None
 
 
 def _upstream_params(x: _Exchange) -> dict[str, Any]:
-    """The provider parameters, with the tool definitions as the input screen left them (masked)."""
+    """The provider parameters, with the tool definitions, ``user`` and the passed-through fields
+    as the input screen left them (masked)."""
     params = x.req.upstream_params()
     if x.screen is not None and x.screen.definitions:
         params.update(x.screen.definitions)
@@ -202,7 +203,8 @@ class Gateway:
         """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
         lane for the messages' size; GatewayError 503 ``overloaded`` when that lane is saturated."""
         t = time.perf_counter()
-        definitions = {k: getattr(x.req, k) for k in DEFINITION_KEYS if getattr(x.req, k) is not None} or None
+        params = x.req.upstream_params()  # tools, tool_choice, response_format, user, extra_body: client text too
+        definitions = {k: params[k] for k in DEFINITION_KEYS if k in params} or None
         screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, definitions,
                                                  chars=text_chars(x.messages) + text_chars(definitions))
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)

@@ -81,3 +81,18 @@ def test_free_text_in_an_unknown_field_is_refused_not_forwarded_unscreened(clien
         client.chat.completions.create(model="stub", messages=HELLO, extra_body={"prediction": prediction})
     assert caught.value.body["param"] == "prediction.content"
     assert upstream.received() == []
+
+
+def test_personal_data_in_user_and_passed_through_fields_reaches_the_provider_masked(client, upstream):
+    raw = client.chat.completions.with_raw_response.create(
+        model="stub", messages=HELLO, user="ada.lovelace@example.com",
+        extra_body={"prompt_cache_key": "charles.babbage@example.org", "top_k": 40})
+    assert raw.headers["x-sonate-guardrail-action"] == "mask"
+    (sent,) = upstream.received()
+    assert "ada.lovelace" not in str(sent) and sent.get("user") in (None, "<EMAIL_ADDRESS_1>")  # litellm 1.103.7
+    # forwards no `user` to this OpenAI-compatible route; the proxy masks it either way
+    assert sent["prompt_cache_key"] == "<EMAIL_ADDRESS_2>" and sent["top_k"] == 40
+    receipt = client.get(f"/receipts/{raw.headers['x-sonate-receipt-id']}", cast_to=dict[str, object])
+    fields = {span["field"] for span in receipt["evidence"]["spans"]}
+    assert fields == {"user", "extra_body.prompt_cache_key"}
+    assert "example.com" not in str(receipt) and "example.org" not in str(receipt)
