@@ -119,6 +119,9 @@ class ServerConfig(_Strict):
     #: Top-level chat-completion fields the proxy does not interpret are passed to the provider
     #: (``extra_body``); the fields named here are refused with a 400 instead.
     forbidden_params: list[str] = Field(default_factory=list)
+    #: ``POST /v1/embeddings``: also judge the inputs with the input Safety policies (a refusal
+    #: is a 400 ``content_policy_violation``, receipted). Off by default: Privacy always masks.
+    embeddings_safety: bool = False
 
 
 class ModelRoute(BaseModel):

@@ -181,6 +181,20 @@ class Upstream:
         duration = time.perf_counter() - start
         return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
 
+    async def embed(self, model: str, texts: list[str], params: dict[str, Any]) -> UpstreamResult:
+        """One embeddings call (litellm ``Router.aembedding``) for ``texts``, floats requested.
+
+        Returns an :class:`UpstreamResult` whose ``response`` is the provider's embeddings list as a
+        plain dict (``data[i].embedding``, ``usage.prompt_tokens``). Raises UpstreamError.
+        """
+        start = time.perf_counter()
+        try:
+            response = await self.router.aembedding(model=model, input=texts, encoding_format="float", **params)
+        except Exception as exc:  # litellm raises many types; all become OpenAI errors
+            raise map_exception(exc) from exc
+        duration = time.perf_counter() - start
+        return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
+
     async def open_stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamStream:
         """Start a streaming call (usage requested from the provider) and return it once the
         provider has accepted it. Raises UpstreamError (a rejected call fails here, before any

@@ -7,8 +7,10 @@ chunk with empty ``choices`` when ``stream_options.include_usage`` is true).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 import time
 import uuid
 from typing import Any, Literal
@@ -264,6 +266,71 @@ class ChatCompletionRequest(_Wire):
     def message_dicts(self) -> list[dict[str, Any]]:
         """The messages as plain JSON dicts (exactly the fields the client sent)."""
         return [m.model_dump(exclude_unset=True) for m in self.messages]
+
+
+class EmbeddingRequest(_Wire):
+    """The accepted ``POST /v1/embeddings`` body (OpenAI Embeddings API).
+
+    ``input``: a string or a list of 1 to 2,048 strings (or, as OpenAI also accepts, token arrays:
+    validated here, refused by the gateway since token ids cannot be screened). ``encoding_format``
+    ``float`` (default) or ``base64`` (little-endian float32, as OpenAI sends it); ``dimensions``
+    and ``user`` go to the provider. Other top-level fields are kept in ``model_extra`` and
+    passed through like chat completions' (:meth:`upstream_params`).
+    """
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: int | None = Field(None, ge=1, le=65536)
+    user: str | None = Field(None, max_length=256)
+
+    @field_validator("input")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        if isinstance(value, list) and not 1 <= len(value) <= EMBEDDING_MAX_INPUTS:
+            raise ValueError(f"input must hold 1 to {EMBEDDING_MAX_INPUTS} items")
+        return value
+
+    def texts(self) -> list[str] | None:
+        """The input strings in order (a single string as a list of one); None for token arrays."""
+        if isinstance(self.input, str):
+            return [self.input]
+        if all(isinstance(item, str) for item in self.input):
+            return list(self.input)  # type: ignore[arg-type]
+        return None
+
+    def upstream_params(self) -> dict[str, Any]:
+        """Provider parameters the client set (``dimensions``, ``user``; unknown fields in
+        ``extra_body``). ``encoding_format`` is not among them: the provider is always asked for
+        floats and the proxy encodes (:func:`embedding_body`)."""
+        params = {k: getattr(self, k) for k in ("dimensions", "user") if getattr(self, k) is not None}
+        if self.model_extra:
+            params["extra_body"] = dict(self.model_extra)
+        return params
+
+
+#: Most inputs one embeddings request may hold (OpenAI's limit).
+EMBEDDING_MAX_INPUTS = 2048
+
+
+def embedding_body(*, model: str, vectors: list[list[float]], encoding_format: str | None,
+                   usage: dict[str, int]) -> dict[str, Any]:
+    """OpenAI's embeddings list: ``{"object": "list", "data": [{"object": "embedding", "index",
+    "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}``. With ``encoding_format``
+    ``base64`` each embedding is the base64 of its little-endian float32 bytes (what OpenAI returns
+    and its SDK decodes)."""
+    def encode(vector: list[float]) -> list[float] | str:
+        if encoding_format != "base64":
+            return vector
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+    return {"object": "list",
+            "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
+            "model": model,
+            "usage": {"prompt_tokens": int(usage.get("prompt_tokens") or 0),
+                      "total_tokens": int(usage.get("total_tokens") or usage.get("prompt_tokens") or 0)}}
 
 
 def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,

@@ -13,6 +13,7 @@ hostile path segments, query values and Authorization headers.
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import re
@@ -110,7 +111,7 @@ def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
 @st.composite
 def wrong_typed_bodies(draw: st.DrawFn) -> dict:
     """A chat body with the value at one drawn field (any depth) replaced by any JSON value."""
-    body = draw(chat_bodies)
+    body = copy.deepcopy(draw(chat_bodies))  # sampled_from values are shared objects: never mutate them
     path = draw(st.sampled_from(_paths(body)))
     target = body
     for key in path[:-1]:

@@ -1,7 +1,8 @@
 """A stub OpenAI-compatible provider, served over real HTTP, that records what it received.
 
 The only part the tests replace is the LLM provider. The stub answers
-``POST /v1/chat/completions`` in JSON or SSE (OpenAI wire format). By default it echoes the
+``POST /v1/chat/completions`` in JSON or SSE (OpenAI wire format), and ``POST /v1/embeddings``
+with deterministic vectors (:func:`stub_vector`, recorded in :attr:`StubUpstream.embedding_requests`). By default it echoes the
 last user message ("Stub answer: <text>") so tests can see what the model saw; tests can queue
 scripted replies (text, an HTTP error status, or a delay; for streams: the exact content chunks,
 a pause between chunks, tool-call deltas). Every streamed chunk is recorded with the time it was
@@ -11,7 +12,10 @@ written (:attr:`StubUpstream.sent`) so tests can order what the client saw again
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import struct
 import threading
 import time
 import uuid
@@ -19,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from aiohttp import web
+
+
+#: Length of the stub's embeddings when the request names no ``dimensions``.
+EMBEDDING_DIMENSIONS = 8
 
 
 @dataclass
@@ -46,6 +54,8 @@ class StubUpstream:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        #: The JSON bodies of the embeddings requests received, in order.
+        self.embedding_requests: list[dict[str, Any]] = []
         #: (time.monotonic(), chunk dict) of every streamed chunk, in the order written.
         self.sent: list[tuple[float, dict[str, Any]]] = []
         self.replies: list[Reply] = []
@@ -73,12 +83,18 @@ class StubUpstream:
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.embedding_requests.clear()
             self.replies.clear()
             self.sent.clear()
 
     def received(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.requests)
+
+    def received_embeddings(self) -> list[dict[str, Any]]:
+        """The embeddings request bodies received since the last :meth:`reset`."""
+        with self._lock:
+            return list(self.embedding_requests)
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -89,6 +105,8 @@ class StubUpstream:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/embeddings", self._embeddings)
         runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -96,6 +114,30 @@ class StubUpstream:
         self.port = site._server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """OpenAI embeddings: one :func:`stub_vector` per input string (float lists; base64 when asked);
+        a queued :class:`Reply` with an error ``status`` or a ``delay`` applies here too."""
+        body = await request.json()
+        with self._lock:
+            self.embedding_requests.append(body)
+            reply = self.replies.pop(0) if self.replies else Reply()
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return web.json_response({"error": {"message": f"stub error {reply.status}", "type": "server_error",
+                                                "param": None, "code": None}}, status=reply.status)
+        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        dimensions = body.get("dimensions") or EMBEDDING_DIMENSIONS
+        data = []
+        for i, text in enumerate(texts):
+            vector = stub_vector(str(text), dimensions)
+            if body.get("encoding_format") == "base64":
+                vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": vector})
+        tokens = sum(len(str(t).split()) for t in texts)
+        return web.json_response({"object": "list", "data": data, "model": body["model"],
+                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -144,6 +186,15 @@ class StubUpstream:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def stub_vector(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
+    """The stub's deterministic embedding of ``text``: ``dimensions`` floats in [-1, 1) from its SHA-256
+    (exactly representable in float32, so a base64 round trip gives the same numbers)."""
+    digest = hashlib.sha256(text.encode()).digest()
+    while len(digest) < dimensions:
+        digest += hashlib.sha256(digest).digest()
+    return [(b - 128) / 128 for b in digest[:dimensions]]
 
 
 def _content_chunks(reply: Reply, text: str) -> Iterator[str]:

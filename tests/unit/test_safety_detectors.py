@@ -369,3 +369,21 @@ def test_guard_failure_follows_the_fail_mode(upstream):
     upstream.queue(Reply(status=503))
     [closed] = _guarded(upstream, ["0.00", "1.00"], fail_mode="refuse").score([text])
     assert closed["harmful_intent"] == 1.0
+
+
+def test_profanity_check_scores_equal_the_packages_own_predict_prob():
+    """The detector computes alt-profanity-check's calibrated linear model without scikit-learn's
+    per-call checks; its numbers must be the package's own (``predict_prob``), to float precision."""
+    import profanity_check
+    from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity
+
+    texts = ["you are a stupid idiot", "What is the boiling point of water?", "I will kill this process",
+             "shut up you moron", "", "Thank you so much for your help!", "f*** off", "a" * 3000]
+    for path in sorted((DATA / "davidson").glob("*.csv")):  # the tweets the tests carry
+        with open(path, newline="", encoding="utf-8") as handle:
+            texts += [row["tweet"] for row in csv.DictReader(handle)]
+    got = ProfanityCheckToxicity().score(texts)["toxicity"]
+    expected = np.asarray(profanity_check.predict_prob(texts), dtype=np.float64)
+    assert got.shape == expected.shape == (len(texts),)
+    assert np.max(np.abs(got - expected)) < 1e-12
+    assert got[0] > 0.9 and got[1] < 0.5  # and it still tells insults from questions

@@ -16,7 +16,7 @@ import hashlib
 import importlib.metadata
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -118,17 +118,49 @@ class ProfanityCheckToxicity:
         Raises:
             ImportError: alt-profanity-check is not installed.
         """
-        import profanity_check
+        from profanity_check import profanity_check as package
 
-        self._predict_prob = profanity_check.predict_prob
+        self._vectorizer = package.vectorizer
+        self._weights = calibrated_linear_weights(package.model)
         self.version = f"alt-profanity-check=={importlib.metadata.version('alt-profanity-check')}"
         self.categories = ["toxicity"]
 
     def score(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """Args: n strings. Returns ``{"toxicity": float64 array (n,)}`` in [0, 1]."""
+        """Args: n strings. Returns ``{"toxicity": float64 array (n,)}`` in [0, 1] — the same
+        numbers as ``profanity_check.predict_prob`` (a test checks them on Davidson's tweets),
+        computed without scikit-learn's per-call validation (~3 ms → ~0.5 ms per request)."""
         if not texts:
             return {"toxicity": np.zeros(0, dtype=np.float64)}
-        return {"toxicity": np.asarray(self._predict_prob(list(texts)), dtype=np.float64)}
+        return {"toxicity": calibrated_linear_proba(self._weights, self._vectorizer.transform(list(texts)))}
+
+
+def calibrated_linear_weights(model: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(coef (k, d), intercept (k,), sigmoid a (k,), sigmoid b (k,)) of a binary
+    ``CalibratedClassifierCV(LinearSVC, method="sigmoid")`` with k calibrated folds.
+
+    Raises ValueError for any other model (another method, estimator or class count).
+    """
+    folds = getattr(model, "calibrated_classifiers_", None)
+    if getattr(model, "method", None) != "sigmoid" or not folds or len(getattr(model, "classes_", [])) != 2:
+        raise ValueError(f"not a binary sigmoid-calibrated linear model: {type(model).__name__}")
+    coef = np.stack([np.asarray(f.estimator.coef_, dtype=np.float64).ravel() for f in folds])
+    intercept = np.array([float(np.ravel(f.estimator.intercept_)[0]) for f in folds])
+    a = np.array([float(f.calibrators[0].a_) for f in folds])
+    b = np.array([float(f.calibrators[0].b_) for f in folds])
+    return coef, intercept, a, b
+
+
+def calibrated_linear_proba(weights: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], x: Any) -> np.ndarray:
+    """Positive-class probability of :func:`calibrated_linear_weights`' model for rows ``x`` (n, d).
+
+    Per fold k: decision ``f_k = x · coef_k + intercept_k``, Platt's sigmoid
+    ``p_k = 1 / (1 + exp(a_k f_k + b_k))`` (Platt 1999; scikit-learn's ``_SigmoidCalibration``),
+    then the mean over folds (``CalibratedClassifierCV.predict_proba`` with ``ensemble=True``).
+    Returns float64 (n,).
+    """
+    coef, intercept, a, b = weights
+    decision = np.asarray(x @ coef.T) + intercept
+    return (1.0 / (1.0 + np.exp(a * decision + b))).mean(axis=1)
 
 
 #: detoxify's class-name standardisation (detoxify/detoxify.py, ``load_checkpoint``).
