@@ -5,6 +5,7 @@ objects) → :mod:`proxy.server.auth` / :mod:`proxy.server.requests` (bearer key
 → :mod:`proxy.server.routes` → :mod:`proxy.server.pipeline` (guardrails, provider, receipts).
 Routes (OpenAI-compatible where OpenAI has one), one module each under ``routes/``:
   chat         POST /v1/chat/completions (JSON or SSE)
+  embeddings   POST /v1/embeddings (inputs masked by Privacy; Safety per server.embeddings_safety)
   models       GET  /v1/models
   receipts     GET  /v1/receipts/{receipt_id}[?bundle=1], GET /v1/keys
   escalations  GET  /v1/escalations/{id}, GET /v1/admin/escalations, POST .../{id}/resolve
@@ -40,7 +41,7 @@ from proxy.server.metrics import Metrics
 from proxy.server.middleware import error_middleware
 from proxy.server.pipeline import Gateway
 from proxy.server.requests import SERVICES
-from proxy.server.routes import chat, escalations, health, ledger, models, receipts, review, verifier
+from proxy.server.routes import chat, embeddings, escalations, health, ledger, models, receipts, review, verifier
 from proxy.server.sink import build_sink
 from proxy.server.upstream import Upstream
 from proxy.storage.base import LedgerStore, open_store
@@ -184,7 +185,7 @@ def create_app(services: Services) -> web.Application:
     """The aiohttp application over already-built services (see :func:`build_services`)."""
     app = web.Application(middlewares=[error_middleware], client_max_size=services.config.server.max_body_bytes)
     app[SERVICES] = services
-    for routes in (chat, models, receipts, escalations, health, review, verifier, ledger):
+    for routes in (chat, embeddings, models, receipts, escalations, health, review, verifier, ledger):
         routes.register(app)
     tasks.register(app)  # receipt spool replay (ledger.on_unavailable: spool) + ledger audit
 

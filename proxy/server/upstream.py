@@ -24,6 +24,10 @@ from proxy.config import Config, ModelRoute  # noqa: E402
 log = logging.getLogger("sonate.upstream")
 litellm.suppress_debug_info = True
 litellm.telemetry = False
+# One provider call per request (Router num_retries=0, max_retries=0). litellm's OpenAI and Azure
+# embedding handlers read `max_retries or litellm.DEFAULT_MAX_RETRIES` (llms/openai/openai.py), so an
+# explicit 0 became the SDK's 2 retries there; this attribute is read only by those two `or`s.
+litellm.DEFAULT_MAX_RETRIES = 0
 
 
 @dataclass
@@ -189,7 +193,8 @@ class Upstream:
         """
         start = time.perf_counter()
         try:
-            response = await self.router.aembedding(model=model, input=texts, encoding_format="float", **params)
+            response = await self.router.aembedding(model=model, input=texts, encoding_format="float",
+                                                    max_retries=0, **params)
         except Exception as exc:  # litellm raises many types; all become OpenAI errors
             raise map_exception(exc) from exc
         duration = time.perf_counter() - start

@@ -286,9 +286,14 @@ class EmbeddingRequest(_Wire):
     dimensions: int | None = Field(None, ge=1, le=65536)
     user: str | None = Field(None, max_length=256)
 
-    @field_validator("input")
+    @field_validator("input", mode="wrap")
     @classmethod
-    def _bounded(cls, value: Any) -> Any:
+    def _bounded(cls, value: Any, handler: Any) -> Any:
+        try:
+            value = handler(value)
+        except ValidationError:  # one message naming `input`, not one per member of the union
+            raise ValueError("input must be a string or a list of strings (or token arrays: a list of "
+                             "integers or of lists of integers)") from None
         if isinstance(value, list) and not 1 <= len(value) <= EMBEDDING_MAX_INPUTS:
             raise ValueError(f"input must hold 1 to {EMBEDDING_MAX_INPUTS} items")
         return value
@@ -303,9 +308,14 @@ class EmbeddingRequest(_Wire):
 
     def upstream_params(self) -> dict[str, Any]:
         """Provider parameters the client set (``dimensions``, ``user``; unknown fields in
-        ``extra_body``). ``encoding_format`` is not among them: the provider is always asked for
-        floats and the proxy encodes (:func:`embedding_body`)."""
-        params = {k: getattr(self, k) for k in ("dimensions", "user") if getattr(self, k) is not None}
+        ``extra_body``). ``dimensions`` is also named in litellm's ``allowed_openai_params``: the
+        provider, not litellm's model-name check, accepts or rejects it. ``encoding_format`` is not
+        among them: the provider is always asked for floats and the proxy encodes
+        (:func:`embedding_body`)."""
+        params: dict[str, Any] = {k: getattr(self, k) for k in ("dimensions", "user")
+                                  if getattr(self, k) is not None}
+        if self.dimensions is not None:  # litellm refuses it for OpenAI models it does not know
+            params["allowed_openai_params"] = ["dimensions"]
         if self.model_extra:
             params["extra_body"] = dict(self.model_extra)
         return params

@@ -2,10 +2,11 @@
 
 The only part the tests replace is the LLM provider. The stub answers
 ``POST /v1/chat/completions`` in JSON or SSE (OpenAI wire format), and ``POST /v1/embeddings``
-with deterministic vectors (:func:`stub_vector`, recorded in :attr:`StubUpstream.embedding_requests`). By default it echoes the
-last user message ("Stub answer: <text>") so tests can see what the model saw; tests can queue
-scripted replies (text, an HTTP error status, or a delay; for streams: the exact content chunks,
-a pause between chunks, tool-call deltas). Every streamed chunk is recorded with the time it was
+with deterministic vectors (:func:`stub_vector`; the bodies recorded in
+:attr:`StubUpstream.embedding_requests`). By default it echoes the last user message
+("Stub answer: <text>") so tests can see what the model saw; tests can queue scripted replies
+(text, an HTTP error status, or a delay; for streams: the exact content chunks, a pause between
+chunks, tool-call deltas). Every streamed chunk is recorded with the time it was
 written (:attr:`StubUpstream.sent`) so tests can order what the client saw against it.
 """
 
