@@ -93,7 +93,9 @@ def _json_text(value: Any, field: str, fn: _Rewrite) -> Any:
         return value
     try:
         parsed = json.loads(value)
-    except ValueError:
+        # a JSON text may spell lone surrogates ("\\ud800"): not encodable text, so one plain piece
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except ValueError:  # UnicodeEncodeError included
         return fn(field, value)
     changed = False
 

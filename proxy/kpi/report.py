@@ -6,7 +6,8 @@ evidence and the trusted public keys. Definitions (methodology; ``docs/methodolo
 
 - *Interaction*: one chat request = the receipts sharing a ``request_id`` whose
   ``guardrail_action`` is not a human action (:data:`HUMAN_ACTIONS`), with ``ts`` in
-  ``[start, end)``. Its stratum is the receipt's ``stratum`` (domain, complexity, provider).
+  ``[start, end)``; receipts of other endpoints (``evidence.endpoint``, e.g. ``"embeddings"``)
+  are no chat request and no interaction (they still count in LVP's sample of receipts). Its stratum is the receipt's ``stratum`` (domain, complexity, provider).
 - **FAR-A** = interactions whose apology (a refusal, or ``evidence.model_apology``) was
   adjudicated *unnecessary* / interactions. Apologies not yet adjudicated count as necessary;
   the adjudication coverage is disclosed next to the figure.
@@ -147,6 +148,8 @@ def _interactions(receipts: Sequence[dict[str, Any]], start: str, end: str) -> d
     out: dict[str, _Interaction] = {}
     for r in receipts:
         if r.get("guardrail_action") in HUMAN_ACTIONS or not _in_window(r.get("ts", ""), start, end):
+            continue
+        if (r.get("evidence") or {}).get("endpoint", "chat") != "chat":  # embeddings: not a chat request
             continue
         stratum = r.get("stratum") or {}
         entry = out.setdefault(r["request_id"], _Interaction(r["request_id"], {

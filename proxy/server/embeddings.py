@@ -201,6 +201,10 @@ class Embeddings:
         if route is None:
             raise GatewayError(404, f"The model '{req.model}' does not exist or you do not have access to it.",
                                code="model_not_found", param="model")
+        if isinstance(route.litellm_params.get("mock_response"), str):  # e.g. the demo route
+            raise GatewayError(400, f"The model '{req.model}' is a mock chat route (litellm mock_response) and "
+                                    "serves no embeddings; route an embeddings model in model_list.",
+                               param="model", code="model_not_supported")
         try:
             declared = declared_complexity(complexity_header, None)
         except ValueError as exc:
@@ -286,10 +290,10 @@ class Embeddings:
         return complexity_rule(prompt_tokens=tokens, user_turns=1, uses_tools=False, regulated=False)
 
     def _observe(self, x: _Call, sealed: list[dict[str, Any]], stratum: dict[str, str], written: bool) -> None:
-        """Count the request as chat does (proxy.server.pipeline.Gateway._observe_request)."""
+        """Count the request as chat does (proxy.server.pipeline.Gateway._observe_request), except
+        ``sonate_interactions_total`` and the apology counter: an embeddings request is not a chat
+        interaction (FAR-A's denominator and numerator; docs/kpi.md, proxy.kpi.report)."""
         m, model, g = self.gateway.metrics, x.req.model, self.gateway
-        domain, complexity = stratum["domain"], stratum["complexity"]
-        m.interactions.labels(model, x.provider, domain, complexity).inc()
         assert x.screen is not None
         for d in x.screen.triggers:
             m.guardrail_triggers.labels(d.policy_id, d.action, d.stage).inc()
@@ -301,8 +305,6 @@ class Embeddings:
             if policy is not None:
                 m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
                 m.evidence_present.labels(policy.id).inc(evidence_present(receipt, policy.evidence_required))
-            if receipt["guardrail_action"] == "refuse":
-                m.apologies.labels("guardrail", receipt["policy_id"], domain, complexity).inc()
         total = time.perf_counter() - x.started
         m.request_duration.labels(model, x.screen.action).observe(total)
         upstream = x.result.duration_seconds if x.result else 0.0

@@ -10,6 +10,7 @@ and assembles it with ``litellm.stream_chunk_builder``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
@@ -28,6 +29,20 @@ litellm.telemetry = False
 # embedding handlers read `max_retries or litellm.DEFAULT_MAX_RETRIES` (llms/openai/openai.py), so an
 # explicit 0 became the SDK's 2 retries there; this attribute is read only by those two `or`s.
 litellm.DEFAULT_MAX_RETRIES = 0
+
+
+def _check_vectors(body: dict[str, Any], count: int) -> None:
+    """UpstreamError 502 unless ``body["data"]`` holds ``count`` embeddings, each a non-empty list
+    of finite numbers (floats were requested; a mock route answers text, some providers nothing)."""
+    data = body.get("data")
+    ok = isinstance(data, list) and len(data) == count and all(
+        isinstance(item, dict) and isinstance(item.get("embedding"), list) and item["embedding"]
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in item["embedding"])
+        for item in data)
+    if not ok:
+        raise UpstreamError(502, f"The model provider did not return {count} embedding vector(s) of numbers.",
+                            "api_error", "upstream_error")
 
 
 @dataclass
@@ -198,7 +213,9 @@ class Upstream:
         except Exception as exc:  # litellm raises many types; all become OpenAI errors
             raise map_exception(exc) from exc
         duration = time.perf_counter() - start
-        return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
+        body = _as_dict(response)
+        _check_vectors(body, len(texts))
+        return UpstreamResult(body, duration, cost_usd=self._cost(response))
 
     async def open_stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamStream:
         """Start a streaming call (usage requested from the provider) and return it once the

@@ -172,6 +172,15 @@ class ChatMessage(_Wire):
                 _check_part(i, part, allowed)
         return value
 
+    @model_validator(mode="after")
+    def _content_required(self) -> "ChatMessage":
+        """``content`` is required (not null) except in an assistant message carrying
+        ``tool_calls``, ``function_call``, ``refusal`` or ``audio`` (OpenAI's chat schema)."""
+        if self.content is None and not (self.role == "assistant" and (
+                self.tool_calls or self.function_call or self.refusal is not None or self.audio)):
+            raise ValueError(f"'content' is required in a {self.role} message")
+        return self
+
 
 def _check_part(index: int, part: dict[str, Any], allowed: frozenset[str]) -> None:
     """Validate content part ``index`` against its type's model; ValueError naming the bad key."""

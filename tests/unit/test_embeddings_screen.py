@@ -4,6 +4,8 @@ Compliance never routes an embeddings request."""
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.server.embeddings import screen_embedding_inputs
 from tests.support.detectors import POLICIES, PRIVACY, SAFETY, FakeApology, FakeDetectors, count_words
@@ -61,3 +63,15 @@ def test_user_and_passed_through_fields_are_masked_too():
                              "extra_body": {"input_type": "query", "tags": ["<PERSON_1>"]}}
     spans = screen.decisions[0].evidence["spans"]
     assert [(s["message"], s["field"]) for s in spans] == [(0, "input"), (None, "user"), (None, "extra_body.tags.0")]
+
+
+def test_a_provider_answer_without_vectors_is_a_502_not_a_500():
+    from proxy.server.upstream import UpstreamError, _check_vectors
+
+    _check_vectors({"data": [{"embedding": [0.1, -2.0, 3]}]}, 1)  # numbers: accepted
+    for body in ({"data": [{"embedding": "Hello!"}]}, {"data": []}, {}, {"data": [{"embedding": []}]},
+                 {"data": [{"embedding": [0.1, float("nan")]}]}, {"data": [{"embedding": [True]}]},
+                 {"data": [{"embedding": [0.1]}, {"embedding": [0.2]}]}):
+        with pytest.raises(UpstreamError) as caught:
+            _check_vectors(body, 1)
+        assert caught.value.status == 502 and caught.value.code == "upstream_error"
