@@ -19,6 +19,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +46,20 @@ def receipt_of(base_url: str, api_key: str, receipt_id: str) -> dict:
     req = urllib.request.Request(f"{base_url}/receipts/{receipt_id}", headers={"Authorization": f"Bearer {api_key}"})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
+
+
+def ask(client: openai.OpenAI, model: str, messages: list[dict], attempts: int = 20):
+    """One chat completion (raw response). A 429 is retried after its ``Retry-After`` (the proxy
+    refused the request before screening it: no receipt, so a retry duplicates nothing); any other
+    error is raised (openai.APIStatusError), never retried (a retry could duplicate receipts)."""
+    for attempt in range(attempts):
+        try:
+            return client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        except openai.RateLimitError as exc:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(float(exc.response.headers.get("retry-after") or 1))
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             history.append({"role": "user", "content": prompt})
             total += 1
             try:
-                raw = client.chat.completions.with_raw_response.create(model=args.model, messages=history)
+                raw = ask(client, args.model, history)
             except openai.APIStatusError as exc:
                 errors += 1
                 print(f"error {exc.status_code}: {exc.message}", file=sys.stderr)
