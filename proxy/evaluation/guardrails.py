@@ -154,7 +154,7 @@ class EngineTarget:
 
 
 class ProxyTarget:
-    """A running proxy, through :class:`~proxy.evaluation.client.ProxyClient` (no retries).
+    """A running proxy, through :class:`~proxy.evaluation.client.ProxyClient` (only a 429 is retried).
 
     Raises ProxyError (from :meth:`screen` / :meth:`check`) when the proxy is unreachable,
     rejects the key or the model, or answers with an error; TargetError when it is not a Sonate
