@@ -1,7 +1,7 @@
 """The ONNX Runtime embeddings equal sentence-transformers' (so classifiers trained on either keep their accuracy).
 
-Texts: a few hundred of the public development splits (/work/shared/data: XSTest prompts,
-AdvBench behaviours, Davidson tweets) plus edge cases (empty, one character, longer than the
+Texts: the public samples the tests carry (tests/data: XSTest prompts, AdvBench behaviours,
+Davidson tweets, each with its LICENSE) plus edge cases (empty, one character, longer than the
 256-token window, non-Latin scripts). Loads both models (marked ``models``).
 """
 
@@ -17,19 +17,18 @@ from proxy.guardrails.detectors import embeddings
 
 pytestmark = pytest.mark.models
 
-DATA = Path("/work/shared/data")
+DATA = Path(__file__).resolve().parents[1] / "data"
 EDGE = ["", " ", "a", "Hello!", "word " * 600, "Привет, как дела?", "東京の天気はどうですか", "🙂🙂🙂",
         "My e-mail is ada@example.com and my phone 040 123 4567."]
 
 
 def _texts() -> list[str]:
     texts = list(EDGE)
-    for path, column, limit in ((DATA / "xstest" / "xstest_dev.csv", "prompt", 150),
-                                (DATA / "advbench" / "harmful_behaviors_dev.csv", "goal", 100),
-                                (DATA / "davidson" / "davidson_dev.csv", "tweet", 100)):
-        if path.exists():
-            with path.open(newline="", encoding="utf-8") as f:
-                texts += [row[column] for row, _ in zip(csv.DictReader(f), range(limit)) if row.get(column)]
+    for path, column in ((DATA / "xstest" / "xstest_sample.csv", "prompt"),
+                         (DATA / "advbench" / "harmful_behaviors_sample.csv", "goal"),
+                         (DATA / "davidson" / "davidson_sample.csv", "tweet")):
+        with path.open(newline="", encoding="utf-8") as f:
+            texts += [row[column] for row in csv.DictReader(f) if row.get(column)]
     return texts
 
 
@@ -42,7 +41,7 @@ def torch_reference():
 
 def test_onnx_embeddings_match_sentence_transformers(torch_reference):
     texts = _texts()
-    assert len(texts) >= 200, "the development splits under /work/shared/data are missing"
+    assert len(texts) >= 180
     onnx = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir()).encode(texts)
     reference = torch_reference.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
     assert onnx.shape == (len(texts), embeddings.DIMENSIONS) and onnx.dtype == np.float32
