@@ -231,11 +231,7 @@ class Embeddings:
     async def _forward(self, x: _Call) -> None:
         """The provider call with the screened texts (503 fail_closed while the ledger is down)."""
         g = self.gateway
-        try:
-            await g.sink.before_upstream()
-        except LedgerError as exc:
-            log.error("ledger unavailable before the embeddings call for %s: %s", x.request_id, exc)
-            raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
+        await g.before_upstream(x.request_id)
         assert x.screen is not None
         try:
             x.result = await g.upstream.embed(x.req.model, x.screen.texts,

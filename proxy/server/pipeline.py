@@ -211,20 +211,24 @@ class Gateway:
         x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
         return screen
 
+    async def before_upstream(self, request_id: str) -> None:
+        """fail_closed: GatewayError 503 ``ledger_unavailable`` while the ledger is known to be down,
+        so nothing is forwarded whose receipt could not be written (the sink's check)."""
+        try:
+            await self.sink.before_upstream()
+        except LedgerError as exc:
+            log.error("ledger unavailable before the model call for %s: %s", request_id, exc)
+            raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
+
     async def _forward(self, x: _Exchange) -> None:
         """Continuity summary (if planned), the model call, then the output guardrails.
 
         fail_closed: nothing is forwarded while the ledger is known to be down (503).
         """
-        try:
-            await self.sink.before_upstream()
-        except LedgerError as exc:
-            log.error("ledger unavailable before the model call for %s: %s", x.request_id, exc)
-            raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
+        await self.before_upstream(x.request_id)
         try:
             messages = await self._continuity(x)
-            call = self.upstream.complete_streaming if x.req.stream else self.upstream.complete
-            x.result = await call(x.req.model, messages, _upstream_params(x))
+            x.result = await self.upstream.complete(x.req.model, messages, _upstream_params(x))
         except UpstreamError as exc:
             raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
         x.upstream_seconds += x.result.duration_seconds
@@ -235,11 +239,7 @@ class Gateway:
         """Continuity summary (if planned), then open the provider stream; the answer is passed
         through by the returned result's ``events``. Errors before the first byte are the same
         as :meth:`_forward`'s (503 fail_closed, mapped provider errors)."""
-        try:
-            await self.sink.before_upstream()
-        except LedgerError as exc:
-            log.error("ledger unavailable before the model call for %s: %s", x.request_id, exc)
-            raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
+        await self.before_upstream(x.request_id)
         try:
             messages = await self._continuity(x)
             stream = await self.upstream.open_stream(x.req.model, messages, _upstream_params(x))

@@ -3,8 +3,7 @@
 Routes come from config.yaml's ``model_list`` (LiteLLM's own format, given to
 ``litellm.Router`` unchanged, so ``os.environ/NAME`` secrets and every litellm provider work).
 :meth:`Upstream.open_stream` opens a provider stream that the proxy passes through chunk by
-chunk (:mod:`proxy.server.streaming`); :meth:`Upstream.complete_streaming` consumes a whole stream
-and assembles it with ``litellm.stream_chunk_builder``.
+chunk (:mod:`proxy.server.streaming`) and assembles with ``litellm.stream_chunk_builder`` at the end.
 """
 
 from __future__ import annotations
@@ -228,32 +227,3 @@ class Upstream:
         except Exception as exc:
             raise map_exception(exc) from exc
         return UpstreamStream(stream, messages, start, self._cost)
-
-    async def complete_streaming(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamResult:
-        """One streaming call, consumed to the end and assembled into a chat.completion.
-
-        Records time to first content token. Raises UpstreamError (also for mid-stream failures).
-        """
-        start = time.perf_counter()
-        ttft = None
-        stream_chunks: list[Any] = []  # litellm chunk objects, for stream_chunk_builder
-        deltas: list[str] = []
-        try:
-            stream = await self.router.acompletion(
-                model=model, messages=messages, stream=True, stream_options={"include_usage": True}, **params)
-            async for chunk in stream:
-                stream_chunks.append(chunk)
-                for choice in getattr(chunk, "choices", None) or []:
-                    delta = getattr(choice, "delta", None)
-                    text = getattr(delta, "content", None) if delta is not None else None
-                    if text:
-                        if ttft is None:
-                            ttft = time.perf_counter() - start
-                        deltas.append(text)
-        except Exception as exc:
-            raise map_exception(exc) from exc
-        duration = time.perf_counter() - start
-        built = litellm.stream_chunk_builder(stream_chunks, messages=messages)
-        if built is None:
-            raise UpstreamError(502, "The model provider sent an empty stream.", "api_error", "upstream_empty_stream")
-        return UpstreamResult(_as_dict(built), duration, ttft, deltas, self._cost(built))
