@@ -8,7 +8,7 @@ stores the :class:`proxy.server.app.Services`; route modules reach them through 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -18,12 +18,14 @@ from proxy.server.errors import Caller, GatewayError
 if TYPE_CHECKING:
     from proxy.server.app import Services
 
-__all__ = ["ADMIN", "ANY_ROLE", "REVIEWERS", "SERVICES", "caller", "read_model", "services", "validation_error"]
+__all__ = ["ADMIN", "ANY_ROLE", "REVIEWERS", "SERVICES", "admitted", "caller", "read_model", "services",
+           "validation_error"]
 
 ANY_ROLE = ("client", "admin", "reviewer")
 ADMIN = ("admin",)
 REVIEWERS = ("admin", "reviewer")
 Model = TypeVar("Model", bound=BaseModel)
+Response = TypeVar("Response", bound=web.StreamResponse)
 
 SERVICES: web.AppKey[Services] = web.AppKey("services")
 """The running proxy's services (set once by ``create_app``)."""
@@ -43,6 +45,18 @@ def caller(request: web.Request, roles: tuple[str, ...] = ANY_ROLE) -> Caller:
 #: ~8 (messages → content parts → tool-call arguments are strings); JSON Schema in
 #: ``response_format`` or tool ``parameters`` goes deeper, so the bound leaves room for those.
 MAX_JSON_DEPTH = 64
+
+
+async def admitted(request: web.Request, answer: Callable[[web.Request, Caller], Awaitable[Response]]) -> Response:
+    """Authenticate ``request`` (401/403), admit it under its key's limits (429 ``Retry-After``,
+    :class:`proxy.server.limits.KeyLimiter`; the slot is held until ``answer`` returns), then
+    ``answer(request, caller)``. A refused request writes no receipt: nothing was screened or forwarded."""
+    who = caller(request)
+    limiter = services(request).limiter
+    if limiter is None:
+        return await answer(request, who)
+    with limiter.acquire(who.actor):
+        return await answer(request, who)
 
 
 def _reject_constant(name: str) -> None:

@@ -14,7 +14,7 @@ from contextlib import aclosing
 from aiohttp import web
 
 from proxy.server.errors import Caller
-from proxy.server.requests import caller, read_model, services
+from proxy.server.requests import admitted, read_model, services
 from proxy.server.wire import ChatCompletionRequest, stream_events
 
 __all__ = ["chat_completions", "register"]
@@ -24,12 +24,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``: authenticate, admit under the caller's limits (429 with
     ``Retry-After``, :class:`proxy.server.limits.KeyLimiter`; the slot is held until the answer is
     sent), then :func:`_answer`. A refused request writes no receipt: nothing was screened or forwarded."""
-    who = caller(request)
-    limiter = services(request).limiter
-    if limiter is None:
-        return await _answer(request, who)
-    with limiter.acquire(who.actor):
-        return await _answer(request, who)
+    return await admitted(request, _answer)
 
 
 async def _answer(request: web.Request, who: Caller) -> web.StreamResponse:

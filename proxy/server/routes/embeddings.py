@@ -13,7 +13,7 @@ from aiohttp import web
 
 from proxy.server.embeddings import Embeddings
 from proxy.server.errors import Caller
-from proxy.server.requests import caller, read_model, services
+from proxy.server.requests import admitted, read_model, services
 from proxy.server.wire import EmbeddingRequest
 
 __all__ = ["embeddings", "register"]
@@ -22,12 +22,7 @@ __all__ = ["embeddings", "register"]
 async def embeddings(request: web.Request) -> web.Response:
     """``POST /v1/embeddings``: authenticate, admit under the caller's limits (429 ``Retry-After``,
     as chat completions), then :func:`_answer`."""
-    who = caller(request)
-    limiter = services(request).limiter
-    if limiter is None:
-        return await _answer(request, who)
-    with limiter.acquire(who.actor):
-        return await _answer(request, who)
+    return await admitted(request, _answer)
 
 
 async def _answer(request: web.Request, who: Caller) -> web.Response:
