@@ -10,7 +10,10 @@ process: a fixed short answer, or with ``stream: true`` 40 content chunks 20 ms 
   (``--no-litellm`` skips it on purpose);
 - **sonate**: this proxy, ``python -m proxy serve`` on a temporary config (the shipped policies:
   the full guardrails matrix; a SQLite ledger in a temporary directory; the stub as model
-  ``stub``; per-key rate limits off) through tests/support/proxy.py, the tests' launcher.
+  ``stub``; per-key rate limits off) through tests/support/proxy.py, the tests' launcher;
+- **sonate-wN** (``--workers N``, default 2; ``--workers 1`` leaves it out): the same with
+  ``server.workers: N`` (a supervisor and N serving processes on the port, proxy.server.workers),
+  c=1, c=32 and streams only; its RSS is the sum over the supervisor and its workers.
 
 Measured per target, every request with a fresh prompt (a unique prefix, so no scan cache or
 embedding cache answers):
@@ -249,15 +252,16 @@ def litellm_target(stub_v1: str, cache: Path, workdir: Path):
 
 
 @contextlib.contextmanager
-def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None):
+def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, workers: int = 1):
     """This proxy (full matrix: the shipped policies, or a copy of ``policies``; SQLite ledger; rate
-    limits off) over the stub; yields a Target."""
+    limits off; ``server.workers: workers``) over the stub; yields a Target named ``sonate`` (one
+    worker) or ``sonate-wN``."""
     from tests.support.proxy import CLIENT_KEY, spawn_proxy, write_config
 
     port = free_port()
     ledger = f"sqlite:///{workdir / 'ledger.db'}"
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 2 << 20, "upstream_timeout_seconds": 60,
-              "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}}
+              "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}, "workers": workers}
     if policies is not None:
         shutil.copytree(policies, workdir / "policies")
         policies = workdir / "policies"
@@ -269,8 +273,10 @@ def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None):
         except RuntimeError as error:
             raise RuntimeError(f"this proxy did not start ({error}); the end of its log:\n"
                                + "\n".join(proxy.log().splitlines()[-30:])) from None
-        yield Target("sonate", proxy.v1, CLIENT_KEY, "stub", proxy.process,
-                     {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path)})
+        name = "sonate" if workers == 1 else f"sonate-w{workers}"
+        yield Target(name, proxy.v1, CLIENT_KEY, "stub", proxy.process,
+                     {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path),
+                      "workers": workers})
     finally:
         stop(proxy.process)
 
@@ -403,12 +409,14 @@ async def measure(target: Target, args: argparse.Namespace) -> dict[str, Any]:
         results["c32"] = await concurrent(session, target, 32, args.seconds)
         print(f"  {target.name}: streams ...", flush=True)
         results["stream"] = await streams(session, target, args.streams)
+        if target.process is not None:
+            results["rss_after_mb"] = rss_mb(target.process.pid)
         if target.name == "sonate":
             results["idle"] = await sequential(session, target, args.requests // 2)
             for name, text in (("large_12k", PATHOLOGICAL), ("large_150k", MEDIUM), ("large_1m", LARGE)):
                 print(f"  {target.name}: {name} ...", flush=True)
                 results[name] = await large_input(session, target, text, args.large_repeat)
-            results["rss_after_mb"] = rss_mb(target.process.pid)
+            results["rss_after_mb"] = rss_mb(target.process.pid)  # after the large inputs too
     return results
 
 
@@ -421,8 +429,10 @@ def _ms(value: float | None, digits: int = 1) -> str:
 def table(results: dict[str, dict[str, Any]]) -> str:
     """The Markdown table: one column per measured target."""
     names = [n for n in ("direct", "litellm", "sonate") if n in results]
+    names += sorted(n for n in results if n.startswith("sonate-w"))
     heads = {"direct": "direct to stub", "litellm": f"LiteLLM proxy {LITELLM_VERSION} (no guardrails)",
-             "sonate": "this proxy (full matrix)"}
+             "sonate": "this proxy (full matrix)",
+             **{n: f"this proxy, {n[len('sonate-w'):]} workers" for n in names if n.startswith("sonate-w")}}
     get = lambda n, *path: _dig(results.get(n, {}), path)  # noqa: E731
     rows = [
         ("p50 latency, c=1 (p99)", lambda n: f"{_ms(get(n, 'c1', 'p50_ms'), 2)} ({_ms(get(n, 'c1', 'p99_ms'))})"),
@@ -434,14 +444,19 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         ("stream total p50", lambda n: _ms(get(n, 'stream', 'total_p50_ms'))),
         ("errors (c=1 / c=32 / stream)", lambda n: f"{get(n, 'c1', 'errors')} / {get(n, 'c32', 'errors')} / "
                                                    f"{get(n, 'stream', 'errors')}"),
+        ("RSS after start / after the load (all processes)",
+         lambda n: "" if get(n, 'rss_start_mb') is None else
+         f"{get(n, 'rss_start_mb'):.0f} MB / {get(n, 'rss_after_mb') or 0:.0f} MB"),
+        ("ready after start", lambda n: "" if get(n, 'ready_s') is None else f"{get(n, 'ready_s'):.1f} s"),
     ]
     lines = ["| measure | " + " | ".join(heads[n] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
     sonate = results.get("sonate")
     if sonate:
-        pad = " |" * (len(names) - 1)
+        pad = " |" * (names.index("sonate"))
+        after = " |" * (len(names) - 1 - names.index("sonate"))
         idle = sonate.get("idle", {})
-        lines.append(f"| small requests idle, p50 / p99 |{pad} {_ms(idle.get('p50_ms'))} / {_ms(idle.get('p99_ms'))} |")
+        lines.append(f"| small requests idle, p50 / p99 |{pad} {_ms(idle.get('p50_ms'))} / {_ms(idle.get('p99_ms'))} |{after}")
         for key, label in (("large_12k", "12 KB pathological"), ("large_150k", "150 KB prose"),
                            ("large_1m", "1 MB prose")):
             case = sonate.get(key)
@@ -449,10 +464,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 small = case["small"]
                 lines.append(f"| small p50 / p99 while a {label} prompt is screened (its time, status) |{pad} "
                              f"{_ms(small['p50_ms'])} / {_ms(small['p99_ms'])} (n={small['n']}; "
-                             f"{', '.join(f'{t:.2f} s' for t in case['large_s'])}; {case['large_status']}) |")
-        lines.append(f"| RSS after start / after the load |{pad} {sonate.get('rss_start_mb', 0):.0f} MB / "
-                     f"{sonate.get('rss_after_mb', 0):.0f} MB |")
-        lines.append(f"| ready after start |{pad} {sonate.get('ready_s', 0):.1f} s |")
+                             f"{', '.join(f'{t:.2f} s' for t in case['large_s'])}; {case['large_status']}) |{after}")
     return "\n".join(lines)
 
 
@@ -466,6 +478,16 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
                    f"(goal: below LiteLLM's, ideally <= 5 ms)")
         out.append(f"c=32 throughput: this proxy / LiteLLM = "
                    f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x (goal >= 1x, ideally 3x)")
+    for name in sorted(n for n in results if n.startswith("sonate-w")):
+        w = results[name]
+        if lite:
+            out.append(f"{name}: p50 overhead at c=1 {over(w) or 0:.2f} ms vs LiteLLM {over(lite) or 0:.2f} ms; "
+                       f"c=32 throughput / LiteLLM = "
+                       f"{_div(_dig(w, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x")
+        if s:
+            out.append(f"{name}: c=32 throughput / one worker = "
+                       f"{_div(_dig(w, ('c32', 'req_per_s')), _dig(s, ('c32', 'req_per_s'))):.2f}x; RSS after start "
+                       f"{w.get('rss_start_mb', 0):.0f} MB for {w.get('workers')} workers and the supervisor")
     if s and d:
         out.append(f"stream TTFT overhead over direct: "
                    f"{_sub(_dig(s, ('stream', 'ttft_p50_ms')), _dig(d, ('stream', 'ttft_p50_ms'))) or 0:.1f} ms "
@@ -518,6 +540,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         (work / "sonate").mkdir()
         with sonate_target(stub_v1, work / "sonate", args.policies) as target:
             results["sonate"] = await measure(target, args)
+        if args.workers > 1:
+            print(f"sonate, {args.workers} workers ...", flush=True)
+            (work / "sonate-workers").mkdir()
+            with sonate_target(stub_v1, work / "sonate-workers", args.policies, args.workers) as target:
+                results[target.name] = await measure(target, args)
     return results
 
 
@@ -531,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (checks the script, figures are rough)")
     parser.add_argument("--policies", type=Path, help="this proxy's policies folder (default: the shipped policies/)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy column")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="also measure this proxy with server.workers: N (default 2; 1: leave the column out)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sonate-bench",
                         help="where the LiteLLM virtualenv is kept (default ~/.cache/sonate-bench)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench" / "gateway.json", help="JSON results")

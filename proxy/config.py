@@ -7,7 +7,10 @@ Layout (see docs/operations.md "Configuration")::
     policies:   directory of guardrail policy YAML files (relative to config.yaml)
     ledger:     url (sqlite:///path or redis://host:port/db), on_unavailable
     signing:    key_file (Ed25519 key, created 0600 on first start)
-    auth:       keys: [{key, actor, role}] with role client | admin | reviewer
+    auth:       keys: [{key, actor, role, policy_set, team}] with role client | admin | reviewer
+    policy_sets: named overlays of the policies (docs/operations.md "Policy sets and hot reload")
+    teams:      team -> policy_set; a key's ``team`` selects it (key beats team beats ``default``)
+    observability: log_format (text | json), otlp_endpoint (traces; off when null), service_name, sample_ratio
 
 Secrets are written as ``os.environ/NAME`` (LiteLLM's convention) and resolved at load time.
 Environment overrides: ``SONATE_CONFIG`` (path of the file), ``SONATE_LEDGER_URL`` (ledger.url).
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,13 +51,19 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names file, key and expectation."""
 
 
-def format_validation_error(source: str, error: ValidationError) -> str:
-    """Render a pydantic ValidationError as one line per problem: ``file: key.path: message``."""
+def format_validation_error(source: str, error: ValidationError, *, prefix: str = "", skip: int = 0) -> str:
+    """Render a pydantic ValidationError as one line per problem: ``file: key.path: message``.
+
+    ``prefix`` is put before every key path (e.g. ``policy_sets.support.policies.safety.``: a model
+    validated apart from the file that holds it); ``skip`` drops that many leading parts of each
+    error's location (a discriminated union's tag).
+    """
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = tuple(item["loc"])
+        key = (prefix + ".".join(str(part) for part in loc[skip:])).rstrip(".") or "(top level)"
         got = item.get("input")
-        secret = item["loc"][:1] == ("auth",)  # never echo a key (or anything near one)
+        secret = loc[:1] == ("auth",)  # never echo a key (or anything near one)
         shown = "" if secret or isinstance(got, (dict, list)) else f" (got {got!r})"
         lines.append(f"{source}: {key}: {item['msg']}{shown}")
     return "\n".join(lines)
@@ -90,7 +100,12 @@ class LimitsConfig(_Strict):
     ``max_screen_chars`` is the per-request screening budget: a request with more client-written
     text is refused with 413 ``input_too_large`` before any detector runs (0: no budget); it bounds
     the seconds one request can hold a detector thread (about 50 µs per character of prose on one
-    core of the reference machine, most of it spaCy NER).
+    core of the reference machine, most of it spaCy NER). ``screen_timeout_seconds`` is the input
+    screen's time budget: past it the request is answered 503 ``guardrail_timeout`` and never
+    forwarded (fail closed; 0: no budget). Request shape: at most ``max_messages`` messages (413
+    ``too_many_messages``), ``max_message_chars`` characters of text in one message (413
+    ``message_too_large``; 0: no bound) and ``max_json_depth`` levels of JSON nesting (400; the OpenAI
+    wire format needs ~8, JSON Schema in ``response_format`` or tool ``parameters`` goes deeper).
     """
 
     max_concurrent_per_key: int = Field(16, ge=0)
@@ -101,6 +116,10 @@ class LimitsConfig(_Strict):
     max_queued_screens: int = Field(64, ge=0)
     max_queued_large_screens: int = Field(16, ge=0)
     max_screen_chars: int = Field(200_000, ge=0)
+    screen_timeout_seconds: float = Field(30.0, ge=0)
+    max_messages: int = Field(2048, ge=1, le=2048)
+    max_message_chars: int = Field(100_000, ge=0)
+    max_json_depth: int = Field(64, ge=8, le=512)
 
 
 class ServerConfig(_Strict):
@@ -111,6 +130,9 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(1_048_576, gt=0)
     upstream_timeout_seconds: float = Field(60.0, gt=0)
     detector_threads: int = Field(2, ge=1, le=64)
+    #: Serving processes on the one port, each with its own detectors (1: this process serves;
+    #: more: a supervisor and N workers, :mod:`proxy.server.workers`; docs/operations.md "Workers").
+    workers: int = Field(1, ge=1, le=64)
     #: ``GET /metrics`` without a key. Off by default: the series name models, policies and
     #: traffic volumes; Prometheus sends a ``metrics`` (or ``admin``) key as a bearer token.
     public_metrics: bool = False
@@ -234,17 +256,29 @@ def check_key_length(key: str, actor: str, where: str) -> None:
         raise ConfigError(f"{where}: {problem}")
 
 
+#: Names of policy sets and teams: they are written into receipts and shown by the admin API.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+#: The policy set of a key that names none (directly or through its team): the policy files as
+#: written, overlaid by ``policy_sets.default`` when the config defines one.
+DEFAULT_POLICY_SET = "default"
+
+
 class ApiKey(_Strict):
     """A bearer key and the actor name written into receipts. ``key`` may be ``os.environ/NAME``.
 
     Roles: ``client`` (the API), ``reviewer`` (adjudication), ``admin`` (everything), ``metrics``
     (only ``GET /metrics``: the Prometheus scraper's key). A literal key shorter than
     :data:`MIN_KEY_LENGTH` is rejected here; an ``os.environ/NAME`` one once resolved (:func:`load_config`).
+    ``policy_set`` (a name of ``policy_sets``) or ``team`` (a name of ``teams``) select the
+    policies the key's requests are screened by: the key's own set beats its team's, which beats
+    ``default`` (:func:`policy_set_of`).
     """
 
     key: str = Field(min_length=1)
     actor: str = Field(min_length=1, max_length=128)
     role: Literal["client", "admin", "reviewer", "metrics"] = "client"
+    policy_set: str | None = Field(None, pattern=NAME_PATTERN)
+    team: str | None = Field(None, pattern=NAME_PATTERN)
 
     @model_validator(mode="after")
     def _long_enough(self) -> "ApiKey":
@@ -260,6 +294,39 @@ class AuthConfig(_Strict):
     keys: list[ApiKey] = Field(min_length=1)
 
 
+class PolicySetConfig(_Strict):
+    """One named policy set: the policy files overlaid per policy id (docs/operations.md
+    "Policy sets and hot reload"; :mod:`proxy.guardrails.policy_sets`).
+
+    ``policies`` maps a policy id to a JSON Merge Patch (RFC 7386) of that policy's YAML mapping:
+    mappings merge key by key (``detector``, ``thresholds``, ``detector.domains``), any other
+    value replaces, ``null`` removes a key. ``enabled: false`` disables the policy for the set;
+    ``thresholds`` / ``detector.threshold`` / ``detector.score_threshold`` move thresholds;
+    ``restore_in_answer``, ``human_flag``, ``stages`` or Compliance's ``detector.ambiguous``
+    (escalate | notice | allow) change what a policy does; ``detector.domains`` adds domains.
+    The patched policy is validated like a policy file (errors name this file and the key).
+    """
+
+    description: str = ""
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("policies")
+    @classmethod
+    def _keeps_identity(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for policy_id, patch in value.items():
+            for fixed in ("id", "kind"):
+                if fixed in patch:
+                    raise ValueError(f"{policy_id}: a policy set cannot change a policy's {fixed!r}")
+        return value
+
+
+class TeamConfig(_Strict):
+    """A team: the policy set of every key whose ``team`` names it (unless the key names its own)."""
+
+    description: str = ""
+    policy_set: str = Field(pattern=NAME_PATTERN)
+
+
 class ReviewConfig(_Strict):
     """Adjudication queue (methodology "Adjudication").
 
@@ -268,6 +335,23 @@ class ReviewConfig(_Strict):
     """
 
     sample_rate: float = Field(0.02, ge=0.0, le=1.0)
+
+
+class ObservabilityConfig(_Strict):
+    """Logs and traces (docs/operations.md "Logs and traces"; :mod:`proxy.server.logs`,
+    :mod:`proxy.server.tracing`).
+
+    ``log_format``: ``text`` (default) or ``json`` (one JSON object per line with the request id,
+    receipt id, actor and action). ``otlp_endpoint``: the OTLP/HTTP traces URL of a collector
+    (e.g. ``http://otel-collector:4318/v1/traces``); None (default) turns tracing off.
+    ``service_name``: the traces' ``service.name``; ``sample_ratio`` (0..1): the share of new traces
+    recorded (a request carrying a sampled W3C ``traceparent`` is always recorded).
+    """
+
+    log_format: Literal["text", "json"] = "text"
+    otlp_endpoint: str | None = Field(None, pattern=r"^https?://\S+$")
+    service_name: str = Field("sonate-trust-proxy", min_length=1, max_length=200)
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class Config(_Strict):
@@ -280,7 +364,27 @@ class Config(_Strict):
     signing: SigningConfig = Field(default_factory=SigningConfig)
     auth: AuthConfig
     review: ReviewConfig = Field(default_factory=ReviewConfig)
+    #: Logs and traces (:class:`ObservabilityConfig`): text logs and no traces by default.
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    #: Named policy sets (:class:`PolicySetConfig`), selected per key or team.
+    policy_sets: dict[str, PolicySetConfig] = Field(default_factory=dict)
+    #: Teams (:class:`TeamConfig`): ``auth.keys[].team`` names one.
+    teams: dict[str, TeamConfig] = Field(default_factory=dict)
+    #: Seconds between two checks of the policy files and this file for changes (a changed file
+    #: reloads the policies, :mod:`proxy.server.policy_runtime`); 0: no file watch (SIGHUP and
+    #: ``POST /v1/admin/policies/reload`` still reload).
+    policy_watch_seconds: float = Field(0.0, ge=0, le=86_400)
     base_dir: Path = Field(default=Path("."), exclude=True)
+    #: The file this config was loaded from (None: built in code); a policy reload re-reads it.
+    source: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("policy_sets", "teams")
+    @classmethod
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            if not re.fullmatch(NAME_PATTERN, name):
+                raise ValueError(f"name {name!r}: expected letters, digits, '_', '.' or '-' (at most 64)")
+        return value
 
     def path(self, value: str) -> Path:
         """Resolve a path from the config relative to the config file's directory."""
@@ -323,9 +427,10 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
             raise ConfigError(f"{source}: ledger: expected a mapping")
         raw["ledger"]["url"] = os.environ["SONATE_LEDGER_URL"]
     try:
-        config = Config.model_validate({**raw, "base_dir": source.resolve().parent})
+        config = Config.model_validate({**raw, "base_dir": source.resolve().parent, "source": source})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(str(source), exc)) from None
+    check_policy_set_references(config, str(source))
     for i, entry in enumerate(config.auth.keys):
         entry.key = resolve_secret(entry.key, where=f"{source}: auth.keys.{i}.key")
         check_key_length(entry.key, entry.actor, f"{source}: auth.keys.{i}.key")
@@ -334,6 +439,39 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     if duplicates:
         raise ConfigError(f"{source}: model_list: duplicate model_name {duplicates} (one route per name)")
     return config
+
+
+def check_policy_set_references(config: Config, source: str) -> None:
+    """Raise ConfigError (``source: key: problem``) for a key or team naming an unknown policy set
+    or team, or two keys of one actor selecting different policy sets (receipts name the actor,
+    so one actor has one set)."""
+    known = sorted({DEFAULT_POLICY_SET, *config.policy_sets})
+    for name, team in config.teams.items():
+        if team.policy_set not in known:
+            raise ConfigError(f"{source}: teams.{name}.policy_set: unknown policy set {team.policy_set!r} "
+                              f"(expected one of {known})")
+    chosen: dict[str, tuple[int, str]] = {}
+    for i, entry in enumerate(config.auth.keys):
+        if entry.policy_set is not None and entry.policy_set not in known:
+            raise ConfigError(f"{source}: auth.keys.{i}.policy_set: unknown policy set {entry.policy_set!r} "
+                              f"(expected one of {known})")
+        if entry.team is not None and entry.team not in config.teams:
+            raise ConfigError(f"{source}: auth.keys.{i}.team: unknown team {entry.team!r} "
+                              f"(expected one of {sorted(config.teams)})")
+        selected = policy_set_of(config, entry)
+        first = chosen.setdefault(entry.actor, (i, selected))
+        if first[1] != selected:
+            raise ConfigError(f"{source}: auth.keys.{i}: actor {entry.actor!r} selects policy set {selected!r} but "
+                              f"auth.keys.{first[0]} (same actor) selects {first[1]!r}; expected one set per actor")
+
+
+def policy_set_of(config: Config, key: ApiKey) -> str:
+    """The policy set of ``key``: its own ``policy_set``, else its team's, else :data:`DEFAULT_POLICY_SET`."""
+    if key.policy_set is not None:
+        return key.policy_set
+    if key.team is not None and key.team in config.teams:
+        return config.teams[key.team].policy_set
+    return DEFAULT_POLICY_SET
 
 
 def is_loopback(host: str) -> bool:

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "train": "proxy.cli.train",
     "witness": "proxy.cli.witness",
     "models": "proxy.cli.models",
+    "policy": "proxy.cli.policy",
 }
 
 #: Loggers quieted to WARNING (or ERROR) whatever ``--log-level`` says.

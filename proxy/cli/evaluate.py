@@ -10,6 +10,7 @@ Examples::
     sonate eval guardrails --proxy http://127.0.0.1:8080 --api-key sk-sonate-demo-client-key-for-local-use-only --sample 10
     sonate eval hallucination --outputs outputs.jsonl --out farh.json
     sonate eval fairness --proxy http://127.0.0.1:8080 --api-key K --model demo --out pfi.json
+    sonate eval suite examples/suite/support-assistant.yaml --out suite-report   # exit 1 on regression
 
 The measurements live in :mod:`proxy.evaluation` (guardrails, farh_run, pfi_run); this module
 holds their options, turns their errors into :class:`~proxy.cli.common.UsageError` and prints
@@ -554,6 +555,228 @@ def run_fairness(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- sonate eval suite ----------------------------------------------------------------------
+
+def add_suite_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``sonate eval suite`` on ``parser``."""
+    parser.add_argument("suite", type=Path, help="suite file (YAML; see docs/eval-suites.md and examples/suite/)")
+    target = parser.add_argument_group("target (override the suite's target section)")
+    target.add_argument("--proxy", metavar="URL", help="base URL of the running proxy (default: the suite's "
+                        "target.proxy, else $SONATE_PROXY_URL)")
+    target.add_argument("--api-key", help="client key (default: target.api_key, else $SONATE_API_KEY)")
+    target.add_argument("--model", action="append", help="model route to evaluate; repeat to compare several "
+                        "(default: target.models)")
+    target.add_argument("--metrics-key", help="a metrics or admin key: engine overhead from GET /metrics "
+                        "(default: target.metrics_key, else $SONATE_METRICS_KEY; without one it is not measured)")
+    judge = parser.add_argument_group("judge (override the suite's judge section)")
+    judge.add_argument("--judge-model", help="litellm model of the LLM judge (e.g. openai/gpt-4o-mini)")
+    judge.add_argument("--judge-api-base", help="API base of the judge (an OpenAI-compatible server)")
+    judge.add_argument("--judge-api-key", help="API key of the judge (default: judge.api_key, else "
+                       "$SONATE_JUDGE_API_KEY, else litellm's environment)")
+    out = parser.add_argument_group("output and regression gate")
+    out.add_argument("--out", type=Path, help="folder for result.json, report.md, report.html (default "
+                     "./suite-<name>)")
+    out.add_argument("--baseline", type=Path, help="stored baseline run (default: <suite>.baseline.json beside "
+                     "the suite file); the run exits 1 when a gated metric regressed against it")
+    out.add_argument("--update-baseline", action="store_true", help="store this run as the new baseline (no gate)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """Run ``sonate eval suite``: write result.json, report.md and report.html; print the Markdown summary.
+
+    Returns 1 when a gated metric regressed against the baseline (CI gate), else 0. Raises UsageError
+    for suite, judge, proxy and output problems.
+    """
+    import asyncio
+
+    from proxy.evaluation.client import ProxyError
+    from proxy.evaluation.judge import Judge, JudgeError
+    from proxy.evaluation.suite.model import load_suite
+    from proxy.evaluation.suite.regression import baseline_document
+    from proxy.evaluation.suite.report_html import render_html
+    from proxy.evaluation.suite.report_md import render_markdown
+    from proxy.evaluation.suite.runner import run_suite as run
+
+    try:
+        suite = load_suite(args.suite)
+    except ValueError as exc:  # SuiteError
+        raise UsageError(str(exc)) from None
+    proxy = args.proxy or suite.proxy or os.environ.get("SONATE_PROXY_URL")
+    api_key = args.api_key or suite.api_key or os.environ.get("SONATE_API_KEY")
+    if not proxy or not api_key:
+        raise UsageError("a proxy URL and a client key are needed: --proxy/--api-key, the suite's target section, "
+                         "or $SONATE_PROXY_URL/$SONATE_API_KEY")
+    judge_model = args.judge_model or (suite.judge.model if suite.judge else None)
+    judge = None if judge_model is None else Judge(
+        judge_model, api_base=args.judge_api_base or (suite.judge.api_base if suite.judge else None),
+        api_key=args.judge_api_key or (suite.judge.api_key if suite.judge else None)
+        or os.environ.get("SONATE_JUDGE_API_KEY"))
+    baseline_path = args.baseline or args.suite.with_name(f"{args.suite.stem}.baseline.json")
+    baseline = None
+    if baseline_path.is_file() and not args.update_baseline:
+        try:
+            baseline = json.loads(baseline_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{baseline_path}: cannot read the baseline: {exc}") from None
+    out = args.out or Path(f"suite-{suite.name}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create the output folder: {exc.strerror or exc}") from None
+    try:
+        result = asyncio.run(run(suite, proxy=proxy, api_key=api_key, models=args.model or list(suite.models),
+                                 judge=judge, metrics_key=args.metrics_key or suite.metrics_key
+                                 or os.environ.get("SONATE_METRICS_KEY"),
+                                 progress=not args.no_progress, baseline=baseline))
+    except (ValueError, ProxyError, JudgeError) as exc:  # UnknownPrice is a ValueError
+        raise UsageError(str(exc)) from None
+    result["regression"]["baseline"] = str(baseline_path) if baseline is not None else None
+    _write_json(out / "result.json", result)
+    markdown = render_markdown(result)
+    for name, text in (("report.md", markdown), ("report.html", render_html(result))):
+        try:
+            (out / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{out / name}: cannot write: {exc.strerror or exc}") from None
+    if args.update_baseline:
+        _write_json(baseline_path, baseline_document(result))
+    print(render_markdown(result, cases=False))
+    print(f"→ {out}/result.json, report.md, report.html"
+          + (f"; baseline stored in {baseline_path}" if args.update_baseline else ""), file=sys.stderr)
+    return 1 if result["regression"]["regressed"] else 0
+
+
+# ---- sonate eval conversation ---------------------------------------------------------------
+
+def _weight_map(text: str) -> dict[str, float]:
+    """argparse type of ``name=weight,...`` (weights as floats; the metric checks names and sums)."""
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected name=weight,..., got {part!r}") from None
+    return weights
+
+
+def add_conversation_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``sonate eval conversation`` on ``parser``."""
+    from proxy.evaluation.conversation import METRICS
+
+    parser.add_argument("conversations", type=Path, help="conversations JSONL (see docs/eval-suites.md)")
+    source = parser.add_argument_group("the proxy's own traffic (replay the queries through a running proxy)")
+    source.add_argument("--proxy", metavar="URL", help="base URL of a running proxy: each answer gets its receipt id")
+    source.add_argument("--api-key", default=os.environ.get("SONATE_API_KEY"),
+                        help="client key for --proxy (default $SONATE_API_KEY)")
+    source.add_argument("--model", default="demo", help="model route for --proxy (default demo)")
+    judge = parser.add_argument_group("judge")
+    judge.add_argument("--judge-model", help="litellm model of the LLM judge (e.g. openai/gpt-4o-mini); without "
+                       "it the judge metrics (quality, context, bestof) are left out")
+    judge.add_argument("--judge-api-base", help="API base of the judge (an OpenAI-compatible server)")
+    judge.add_argument("--judge-api-key", default=os.environ.get("SONATE_JUDGE_API_KEY"),
+                       help="API key of the judge (default $SONATE_JUDGE_API_KEY, else litellm's environment)")
+    what = parser.add_argument_group("metrics")
+    what.add_argument("--metrics", help=f"comma-separated subset of {', '.join(METRICS)} (default: all the "
+                      "inputs allow)")
+    what.add_argument("--lexicon", type=Path, help="toxic-word lexicon in HurtLex's TSV format (toxicity clustering)")
+    what.add_argument("--config", help="config.yaml whose policies' Safety detectors score risk (default "
+                      "$SONATE_CONFIG or ./config.yaml)")
+    what.add_argument("--policies", type=Path, help="policies directory (overrides the config's)")
+    what.add_argument("--risk-weights", type=_weight_map, help="prompt=0.4,response=0.4,context=0.2 (the default)")
+    what.add_argument("--criteria-weights", type=_weight_map,
+                      help="BestOf: relevance=0.25,accuracy=0.35,coherence=0.15,helpfulness=0.25 (the default)")
+    what.add_argument("--seed", type=int, default=0, help="seed of UMAP (default 0)")
+    what.add_argument("--concurrency", type=_positive, default=4, help="simultaneous judge calls (default 4)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", type=Path, help="write the JSON result here")
+    out.add_argument("--markdown", type=Path, help="write the Markdown tables here (always printed)")
+    out.add_argument("--html", type=Path, help="write the HTML page here")
+    out.add_argument("--ledger", metavar="URL", help="store the result in this ledger store (sqlite:///… or "
+                     "redis://…) for longitudinal queries (`sonate report --from … --to …` shows the trends)")
+    out.add_argument("--export-jsonl", type=Path, help="write every stored run (with --ledger; else this run) as JSONL")
+    out.add_argument("--run-id", help="id of this run in the store (default: a random conv_… id)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _conversation_options(args: argparse.Namespace) -> tuple[Any, Path | None]:
+    """(runner Options, policies directory or None) from the arguments. Raises UsageError."""
+    from proxy.config import ConfigError, load_config
+    from proxy.evaluation.conversation import METRICS
+    from proxy.evaluation.conversation.runner import Options
+    from proxy.evaluation.conversation.steps import default_metrics
+
+    if args.metrics:
+        metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+        unknown = [m for m in metrics if m not in METRICS]
+        if unknown or not metrics:
+            raise UsageError(f"--metrics: unknown {', '.join(unknown) or '(empty)'} (choose from {', '.join(METRICS)})")
+    else:
+        metrics = default_metrics(bool(args.judge_model), args.lexicon is not None)
+    if args.proxy and not args.api_key:
+        raise UsageError("--proxy needs --api-key (or $SONATE_API_KEY)")
+    if args.lexicon is not None and not args.lexicon.is_file():
+        raise UsageError(f"--lexicon {args.lexicon} not found")
+    for path in (args.out, args.markdown, args.html, args.export_jsonl):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
+    options = Options(metrics=metrics, seed=args.seed, concurrency=args.concurrency, progress=not args.no_progress)
+    if args.risk_weights:
+        options.risk_weights = args.risk_weights
+    if args.criteria_weights:
+        options.criteria_weights = args.criteria_weights
+    policies = args.policies
+    if policies is None and ("risk" in metrics or "bias" in metrics):
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            raise UsageError(f"configuration error (risk uses the policies' Safety detectors; pass --policies "
+                             f"or --config):\n{exc}") from None
+        policies = Path(config.path(config.policies))
+    return options, policies
+
+
+def run_conversation(args: argparse.Namespace) -> int:
+    """Run ``sonate eval conversation``: print the Markdown; write ``--out`` / ``--markdown`` / ``--html``;
+    store the result with ``--ledger``; ``--export-jsonl``. Returns 0.
+
+    Raises UsageError for data, judge, proxy, store and output problems.
+    """
+    import asyncio
+
+    from proxy.evaluation.client import ProxyError
+    from proxy.evaluation.conversation import report, results
+    from proxy.evaluation.conversation.steps import evaluate
+    from proxy.evaluation.judge import JudgeError
+    from proxy.storage.base import LedgerError
+
+    options, policies = _conversation_options(args)
+    try:
+        result = evaluate(args.conversations, options, policies_dir=policies, lexicon_path=args.lexicon,
+                          judge_model=args.judge_model, judge_api_base=args.judge_api_base,
+                          judge_api_key=args.judge_api_key, proxy=args.proxy, api_key=args.api_key,
+                          model=args.model, run_id=args.run_id)
+        stored = [result]
+        if args.ledger:
+            asyncio.run(results.store_run(args.ledger, result))
+            stored = asyncio.run(results.list_runs(args.ledger)) if args.export_jsonl else stored
+    except (ValueError, ProxyError, JudgeError, LedgerError) as exc:  # DataError and ConfigError are ValueErrors
+        raise UsageError(str(exc)) from None
+    if args.out is not None:
+        _write_json(args.out, result)
+    markdown = report.render_markdown(result)
+    for path, text in ((args.markdown, markdown), (args.html, report.render_html(result) if args.html else ""),
+                       (args.export_jsonl, results.to_jsonl(stored))):
+        if path is not None:
+            try:
+                path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    print(markdown, end="")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "guardrails": ("accuracy and latency of the guardrails on labelled data (JSON + Markdown report)",
                    add_guardrails_arguments, run_guardrails),
@@ -561,4 +784,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                       "and regex rules", add_hallucination_arguments, run_hallucination),
     "fairness": ("PFI: HolisticBias prompts over protected groups through a running proxy",
                  add_fairness_arguments, run_fairness),
+    "suite": ("evaluation suite through a proxy: correctness, determinism, latency, cost, safety, with a "
+              "regression gate against a stored baseline (exit 1 on regression)", add_suite_arguments, run_suite),
+    "conversation": ("Fair Forge conversation metrics (humanity, bias, risk, quality, context, toxicity clusters, "
+                     "BestOf) over recorded conversations or replayed through a proxy", add_conversation_arguments,
+                     run_conversation),
 }

@@ -104,9 +104,10 @@ def _sources(args: argparse.Namespace) -> tuple[str, Path, Any]:
     return ledger, policies, keys
 
 
-async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict], list[dict]]:
+async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
     from tqdm import tqdm
 
+    from proxy.evaluation.conversation.results import SERIES
     from proxy.storage.base import LedgerError, open_store
 
     try:
@@ -124,11 +125,12 @@ async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict],
                 bar.update(len(chunk))
         items = await store.list_items("adjudications")
         cases = await store.list_items("escalations")
+        evaluations = await store.list_results(SERIES)  # sonate eval conversation --ledger
     except LedgerError as exc:
         raise UsageError(f"ledger {url.split('@')[-1]}: {exc}") from None
     finally:
         await store.close()
-    return receipts, items, cases
+    return receipts, items, cases, evaluations
 
 
 def _build(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,12 +158,12 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     progress = not args.no_progress and sys.stderr.isatty()
-    receipts, items, cases = asyncio.run(_read_store(ledger, progress))
+    receipts, items, cases, evaluations = asyncio.run(_read_store(ledger, progress))
     inputs = ReportInputs(
         receipts=receipts, review_items=items, cases=cases,
         evidence_required={p.id: list(p.evidence_required) for p in policies},
         public_keys=keys, start=start, end=end, generated_at=utc_timestamp(), farh=farh, pfi=pfi,
-        lvp_sample=args.lvp_sample, seed=args.seed, resamples=args.resamples,
+        lvp_sample=args.lvp_sample, seed=args.seed, resamples=args.resamples, evaluations=evaluations,
         sources={"ledger": ledger.split("@")[-1], "policies": str(policies_dir), "receipts_scanned": len(receipts),
                  "farh_results": args.farh_results, "pfi_results": args.pfi_results})
     return build_report(inputs)

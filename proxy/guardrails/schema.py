@@ -11,6 +11,7 @@ it is screened (:class:`HoldBack`; docs/operations.md "Streams").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -142,18 +143,63 @@ Policy = Annotated[
 _POLICY = TypeAdapter(Policy)
 
 
-def load_policy_file(path: Path) -> Policy:
+@dataclass(frozen=True)
+class PolicyDocument:
+    """One policy file: its ``path``, the YAML mapping as written (``raw``, what a policy set
+    patches, :mod:`proxy.guardrails.policy_sets`) and the validated ``policy``."""
+
+    path: Path
+    raw: dict[str, Any]
+    policy: Policy
+
+
+def validate_policy(raw: Any, source: str, prefix: str = "") -> Policy:
+    """Validate one policy mapping; ConfigError ``source: <prefix><key>: <problem>`` per problem.
+
+    ``prefix`` places the keys, e.g. ``policy_sets.support.policies.privacy.pii.`` for a policy
+    a policy set patched (the discriminator's own level, the ``kind``, is left out of the key).
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or '(top level)'}: expected a policy mapping with id and kind")
+    try:
+        return _POLICY.validate_python(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc, prefix=prefix, skip=1 if prefix else 0)) from None
+
+
+def read_policy_file(path: Path) -> PolicyDocument:
     """Parse and validate one policy file; ConfigError names the file and the key."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: (top level): expected a policy mapping with id and kind")
-    try:
-        return _POLICY.validate_python(raw)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(str(path), exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    return PolicyDocument(path, raw, validate_policy(raw, str(path)))
+
+
+def load_policy_file(path: Path) -> Policy:
+    """Parse and validate one policy file; ConfigError names the file and the key."""
+    return read_policy_file(path).policy
+
+
+def load_policy_documents(directory: Path) -> list[PolicyDocument]:
+    """Every policy file of ``directory/*.yaml`` / ``*.yml`` (sorted by file name), disabled ones too.
+
+    Raises ConfigError for a missing directory, an invalid file or a duplicate id.
+    """
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: policies directory not found")
+    documents: list[PolicyDocument] = []
+    seen: dict[str, Path] = {}
+    for path in sorted(directory.glob("*.y*ml")):
+        document = read_policy_file(path)
+        policy = document.policy
+        if policy.id in seen:
+            raise ConfigError(f"{path}: id: duplicate policy id {policy.id!r} (also in {seen[policy.id]})")
+        seen[policy.id] = path
+        documents.append(document)
+    return documents
 
 
 def load_policies(directory: Path) -> list[Policy]:
@@ -161,15 +207,4 @@ def load_policies(directory: Path) -> list[Policy]:
 
     Raises ConfigError for a missing directory, an invalid file or a duplicate id.
     """
-    if not directory.is_dir():
-        raise ConfigError(f"{directory}: policies directory not found")
-    policies: list[Policy] = []
-    seen: dict[str, Path] = {}
-    for path in sorted(directory.glob("*.y*ml")):
-        policy = load_policy_file(path)
-        if policy.id in seen:
-            raise ConfigError(f"{path}: id: duplicate policy id {policy.id!r} (also in {seen[policy.id]})")
-        seen[policy.id] = path
-        if policy.enabled:
-            policies.append(policy)
-    return policies
+    return [d.policy for d in load_policy_documents(directory) if d.policy.enabled]

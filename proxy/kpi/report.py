@@ -29,6 +29,9 @@ Statistics (:mod:`proxy.kpi.stats`): Wilson 95 % intervals for proportions; for 
 complexity-normalized values) a normal interval from a bootstrap of ``resamples`` (≥ 1,000)
 resamples of interactions; a complexity stratum under 200 interactions is NA and enters the
 normalized value through beta-binomial partial pooling.
+
+Trends (``evaluation_trends``, only when the store holds runs): the summaries of the stored
+``sonate eval conversation`` runs generated in the window, one row per run, oldest first.
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ class ReportInputs:
     seed: int = 0
     resamples: int = BOOTSTRAP_RESAMPLES
     sources: dict[str, Any] = field(default_factory=dict)
+    #: Stored ``sonate eval conversation`` results (the store's ``conversation`` series), for the trends.
+    evaluations: Sequence[dict[str, Any]] = ()
 
 
 def _finite(x: float | None) -> float | None:
@@ -521,6 +526,9 @@ def build_report(inputs: ReportInputs) -> dict[str, Any]:
         kpis["far_h"] = _far_h(inputs.farh)
     if inputs.pfi is not None:
         kpis["pfi"] = _pfi(inputs.pfi)
+    extra: dict[str, Any] = {}
+    if inputs.evaluations:
+        extra["evaluation_trends"] = _evaluation_trends(inputs)
     return {
         "format": FORMAT_ID,
         "methodology_version": METHODOLOGY_VERSION,
@@ -545,4 +553,14 @@ def build_report(inputs: ReportInputs) -> dict[str, Any]:
         "resamples": inputs.resamples,
         "sources": inputs.sources,
         "notes": notes,
+        **extra,
     }
+
+
+def _evaluation_trends(inputs: ReportInputs) -> dict[str, Any]:
+    """The conversation-metric summaries of the stored runs generated in the window, oldest first
+    (:func:`proxy.evaluation.conversation.results.trend_rows`): one row per run."""
+    from proxy.evaluation.conversation.results import TREND_METRICS, trend_rows
+
+    runs = [r for r in inputs.evaluations if _in_window(str(r.get("generated") or ""), inputs.start, inputs.end)]
+    return {"conversation": {"metrics": list(TREND_METRICS), "runs": trend_rows(runs)}}

@@ -1,17 +1,21 @@
 """A self-contained HTML rendering of a ``sonate.report/v1`` report (inline CSS and SVG).
 
 No scripts, fonts, images or stylesheets are fetched: the file is viewable offline and in a
-mail client. Charts: per-stratum bars with 95 % interval whiskers (FAR-A per complexity and
+mail client. Its Content-Security-Policy meta tag (:func:`content_security_policy`) allows
+nothing but the one ``<style>`` element, by its SHA-256 (CSP Level 3 hash source): no script
+runs, no style attribute applies, nothing loads. Charts: per-stratum bars with 95 % interval whiskers (FAR-A per complexity and
 per domain, TIS per complexity) and the TIS components. Pure: returns a string.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from html import escape
 from typing import Any
 
-__all__ = ["render_html"]
+__all__ = ["content_security_policy", "render_html"]
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2430;margin:2rem auto;max-width:1100px;padding:0 1rem}
@@ -25,6 +29,14 @@ th{background:#f3f5f9}td:first-child,th:first-child{text-align:left}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4rem .8rem;margin:.4rem 0}
 svg text{font:12px system-ui,sans-serif;fill:#1d2430}
 """
+
+
+def content_security_policy(css: str = _CSS) -> str:
+    """The report page's CSP: ``default-src 'none'``, no script, and the inline stylesheet ``css``
+    allowed by its SHA-256 only (https://www.w3.org/TR/CSP3/#grammardef-hash-source)."""
+    digest = base64.b64encode(hashlib.sha256(css.encode("utf-8")).digest()).decode("ascii")
+    return (f"default-src 'none'; style-src 'sha256-{digest}'; img-src 'none'; script-src 'none'; "
+            "base-uri 'none'; form-action 'none'")
 
 
 def _pct(x: float | None) -> str:
@@ -146,6 +158,50 @@ def _pfi_section(pf: dict[str, Any]) -> str:
             + f"<p>Overall: {escape(pf['overall']['display'])} ({escape(str(pf['overall'].get('rule') or ''))})</p>")
 
 
+#: Trend lines of the conversation metrics: (summary key, label, scale maximum, colour).
+_TREND_LINES = (("ssa", "SSA", 1.0, "#5b8def"), ("grice", "Grice G", 1.0, "#19a979"),
+                ("context_adherence", "context adherence", 1.0, "#945ecf"),
+                ("non_biased_share", "non-biased share", 1.0, "#e8743b"), ("risk_total", "risk R_total", 1.0, "#a3261b"),
+                ("memory", "memory / 10", 10.0, "#13a4b4"))
+
+
+def _trend_chart(runs: list[dict[str, Any]]) -> str:
+    """One line per metric of :data:`_TREND_LINES` over the runs (x: run order, y: 0..1 of its scale)."""
+    width, height, left, top, plot_w, plot_h = 720, 260, 40, 20, 500, 200
+
+    def xy(i: int, value: float, scale: float) -> str:
+        x = left + (plot_w * i / (len(runs) - 1) if len(runs) > 1 else plot_w / 2)
+        return f"{x:.1f},{top + plot_h * (1 - min(max(value / scale, 0.0), 1.0)):.1f}"
+
+    parts = [f'<svg role="img" aria-label="conversation metric trends" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#99a"/>',
+             f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#99a"/>',
+             f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">1</text>',
+             f'<text x="{left - 6}" y="{top + plot_h}" text-anchor="end">0</text>']
+    for n, (key, label, scale, colour) in enumerate(_TREND_LINES):
+        points = [xy(i, r[key], scale) for i, r in enumerate(runs) if r.get(key) is not None]
+        if points:
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(points)}">'
+                         f'<title>{escape(label)}</title></polyline>')
+            parts += [f'<circle cx="{p.split(",")[0]}" cy="{p.split(",")[1]}" r="3" fill="{colour}"/>' for p in points]
+        parts.append(f'<text x="{left + plot_w + 16}" y="{top + 14 + 18 * n}" fill="{colour}">{escape(label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _trends_section(trends: dict[str, Any]) -> str:
+    """The stored ``sonate eval conversation`` runs of the window: chart and table."""
+    block = trends.get("conversation") or {}
+    runs, metrics = block.get("runs") or [], block.get("metrics") or []
+    if not runs:
+        return "<h2>Conversation metrics (Fair Forge) — trend</h2><p>No stored run in the window.</p>"
+    rows = [[r["generated"], r["run_id"], r["turns"]] + ["NA" if r.get(m) is None else f"{r[m]:.3f}" for m in metrics]
+            for r in runs]
+    return ("<h2>Conversation metrics (Fair Forge) — trend</h2>" + _trend_chart(runs)
+            + _table(["generated", "run", "turns", *metrics], rows))
+
+
 def _adjudication_section(adj: dict[str, Any]) -> str:
     """Adjudication coverage and the inter-rater agreement per domain."""
     return "<h2>Adjudication</h2>" + _table(
@@ -185,11 +241,14 @@ def render_html(report: dict[str, Any]) -> str:
         sections.append(_far_h_section(k["far_h"]))
     if "pfi" in k:
         sections.append(_pfi_section(k["pfi"]))
+    if report.get("evaluation_trends"):
+        sections.append(_trends_section(report["evaluation_trends"]))
     sections += [_adjudication_section(report["adjudication"]), _disclosure_section(d),
                  _methodology_section(report["methodology"])]
     notes = "".join(f'<div class="note">{escape(n)}</div>' for n in report["notes"])
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{content_security_policy()}\">"
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
         f"<title>Sonate KPI report {escape(report['window']['start'])} – {escape(report['window']['end'])}</title>"
         f"<style>{_CSS}</style></head><body>"

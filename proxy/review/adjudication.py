@@ -118,7 +118,7 @@ class Adjudications:
         (:func:`assigned`; 404 otherwise)."""
         item = await self.queue.get(item_id, "review item")
         if not lead and not assigned(item, caller.actor):
-            raise GatewayError(404, f"No review item with id '{item_id}'.", code="not_found")
+            raise GatewayError(404, "No review item with this id.", code="not_found")
         return reviewer_view(item, caller.actor, lead=lead)
 
     async def may_read_receipt(self, caller: Caller, receipt: dict[str, Any]) -> bool:

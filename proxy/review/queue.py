@@ -54,7 +54,7 @@ class DecisionQueue:
         except LedgerError:
             raise ledger_unavailable() from None
         if item is None:
-            raise GatewayError(404, f"No {what} with id '{item_id}'.", code="not_found")
+            raise GatewayError(404, f"No {what} with this id.", code="not_found")  # ids are not echoed (issue 13)
         return item
 
     async def page(self, statuses: Sequence[str] | None = None, *, after: str | None = None,
@@ -65,7 +65,7 @@ class DecisionQueue:
         try:
             return await self.store.page_items(self.queue, statuses, after=after, limit=limit)
         except KeyError:
-            raise GatewayError(400, f"after: no entry with id '{after}' in this list", param="after",
+            raise GatewayError(400, "after: no entry with this id in this list", param="after",
                                code="invalid_value") from None
         except LedgerError:
             raise ledger_unavailable() from None

@@ -6,6 +6,8 @@ objects) → :mod:`proxy.server.auth` / :mod:`proxy.server.requests` (bearer key
 Routes (OpenAI-compatible where OpenAI has one), one module each under ``routes/``:
   chat         POST /v1/chat/completions (JSON or SSE)
   embeddings   POST /v1/embeddings (inputs masked by Privacy; Safety per server.embeddings_safety)
+  responses    POST /v1/responses  OpenAI Responses API over the chat pipeline (docs/api.md)
+  messages     POST /v1/messages   Anthropic Messages API over the chat pipeline (Anthropic errors)
   models       GET  /v1/models
   receipts     GET  /v1/receipts/{receipt_id}[?bundle=1], GET /v1/keys
   escalations  GET  /v1/escalations/{id}, GET /v1/admin/escalations, POST .../{id}/resolve
@@ -13,6 +15,7 @@ Routes (OpenAI-compatible where OpenAI has one), one module each under ``routes/
   ledger       GET  /v1/ledger/checkpoint|proof/*  transparency log (+ the checkpoint publisher)
   verifier     GET  /verify/  in-browser receipt/bundle verifier
   health       GET  /healthz  /readyz  /metrics
+  admin_policies GET /v1/admin/policies, POST /v1/admin/policies/reload (+ SIGHUP, file watch)
 """
 
 from __future__ import annotations
@@ -30,18 +33,20 @@ from aiohttp import web
 
 from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
-from proxy.guardrails.schema import load_policies
+from proxy.guardrails.policy_sets import load_policy_bundle
 from proxy.receipts.chain import Ledger
 from proxy.receipts.keyring import Keyring
 from proxy.receipts.signing import Signer
-from proxy.server import tasks
+from proxy.server import tasks, tracing
 from proxy.server.auth import Authenticator
 from proxy.server.limits import KeyLimiter, ScreenLanes
 from proxy.server.metrics import Metrics
-from proxy.server.middleware import error_middleware
+from proxy.server.middleware import error_middleware, trace_middleware
 from proxy.server.pipeline import Gateway
+from proxy.server.policy_runtime import PolicyRuntime, SnapshotBuilder
 from proxy.server.requests import SERVICES
-from proxy.server.routes import chat, embeddings, escalations, health, ledger, models, receipts, review, verifier
+from proxy.server.routes import (admin_policies, chat, embeddings, escalations, health, ledger, messages, models,
+                                 receipts, responses, review, verifier)
 from proxy.server.sink import build_sink
 from proxy.server.upstream import Upstream
 from proxy.storage.base import LedgerStore, open_store
@@ -59,7 +64,8 @@ class Services:
     signer: Signer
     store: LedgerStore
     ledger: Ledger
-    engine: GuardrailEngine
+    policy_runtime: PolicyRuntime
+    """The serving policy version and its sets (reloaded without a restart; proxy.server.policy_runtime)."""
     upstream: Upstream
     metrics: Metrics
     gateway: Gateway
@@ -71,6 +77,11 @@ class Services:
     """Per-key rate and concurrency limits of chat completions (server.limits; proxy.server.limits)."""
     large_executor: ThreadPoolExecutor | None = None
     """The large-input guardrail lane's threads (server.limits.large_input_threads; None: no lane)."""
+
+    @property
+    def engine(self) -> GuardrailEngine:
+        """The ``default`` policy set's engine of the serving policy version."""
+        return self.policy_runtime.current().default.engine
 
 
 async def build_services(config: Config) -> Services:
@@ -91,32 +102,38 @@ async def build_services(config: Config) -> Services:
     signer = keyring.current()
     log.info("signing key %s (%s; keyring %s)", signer.key_id, keyring.key_file, keyring.keyring_file)
     store = open_store(config.ledger_url)
-    policies = load_policies(config.path(config.policies))
     upstream = Upstream(config)
     executor = ThreadPoolExecutor(config.server.detector_threads, thread_name_prefix="guardrails")
     loop = asyncio.get_running_loop()
 
-    def load_engine() -> GuardrailEngine:
-        engine = GuardrailEngine(policies, count_tokens=upstream.count_tokens, apology_detector=ApologyDetector())
-        warm_up()
-        engine.screen_input([{"role": "user", "content": "Hello, my name is Ada. What is 2 + 2?"}])
-        return engine
+    builder = SnapshotBuilder(upstream.count_tokens, apology_detector=ApologyDetector())
 
-    engine = await loop.run_in_executor(executor, load_engine)
-    await loop.run_in_executor(None, warm_threads, executor, config.server.detector_threads, engine, "small")
+    bundle = load_policy_bundle(config, builder.registry)  # invalid policies or sets: fail before any model loads
+
+    def load_snapshot():  # every policy set's engine; detectors built once per distinct detector block
+        warm_up()
+        return builder.build(bundle)
+
+    snapshot = await loop.run_in_executor(executor, load_snapshot)
+    for engine in snapshot.engines():
+        await loop.run_in_executor(None, warm_threads, executor, config.server.detector_threads, engine, "small")
+    engine = snapshot.default.engine
+    policies = engine.policies
     await warm_up_upstream(upstream)
     limits = config.server.limits
     large = _large_lane(limits.large_input_threads, engine)
     lanes = ScreenLanes(executor, config.server.detector_threads + limits.max_queued_screens, large,
                         limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars,
-                        max_chars=limits.max_screen_chars)
+                        max_chars=limits.max_screen_chars, timeout=limits.screen_timeout_seconds)
     metrics = Metrics()
+    runtime = PolicyRuntime(config, builder, snapshot, metrics.registry)
     ledger = Ledger(store, signer, signer_source=keyring.current)
-    gateway = Gateway(config, engine, upstream, ledger, metrics, executor,
+    gateway = Gateway(config, runtime, upstream, ledger, metrics, executor,
                       sink=build_sink(config, ledger, metrics), lanes=lanes)  # ledger.on_unavailable
     log.info("policies: %s", ", ".join(f"{p.id} ({p.kind}: {', '.join(p.stages)})" for p in policies))
+    log.info("policy version %s; policy sets: %s", snapshot.version, ", ".join(sorted(snapshot.sets)))
     settle_heap()
-    return Services(config, signer, store, ledger, engine, upstream, metrics, gateway,
+    return Services(config, signer, store, ledger, runtime, upstream, metrics, gateway,
                     Authenticator(config.auth), executor, keyring=keyring, large_executor=large,
                     limiter=KeyLimiter(limits.max_concurrent_per_key, limits.requests_per_second, limits.burst))
 
@@ -183,13 +200,16 @@ def warm_threads(pool: ThreadPoolExecutor, threads: int, engine: GuardrailEngine
 
 def create_app(services: Services) -> web.Application:
     """The aiohttp application over already-built services (see :func:`build_services`)."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=services.config.server.max_body_bytes)
+    app = web.Application(middlewares=[trace_middleware, error_middleware],
+                          client_max_size=services.config.server.max_body_bytes)
     app[SERVICES] = services
-    for routes in (chat, embeddings, models, receipts, escalations, health, review, verifier, ledger):
+    for routes in (chat, embeddings, responses, messages, models, receipts, escalations, health, review, verifier,
+                   ledger, admin_policies):
         routes.register(app)
     tasks.register(app)  # receipt spool replay (ledger.on_unavailable: spool) + ledger audit
 
     async def close(_: web.Application) -> None:
+        tracing.flush()  # the spans still queued for the collector (no-op when tracing is off)
         await services.store.close()
         services.executor.shutdown(wait=False, cancel_futures=True)
         if services.large_executor is not None:

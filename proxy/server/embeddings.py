@@ -31,6 +31,7 @@ from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt
+from proxy.server import tracing
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.pipeline import ALLOW_POLICY_ID, Gateway
 from proxy.server.upstream import UpstreamError, UpstreamResult
@@ -63,7 +64,7 @@ class EmbeddingScreen:
 def _leaves(value: Any, path: str) -> list[tuple[str, str]]:
     """(path, string) of every string leaf of ``value`` in document order (``user``,
     ``extra_body.input_type``, ``extra_body.tags.0``); ``value`` is parsed JSON, already bounded in
-    depth (proxy.server.requests.MAX_JSON_DEPTH)."""
+    depth (``server.limits.max_json_depth``)."""
     if isinstance(value, str):
         return [(path, value)]
     if isinstance(value, dict):
@@ -171,11 +172,14 @@ class Embeddings:
         """
         g = self.gateway
         x = self._accept(raw, req, caller, complexity_header)
+        tracing.start_operation("embeddings", req.model, x.provider, request_id=x.request_id, actor=x.caller.actor)
         t = time.perf_counter()
         params = req.upstream_params()
-        screen = x.screen = await g.lanes.run(screen_embedding_inputs, g.engine, x.texts,
-                                              g.config.server.embeddings_safety, _screened(params),
-                                              chars=sum(map(len, x.texts)))
+        with tracing.span("guardrails.input") as traced:
+            screen = x.screen = await g.lanes.run(screen_embedding_inputs, g.engine, x.texts,
+                                                  g.config.server.embeddings_safety, _screened(params),
+                                                  chars=sum(map(len, x.texts)))
+            tracing.record_screen(traced, screen.action, screen.triggers)
         g.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
         if screen.action == "refuse":
             policy = screen.decisions[0].policy_id
@@ -226,6 +230,7 @@ class Embeddings:
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
+        self.gateway.runtime.bind(caller.actor)  # this request's policy set (proxy.server.policy_runtime)
         return _Call(req, caller, route.provider, declared, inputs_hash, texts)
 
     async def _forward(self, x: _Call) -> None:
@@ -251,7 +256,7 @@ class Embeddings:
         common = dict(request_id=x.request_id, actor=x.caller.actor, intent=GENERAL_DOMAIN,
                       inputs_hash=x.inputs_hash, outputs_hash=json_hash(body), model=x.req.model,
                       provider=x.provider, stratum=stratum)
-        endpoint = {"endpoint": ENDPOINT, "inputs": len(x.texts)}
+        endpoint = {"endpoint": ENDPOINT, "inputs": len(x.texts), **g.runtime.bound().evidence()}
         receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
                                 evidence={**d.evidence, **({"scores": d.scores} if d.scores else {}), **endpoint},
                                 **common) for d in x.screen.decisions] or [
@@ -259,12 +264,20 @@ class Embeddings:
                         evidence={"policies_evaluated": self._evaluated(), **endpoint}, **common)]
         try:
             t = time.perf_counter()
-            appended = await g.sink.append(receipts)
+            with tracing.span("ledger.commit", {tracing.Sonate.RECEIPT_COUNT: len(receipts)}) as traced:
+                appended = await g.sink.append(receipts)
+                traced.set_attribute(tracing.Sonate.RECEIPT_STATUS, "pending" if appended.pending else "appended")
             g.metrics.ledger_append_duration.observe(time.perf_counter() - t)
         except LedgerError as exc:
             log.error("ledger append failed for %s: %s", x.request_id, exc)
             raise ledger_unavailable("the request was not completed (fail_closed)") from None
         self._observe(x, appended.receipts, stratum, written=not appended.pending)
+        tracing.finish_operation(
+            receipt_id=appended.receipts[-1]["receipt_id"], action=x.screen.action,
+            policies=[d.policy_id for d in x.screen.triggers],
+            receipt_status="pending" if appended.pending else "appended",
+            response=x.result.response if x.result else None,
+            usage={"prompt_tokens": x.result.usage["prompt_tokens"]} if x.result else None)
         return appended.receipts[-1]["receipt_id"], {
             "x-sonate-request-id": x.request_id,
             "x-sonate-receipt-status": "pending" if appended.pending else "appended"}

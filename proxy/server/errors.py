@@ -8,9 +8,22 @@ pipeline, the review workflows, the routes) raises these, and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
-__all__ = ["Caller", "GatewayError", "ledger_unavailable"]
+__all__ = ["Caller", "GatewayError", "guardrail_failed", "ledger_unavailable", "param_path"]
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def param_path(loc: Iterable[object]) -> str:
+    """A dotted parameter path (``messages.0.x_contact``) from a validation error location, for an
+    error message or ``param``. Indices and identifier-like keys (a letter or ``_`` then up to 63
+    letters, digits or ``_``) are shown; any other key a client wrote is shown as ``<key>``, so an
+    e-mail address or a sentence used as a JSON key is never echoed (issue 13: error messages never
+    echo request content)."""
+    return ".".join(str(p) if isinstance(p, int) or _NAME.fullmatch(str(p)) else "<key>" for p in loc)
 
 
 @dataclass
@@ -52,3 +65,14 @@ def ledger_unavailable(detail: str | None = None) -> GatewayError:
     """
     message = "The trust ledger is unavailable" + (f"; {detail}" if detail else "") + "."
     return GatewayError(503, message, "api_error", "ledger_unavailable", result="ledger_error")
+
+
+def guardrail_failed(stage: str) -> GatewayError:
+    """The 503 ``guardrail_error`` (type ``api_error``, counted as ``sonate_requests_total{result=
+    "guardrail_error"}``) of a detector that raised while screening ``stage`` (``input`` or
+    ``output``). Fail closed (issue 13): an input that could not be screened is not forwarded, an
+    answer that could not be screened is not delivered; no receipt is written (nothing was decided).
+    """
+    return GatewayError(503, f"The {stage} guardrails failed on this request; it was not "
+                        f"{'forwarded' if stage == 'input' else 'delivered'}. Please retry.",
+                        "api_error", "guardrail_error", result="guardrail_error", headers={"Retry-After": "1"})

@@ -11,7 +11,9 @@
   at least ``large_input_chars`` characters run in their own small pool (the "large lane"), so
   large inputs never occupy the threads short requests need; each lane admits at most its
   threads plus a bounded queue, beyond which a screen is refused with :func:`overloaded` (503,
-  ``Retry-After``) instead of an unbounded wait.
+  ``Retry-After``) instead of an unbounded wait; an input screen that outlasts the time budget is
+  answered with :func:`screen_timed_out` (503, fail closed: nothing is forwarded unscreened).
+- :func:`check_messages`: the per-request bounds on message count and characters per message (413).
 
 Clocks are injected (``clock``: a monotonic seconds function) so the arithmetic is testable.
 Everything here runs on the event loop (no locks): admission is decided before any ``await``.
@@ -29,8 +31,8 @@ from typing import Any
 
 from proxy.server.errors import GatewayError
 
-__all__ = ["KeyLimiter", "Lease", "ScreenLanes", "TokenBucket", "overloaded", "rate_limited", "text_chars",
-           "too_large_to_screen"]
+__all__ = ["KeyLimiter", "Lease", "ScreenLanes", "TokenBucket", "check_messages", "overloaded", "rate_limited",
+           "screen_timed_out", "text_chars", "too_large_to_screen"]
 
 
 def _retry_after(seconds: float) -> str:
@@ -56,12 +58,41 @@ def too_large_to_screen(chars: int, limit: int) -> GatewayError:
                         "invalid_request_error", "input_too_large")
 
 
-def overloaded(message: str, seconds: float = 1.0) -> GatewayError:
-    """HTTP 503 (type ``server_error``, code ``overloaded``) with ``Retry-After``; counted as
+def overloaded(message: str, seconds: float = 1.0, code: str = "overloaded") -> GatewayError:
+    """HTTP 503 (type ``server_error``, ``code``) with ``Retry-After``; counted as
     ``sonate_requests_total{result="overloaded"}``."""
     wait = _retry_after(seconds)
-    return GatewayError(503, f"{message} Please try again in {wait}s.", "server_error", "overloaded",
+    return GatewayError(503, f"{message} Please try again in {wait}s.", "server_error", code,
                         result="overloaded", headers={"Retry-After": wait})
+
+
+def screen_timed_out(seconds: float) -> GatewayError:
+    """HTTP 503 (type ``server_error``, code ``guardrail_timeout``) with ``Retry-After``: the input
+    guardrails did not finish within the per-request budget ``seconds``
+    (``server.limits.screen_timeout_seconds``). Fail closed: the request is not forwarded and writes no
+    receipt (nothing was decided); counted as ``sonate_requests_total{result="overloaded"}``. The
+    detector thread finishes its work in the background and keeps its lane slot until then, so the
+    lane's back-pressure stays true."""
+    return overloaded(f"The guardrails did not finish screening this request within {seconds:g} s "
+                      f"(server.limits.screen_timeout_seconds).", code="guardrail_timeout")
+
+
+def check_messages(messages: list[dict[str, Any]], max_messages: int, max_message_chars: int) -> None:
+    """Refuse a request over the per-request bounds (0 disables either): more than ``max_messages``
+    messages → 413 ``too_many_messages``; a message holding more than ``max_message_chars``
+    characters of text (:func:`text_chars`) → 413 ``message_too_large`` naming its index. Each error
+    names its ``server.limits`` setting (issue 13 "Bounded work")."""
+    if max_messages and len(messages) > max_messages:
+        raise GatewayError(413, f"The request has {len(messages)} messages; at most {max_messages} are accepted "
+                                f"(server.limits.max_messages).", "invalid_request_error", "too_many_messages",
+                           param="messages")
+    if max_message_chars:
+        for i, message in enumerate(messages):
+            chars = text_chars(message)
+            if chars > max_message_chars:
+                raise GatewayError(413, f"messages.{i} holds {chars} characters of text; at most {max_message_chars} "
+                                        f"per message are accepted (server.limits.max_message_chars).",
+                                   "invalid_request_error", "message_too_large", param=f"messages.{i}")
 
 
 class TokenBucket:
@@ -191,16 +222,18 @@ class ScreenLanes:
     A lane admits ``small_slots`` / ``large_slots`` screens at once (its threads plus its queue);
     :meth:`run` with ``admit=True`` raises :func:`overloaded` beyond that, with ``admit=False``
     (the output screen of a request already admitted) it queues. An admitted screen of more than
-    ``max_chars`` characters (0: no budget) is refused with :func:`too_large_to_screen`.
+    ``max_chars`` characters (0: no budget) is refused with :func:`too_large_to_screen`; an admitted
+    screen still running after ``timeout`` seconds (0: no budget) with :func:`screen_timed_out`.
     """
 
     def __init__(self, small: Executor | None, small_slots: int, large: Executor | None = None,
-                 large_slots: int = 1, large_chars: int = 0, max_chars: int = 0) -> None:
+                 large_slots: int = 1, large_chars: int = 0, max_chars: int = 0, timeout: float = 0.0) -> None:
         """No I/O; the executors belong to the caller (it shuts them down)."""
         self.small = _Lane("small", small, small_slots)
         self.large = _Lane("large", large, large_slots) if large is not None else None
         self.large_chars = large_chars
         self.max_chars = max_chars
+        self.timeout = timeout
 
     def lane(self, chars: int) -> _Lane:
         """The lane for work on ``chars`` characters of text."""
@@ -210,14 +243,30 @@ class ScreenLanes:
 
     async def run(self, fn: Callable[..., Any], *args: Any, chars: int, admit: bool = True) -> Any:
         """``fn(*args)`` in the lane for ``chars`` characters. With ``admit``: GatewayError 413 over the
-        ``max_chars`` budget, 503 when the lane is full (no unbounded queue behind busy detector threads)."""
+        ``max_chars`` budget, 503 when the lane is full (no unbounded queue behind busy detector threads),
+        503 ``guardrail_timeout`` after ``timeout`` seconds. The lane slot is held until ``fn`` returns,
+        also when the caller stopped waiting (a timed-out screen still occupies its thread)."""
         if admit and self.max_chars and chars > self.max_chars:
             raise too_large_to_screen(chars, self.max_chars)
         lane = self.lane(chars)
         if admit and lane.busy >= lane.slots:
             raise overloaded(f"The guardrail detectors are saturated ({lane.name} inputs).")
         lane.busy += 1
+        future = asyncio.get_running_loop().run_in_executor(lane.executor, fn, *args)
+        future.add_done_callback(lambda _: _release(lane))
+        if not (admit and self.timeout):
+            return await future
         try:
-            return await asyncio.get_running_loop().run_in_executor(lane.executor, fn, *args)
-        finally:
-            lane.busy -= 1
+            return await asyncio.wait_for(asyncio.shield(future), self.timeout)
+        except TimeoutError:
+            future.add_done_callback(_consume)  # its late result or error is not wanted
+            raise screen_timed_out(self.timeout) from None
+
+
+def _release(lane: _Lane) -> None:
+    lane.busy -= 1
+
+
+def _consume(future: "asyncio.Future[Any]") -> None:
+    if not future.cancelled():
+        future.exception()

@@ -11,12 +11,25 @@ KPI inputs exported here:
 - Receipt Coverage (RC): ``sonate_receipts_written_total`` / ``sonate_actions_total``.
 - Audit Depth (AD): ``sonate_evidence_fields_present_total`` / ``sonate_evidence_fields_required_total``.
 - Ledger Verification Pass rate (LVP): ``sonate_ledger_verifications_total{result="pass"}`` / all results.
+
+Several serving processes (``server.workers`` > 1, :mod:`proxy.server.workers`): the supervisor
+gives every worker the same per-run ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's
+multiprocess mode: each process writes its values to memory-mapped files there) and ``/metrics``,
+whichever worker answers it, renders the whole set: counters and histograms summed over every
+worker of the run (a restarted worker's predecessor included), gauges by their
+``multiprocess_mode`` (named at each gauge below).
 """
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
+
+#: The environment variable naming prometheus_client's multiprocess directory (read by the library at import).
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: Latency buckets in seconds: sub-millisecond guardrail overhead up to minute-long generations.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -64,7 +77,8 @@ class Metrics:
             "(AD numerator).", ["policy_id"], registry=r)
         self.escalations_pending = Gauge(
             "sonate_escalations_pending", "Escalated cases waiting for a human reviewer "
-            "(as of this process's last change).", registry=r)
+            "(net of the escalations and resolutions made since start, by every worker).",
+            multiprocess_mode="sum", registry=r)
         self.request_duration = Histogram(
             "sonate_request_duration_seconds", "Wall time of a chat completion request in the proxy.",
             ["model", "action"], buckets=LATENCY_BUCKETS, registry=r)
@@ -119,7 +133,8 @@ class Metrics:
         "Fault policy") and the transparency log (proxy.server.publisher, proxy.server.routes.ledger)."""
         self.spool_depth = Gauge(
             "sonate_spool_depth", "Receipts waiting in this process's local spool for the ledger "
-            "(ledger.on_unavailable: spool); 0 when the ledger is keeping up.", registry=r)
+            "(ledger.on_unavailable: spool; summed over live workers); 0 when the ledger is keeping up.",
+            multiprocess_mode="livesum", registry=r)
         self.spool_replayed = Counter(
             "sonate_spool_replayed", "Spooled receipts replayed into the ledger once it was back "
             "(they count in sonate_receipts_written_total at that moment).", registry=r)
@@ -139,8 +154,15 @@ class Metrics:
             registry=r)
         self.ledger_checkpoint_tree_size = Gauge(
             "sonate_ledger_checkpoint_tree_size", "Tree size (receipts) of the latest checkpoint this "
-            "process published; compare with the ledger height to see checkpoint lag.", registry=r)
+            "process (the largest over workers) published; compare with the ledger height to see checkpoint lag.",
+            multiprocess_mode="max", registry=r)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of every series."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition of every series: this process's, or, in multiprocess mode
+        (``$PROMETHEUS_MULTIPROC_DIR`` set), every worker's of the run aggregated (module docstring)."""
+        directory = os.environ.get(MULTIPROC_DIR_ENV)
+        if not directory:
+            return generate_latest(self.registry)
+        aggregate = CollectorRegistry()
+        MultiProcessCollector(aggregate, path=directory)
+        return generate_latest(aggregate)

@@ -21,11 +21,12 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from proxy.server import logs, messages_api, tracing
 from proxy.server.errors import GatewayError
 from proxy.server.requests import services
 from proxy.server.wire import error_body
 
-__all__ = ["ClientProtocolErrorFilter", "error_middleware", "json_error"]
+__all__ = ["ClientProtocolErrorFilter", "error_middleware", "json_error", "trace_middleware"]
 
 log = logging.getLogger("sonate.server")
 
@@ -54,8 +55,11 @@ _HTTP_CODES = {404: ("not_found", "Unknown URL"), 405: ("method_not_allowed", "M
 
 
 def json_error(status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
-               param: str | None = None) -> web.Response:
-    """An OpenAI-format error response with HTTP ``status``."""
+               param: str | None = None, path: str = "") -> web.Response:
+    """An error response with HTTP ``status``: OpenAI's error object, or Anthropic's on the Messages
+    route (``path``; :func:`proxy.server.messages_api.error_body`, docs/api.md "Errors")."""
+    if path == messages_api.PATH:
+        return web.json_response(messages_api.error_body(status, message, code), status=status)
     return web.json_response(error_body(message, type, param, code), status=status)
 
 
@@ -70,8 +74,23 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
     if exc.status == 413:
         text = f"{text}: the limit is {services(request).config.server.max_body_bytes} bytes"
     elif exc.status in (404, 405):
-        text = f"{text}: {request.method} {request.path}"
-    return json_error(exc.status, text, code=code)
+        text = f"{text} ({request.method}); the path is not echoed"
+    return json_error(exc.status, text, code=code, path=request.path)
+
+
+@web.middleware
+async def trace_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The outermost middleware: every request gets a fresh log context
+    (:func:`proxy.server.logs.start_request`); an API request (``/v1/...``; not probes, scrapes or
+    static pages), when tracing is on, its request span (:func:`proxy.server.tracing.request`, child
+    of an incoming W3C ``traceparent``) with the response status the client got."""
+    logs.start_request()
+    if not request.path.startswith("/v1/"):
+        return await handler(request)
+    with tracing.request(request.method, _route_label(request), request.headers) as span:
+        response = await handler(request)
+        tracing.respond(span, response.status)
+        return response
 
 
 @web.middleware
@@ -85,7 +104,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return response
     except GatewayError as exc:
         metrics.requests.labels(route, exc.result).inc()
-        response = json_error(exc.status, exc.message, exc.type, exc.code, exc.param)
+        response = json_error(exc.status, exc.message, exc.type, exc.code, exc.param, request.path)
         response.headers.update(exc.headers)
         return response
     except web.HTTPException as exc:
@@ -96,4 +115,5 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         metrics.requests.labels(route, "server_error").inc()
-        return json_error(500, "The proxy had an internal error; it has been logged.", "api_error", "internal_error")
+        return json_error(500, "The proxy had an internal error; it has been logged.", "api_error", "internal_error",
+                          path=request.path)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 import uuid
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ from proxy.receipts.canonical import json_hash
 from proxy.receipts.chain import Ledger
 from proxy.receipts.receipt import new_receipt
 from proxy.review.escalations import Escalations
-from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.limits import ScreenLanes, text_chars
+from proxy.server import tracing
+from proxy.server.errors import Caller, GatewayError, guardrail_failed, ledger_unavailable
+from proxy.server.limits import ScreenLanes, check_messages, text_chars
 from proxy.server.metrics import Metrics
+from proxy.server.policy_runtime import ActivePolicySet, PolicyRuntime
 from proxy.server.streaming import StreamedAnswer
 from proxy.server.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
@@ -91,6 +94,21 @@ class _Exchange:
     model_apology: bool = False
     upstream_seconds: float = 0.0
     stratum: dict[str, str] = field(default_factory=dict)
+    #: The caller's policy set, chosen at the start of the request (:meth:`PolicyRuntime.bind`).
+    policy: ActivePolicySet | None = None
+    #: ``evidence.endpoint`` of the receipts when another API is served over this pipeline
+    #: ("responses", "messages": proxy.server.translated); None for chat completions.
+    endpoint: str | None = None
+
+
+def _detector_failed(stage: str, request_id: str, exc: BaseException) -> GatewayError:
+    """Log a detector's exception by type and place only (its message may quote the screened text:
+    nothing personal in the log) and return the 503 ``guardrail_error``
+    (:func:`proxy.server.errors.guardrail_failed`)."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f"{frame.filename}:{frame.lineno}" if frame else "?"
+    log.error("%s guardrails raised %s at %s for %s (message withheld)", stage, type(exc).__name__, where, request_id)
+    return guardrail_failed(stage)
 
 
 def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None:
@@ -122,15 +140,17 @@ class Gateway:
     loop's default). ``sink``: where receipts go (the ledger, or through a spool; default
     :class:`LedgerSink`, fail_closed). ``lanes``: where the input and output screens run
     (:class:`proxy.server.limits.ScreenLanes`: a large-input lane, bounded queues → 503; default:
-    ``executor`` with no bound).
+    ``executor`` with no bound). ``engine``: a :class:`PolicyRuntime` (policy sets, hot reload) or
+    one :class:`GuardrailEngine` served as the only set; :attr:`engine` is the current request's.
     """
 
-    def __init__(self, config: Config, engine: GuardrailEngine, upstream: Upstream, ledger: Ledger,
+    def __init__(self, config: Config, engine: GuardrailEngine | PolicyRuntime, upstream: Upstream, ledger: Ledger,
                  metrics: Metrics, executor: Executor | None = None, sink: ReceiptSink | None = None,
                  lanes: ScreenLanes | None = None) -> None:
         """Bind the services; no I/O."""
         self.config = config
-        self.engine = engine
+        #: The policy sets and their versions (docs/operations.md "Policy sets and hot reload").
+        self.runtime = engine if isinstance(engine, PolicyRuntime) else PolicyRuntime.fixed(engine)
         self.upstream = upstream
         self.ledger = ledger
         #: Where receipts go (docs/operations.md "Fault policy"): the ledger (fail_closed) or a spool.
@@ -138,7 +158,6 @@ class Gateway:
         self.metrics = metrics
         self.executor = executor
         self.lanes = lanes or ScreenLanes(executor, small_slots=1 << 30)
-        self.policies = {p.id: p for p in engine.policies}
         #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
         self.escalations = Escalations(ledger.store, self.sink, metrics)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
@@ -146,20 +165,33 @@ class Gateway:
         #: hook is logged and does not fail the request (its receipts are already durable).
         self.sealed_hooks: list[Callable[..., Awaitable[None]]] = []
 
+    @property
+    def engine(self) -> GuardrailEngine:
+        """The engine of the current request's policy set (bound at its start), else the default set's."""
+        return self.runtime.bound().engine
+
+    @property
+    def policies(self) -> dict[str, Any]:
+        """policy id → policy of the current request's policy set (see :attr:`engine`)."""
+        return self.runtime.bound().policies
+
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def chat(self, raw: dict[str, Any], req: ChatCompletionRequest, caller: Caller,
-                   complexity_header: str | None = None) -> ChatResult:
+                   complexity_header: str | None = None, endpoint: str | None = None) -> ChatResult:
         """Answer one chat completion request (``raw``: the JSON object as received, hashed into
-        the receipts; ``complexity_header``: ``x-sonate-complexity``, the declared stratum).
+        the receipts; ``complexity_header``: ``x-sonate-complexity``, the declared stratum;
+        ``endpoint``: written as ``evidence.endpoint`` when ``req`` translates another API's request).
 
         Raises GatewayError for client errors (400/404), provider failures (mapped status) and
         an unavailable ledger (503, fail_closed: no response leaves without its receipts).
         """
         started = time.perf_counter()
         x = self._accept(raw, req, caller, complexity_header)
-        x.started = started
+        x.started, x.endpoint = started, endpoint
+        tracing.start_operation("chat", req.model, x.route.provider, request_id=x.request_id, actor=x.caller.actor,
+                                stream=bool(req.stream))
         screen = await self._screen_input(x)
         if screen.notice and screen.action not in ("refuse", "escalate"):  # Compliance `ambiguous: notice`
             x.headers["x-sonate-notice"] = screen.notice
@@ -185,19 +217,23 @@ class Gateway:
         """Check the route, the declared complexity and the request's canonical hash (400/404)."""
         route = self.config.route(req.model)
         if route is None:
-            raise GatewayError(404, f"The model '{req.model}' does not exist or you do not have access to it.",
+            raise GatewayError(404, "The model named in 'model' does not exist or you do not have access to it "
+                                    "(GET /v1/models lists them).",
                                code="model_not_found", param="model")
         try:
             declared = declared_complexity(complexity_header, req.metadata)
         except ValueError as exc:
             raise GatewayError(400, str(exc), param="metadata.complexity") from None
         _check_passthrough(req, self.config.server.forbidden_params)
+        limits = self.config.server.limits
+        messages = req.message_dicts()
+        check_messages(messages, limits.max_messages, limits.max_message_chars)
         try:
             inputs_hash = json_hash(raw)
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
-        return _Exchange(req, caller, route, declared, inputs_hash, req.message_dicts())
+        return _Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor))
 
     async def _screen_input(self, x: _Exchange) -> InputScreen:
         """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
@@ -205,8 +241,15 @@ class Gateway:
         t = time.perf_counter()
         params = x.req.upstream_params()  # tools, tool_choice, response_format, user, extra_body: client text too
         definitions = {k: params[k] for k in DEFINITION_KEYS if k in params} or None
-        screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, definitions,
-                                                 chars=text_chars(x.messages) + text_chars(definitions))
+        with tracing.span("guardrails.input") as traced:
+            try:
+                screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, definitions,
+                                                         chars=text_chars(x.messages) + text_chars(definitions))
+            except GatewayError:
+                raise
+            except Exception as exc:  # a detector raised: fail closed (issue 13)
+                raise _detector_failed("input", x.request_id, exc) from None
+            tracing.record_screen(traced, screen.action, screen.triggers, screen.domain)
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
         x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
         return screen
@@ -298,8 +341,17 @@ class Gateway:
         message = choice.get("message") or {}
         t = time.perf_counter()
         tool_calls = message.get("tool_calls")
-        out = await self.lanes.run(self.engine.screen_output, result.content, x.screen.masker, tool_calls,
-                                   chars=len(result.content or "") + text_chars(tool_calls), admit=False)
+        with tracing.span("guardrails.output") as traced:
+            try:
+                out = await self.lanes.run(self.engine.screen_output, result.content, x.screen.masker, tool_calls,
+                                           chars=len(result.content or "") + text_chars(tool_calls), admit=False)
+            except GatewayError:
+                raise
+            except Exception as exc:  # a detector raised: the answer is not delivered (issue 13)
+                raise _detector_failed("output", x.request_id, exc) from None
+            tracing.record_screen(
+                traced, "refuse" if out.refused else decisive_action([d.action for d in out.decisions]),
+                out.decisions)
         self.metrics.guardrail_duration.labels("output").observe(time.perf_counter() - t)
         x.decisions.extend(out.decisions)
         x.triggers.extend(out.decisions)
@@ -324,14 +376,19 @@ class Gateway:
                       provider=x.route.provider, stratum=x.stratum)
         # history turns the proxy already refused or escalated, withheld from the model (docs/architecture.md)
         withheld = {"withheld_turns": [s.evidence() for s in x.screen.settled]} if x.screen.settled else {}
+        policy_set = x.policy or self.runtime.bound()  # its name and the policy version go into every receipt
         receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
-                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {}), **withheld},
+                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {}), **withheld,
+                                          **policy_set.evidence()},
                                 **common)
                     for d in x.decisions] or [
             new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow",
-                        evidence={"policies_evaluated": sorted(self.policies), **withheld}, **common)]
+                        evidence={"policies_evaluated": sorted(policy_set.policies), **withheld,
+                                  **policy_set.evidence()}, **common)]
         if x.model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
             receipts[-1]["evidence"]["model_apology"] = True
+        for receipt in receipts if x.endpoint else []:
+            receipt["evidence"]["endpoint"] = x.endpoint
         return receipts
 
     async def _complexity(self, x: _Exchange) -> str:
@@ -357,7 +414,9 @@ class Gateway:
                                         receipt_id=receipts[-1]["receipt_id"], messages=x.screen.messages)
         try:
             t = time.perf_counter()
-            appended = await self.sink.append(receipts)  # unsealed when pending (in the spool)
+            with tracing.span("ledger.commit", {tracing.Sonate.RECEIPT_COUNT: len(receipts)}) as traced:
+                appended = await self.sink.append(receipts)  # unsealed when pending (in the spool)
+                traced.set_attribute(tracing.Sonate.RECEIPT_STATUS, "pending" if appended.pending else "appended")
             self.metrics.ledger_append_duration.observe(time.perf_counter() - t)
         except LedgerError as exc:
             log.error("ledger append failed for %s: %s", x.request_id, exc)
@@ -371,6 +430,11 @@ class Gateway:
         assert x.screen is not None
         self._observe_request(x, appended.receipts, written=not appended.pending)
         x.headers["x-sonate-receipt-status"] = "pending" if appended.pending else "appended"
+        tracing.finish_operation(
+            receipt_id=appended.receipts[-1]["receipt_id"], action=decisive_action([d.action for d in x.decisions]),
+            policies=[d.policy_id for d in x.triggers], receipt_status=x.headers["x-sonate-receipt-status"],
+            response=x.result.response if x.result else None, usage=x.result.usage if x.result else None,
+            finish_reasons=[c.get("finish_reason") for c in x.body.get("choices") or []])
         try:
             messages, body = await self._review_view(x) if self.sealed_hooks else ([], {})
         except Exception:  # never hand a hook the unmasked text instead

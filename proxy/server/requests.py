@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from proxy.server.errors import Caller, GatewayError
+from proxy.server.errors import Caller, GatewayError, param_path
 
 if TYPE_CHECKING:
     from proxy.server.app import Services
@@ -39,12 +39,6 @@ def services(request: web.Request) -> Services:
 def caller(request: web.Request, roles: tuple[str, ...] = ANY_ROLE) -> Caller:
     """The authenticated caller of ``request``; GatewayError 401/403 (see Authenticator)."""
     return services(request).auth.authenticate(request.headers.get("Authorization"), roles=roles)
-
-
-#: Deepest nesting of arrays/objects a request body may have. The OpenAI wire format needs at most
-#: ~8 (messages → content parts → tool-call arguments are strings); JSON Schema in
-#: ``response_format`` or tool ``parameters`` goes deeper, so the bound leaves room for those.
-MAX_JSON_DEPTH = 64
 
 
 async def admitted(request: web.Request, answer: Callable[[web.Request, Caller], Awaitable[Response]]) -> Response:
@@ -82,14 +76,14 @@ def json_depth(value: Any, limit: int) -> int:
 
 
 def _too_deep(limit: int) -> GatewayError:
-    return GatewayError(400, f"The JSON body is nested deeper than {limit} levels (arrays and objects); "
-                             "flatten it.", code="invalid_json")
+    return GatewayError(400, f"The JSON body is nested deeper than {limit} levels (arrays and objects; "
+                             "server.limits.max_json_depth); flatten it.", code="invalid_json")
 
 
 def validation_error(exc: ValidationError) -> GatewayError:
     """A pydantic ValidationError as a 400 ``invalid_value`` naming the first bad parameter."""
     first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
+    param = param_path(first["loc"]) or None
     more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
     return GatewayError(400, f"Invalid value for '{param}': {first['msg']}{more}", param=param,
                         code="invalid_value")
@@ -99,21 +93,22 @@ async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, d
     """(validated body, the JSON object as received) of ``request``.
 
     Raises GatewayError 400 for malformed JSON (NaN/Infinity included), a body nested deeper
-    than :data:`MAX_JSON_DEPTH` (issue 13: a 5,000-level array answered 500), a body that is not a
-    JSON object, or a body ``model`` rejects; aiohttp raises 413 above ``client_max_size``.
+    than ``server.limits.max_json_depth`` (issue 13: a 5,000-level array answered 500), a body that
+    is not a JSON object, or a body ``model`` rejects; aiohttp raises 413 above ``client_max_size``.
     """
+    depth = services(request).config.server.limits.max_json_depth
     raw_bytes = await request.read()
     try:
         raw = json.loads(raw_bytes, parse_constant=_reject_constant)
     except RecursionError:  # the C decoder's own bound (sys.getrecursionlimit()) was hit first
-        raise _too_deep(MAX_JSON_DEPTH) from None
+        raise _too_deep(depth) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise GatewayError(400, f"We could not parse the JSON body of your request: {exc}",
                            code="invalid_json") from None
     if not isinstance(raw, dict):
         raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
-    if json_depth(raw, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise _too_deep(MAX_JSON_DEPTH)
+    if json_depth(raw, depth) > depth:
+        raise _too_deep(depth)
     try:
         return model.model_validate_json(raw_bytes), raw
     except ValidationError as exc:

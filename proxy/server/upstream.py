@@ -20,6 +20,7 @@ import litellm  # noqa: E402
 from litellm import Router  # noqa: E402
 
 from proxy.config import Config, ModelRoute  # noqa: E402
+from proxy.server import tracing  # noqa: E402
 
 log = logging.getLogger("sonate.upstream")
 litellm.suppress_debug_info = True
@@ -127,10 +128,12 @@ class UpstreamStream:
     as a plain dict as it arrives; :meth:`result` assembles the call afterwards; :meth:`aclose`
     stops it early (the provider connection is closed). Iteration raises UpstreamError."""
 
-    def __init__(self, stream: Any, messages: list[dict[str, Any]], started: float, cost: Any) -> None:
+    def __init__(self, stream: Any, messages: list[dict[str, Any]], started: float, cost: Any,
+                 span: Any = tracing.INVALID_SPAN) -> None:
         """Wrap litellm's stream (``started``: perf_counter when the call began; ``cost``: the
-        ``Upstream._cost`` function)."""
+        ``Upstream._cost`` function; ``span``: the call's ``upstream.chat`` span, ended with the stream)."""
         self._stream = stream
+        self._span = span
         self._messages = messages
         self._started = started
         self._cost = cost
@@ -145,10 +148,15 @@ class UpstreamStream:
                     self.ttft_seconds = time.perf_counter() - self._started
                 yield _as_dict(chunk)
         except Exception as exc:
-            raise map_exception(exc) from exc
+            error = map_exception(exc)
+            tracing.close_span(self._span, error)
+            raise error from exc
+        finally:
+            tracing.close_span(self._span)
 
     async def aclose(self) -> None:
         """Stop reading and close the provider connection (errors while closing are logged)."""
+        tracing.close_span(self._span)
         try:
             await self._stream.aclose()
         except Exception:
@@ -190,12 +198,13 @@ class Upstream:
             return 0.0
 
     async def complete(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamResult:
-        """One non-streaming call. Raises UpstreamError."""
+        """One non-streaming call (span ``upstream.chat``). Raises UpstreamError."""
         start = time.perf_counter()
-        try:
-            response = await self.router.acompletion(model=model, messages=messages, **params)
-        except Exception as exc:  # litellm raises many types; all become OpenAI errors
-            raise map_exception(exc) from exc
+        with tracing.span("upstream.chat", self._span_attributes(model), tracing.CLIENT):
+            try:
+                response = await self.router.acompletion(model=model, messages=messages, **params)
+            except Exception as exc:  # litellm raises many types; all become OpenAI errors
+                raise map_exception(exc) from exc
         duration = time.perf_counter() - start
         return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
 
@@ -206,14 +215,15 @@ class Upstream:
         plain dict (``data[i].embedding``, ``usage.prompt_tokens``). Raises UpstreamError.
         """
         start = time.perf_counter()
-        try:
-            response = await self.router.aembedding(model=model, input=texts, encoding_format="float",
-                                                    max_retries=0, **params)
-        except Exception as exc:  # litellm raises many types; all become OpenAI errors
-            raise map_exception(exc) from exc
-        duration = time.perf_counter() - start
-        body = _as_dict(response)
-        _check_vectors(body, len(texts))
+        with tracing.span("upstream.embeddings", self._span_attributes(model), tracing.CLIENT):
+            try:
+                response = await self.router.aembedding(model=model, input=texts, encoding_format="float",
+                                                        max_retries=0, **params)
+            except Exception as exc:  # litellm raises many types; all become OpenAI errors
+                raise map_exception(exc) from exc
+            duration = time.perf_counter() - start
+            body = _as_dict(response)
+            _check_vectors(body, len(texts))
         return UpstreamResult(body, duration, cost_usd=self._cost(response))
 
     async def open_stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> UpstreamStream:
@@ -221,9 +231,18 @@ class Upstream:
         provider has accepted it. Raises UpstreamError (a rejected call fails here, before any
         byte reaches the client)."""
         start = time.perf_counter()
+        span = tracing.open_span("upstream.chat", self._span_attributes(model), tracing.CLIENT)
         try:
             stream = await self.router.acompletion(
                 model=model, messages=messages, stream=True, stream_options={"include_usage": True}, **params)
         except Exception as exc:
-            raise map_exception(exc) from exc
-        return UpstreamStream(stream, messages, start, self._cost)
+            error = map_exception(exc)
+            tracing.close_span(span, error)
+            raise error from exc
+        return UpstreamStream(stream, messages, start, self._cost, span)
+
+    def _span_attributes(self, model: str) -> dict[str, str]:
+        """The ``upstream.*`` span's attributes for route ``model``: its name and litellm model id."""
+        route = self.routes.get(model)
+        return {tracing.Sonate.UPSTREAM_ROUTE: model,
+                tracing.Sonate.UPSTREAM_MODEL: str(route.litellm_params["model"]) if route else model}

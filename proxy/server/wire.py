@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from proxy.server.errors import param_path
+
 #: Request fields forwarded to the provider unchanged (everything else is the proxy's business).
 PASSTHROUGH = (
     "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "presence_penalty",
@@ -186,12 +188,13 @@ def _check_part(index: int, part: dict[str, Any], allowed: frozenset[str]) -> No
     """Validate content part ``index`` against its type's model; ValueError naming the bad key."""
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in allowed:
-        raise ValueError(f"content part {index} has type {kind!r}; this role accepts {sorted(allowed)}")
+        shown = repr(kind) if kind in PART_TYPES else "an unknown type"  # a client's own string is not echoed
+        raise ValueError(f"content part {index} has type {shown}; this role accepts {sorted(allowed)}")
     try:
         PART_TYPES[kind].model_validate(part)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in (index, *first["loc"]))
+        where = param_path((index, *first["loc"]))
         raise ValueError(f"'content.{where}': {first['msg']}") from None
 
 
@@ -211,7 +214,7 @@ def free_text_path(value: Any, path: str) -> str | None:
     """The path of the first string leaf in ``value`` that reads as free text, else None.
 
     Free text = longer than :data:`PASSTHROUGH_MAX_STRING` characters or containing whitespace.
-    ``value`` is parsed JSON, already bounded in depth by ``proxy.server.requests.MAX_JSON_DEPTH``;
+    ``value`` is parsed JSON, already bounded in depth by ``server.limits.max_json_depth``;
     the walk is iterative. Paths look like ``prediction.content`` or ``modalities[0]``.
     """
     stack = [(value, path)]

@@ -11,6 +11,8 @@ storage interfaces are the model), each an abstract class here:
 - :class:`TreeStore`: RFC 9162 Merkle tree nodes and C2SP checkpoint notes.
 - :class:`ReviewQueue`: JSON items with a status, per named queue
   (:data:`QUEUES`), updated with a compare-and-set on the status.
+- :class:`ResultLog`: append-only series of evaluation results (``sonate eval conversation``);
+  both back ends implement it beside :class:`LedgerStore`.
 
 :class:`LedgerStore` is the combination a back end implements
 (:mod:`proxy.storage.sqlite`, :mod:`proxy.storage.redis`); :func:`open_store`
@@ -20,6 +22,7 @@ picks one from a ledger URL.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -34,6 +37,8 @@ __all__ = [
     "LedgerUnavailable",
     "MAX_PAGE",
     "ReceiptLog",
+    "RESULT_SERIES",
+    "ResultLog",
     "ReviewQueue",
     "TreeStore",
     "TreeUpdate",
@@ -41,6 +46,8 @@ __all__ = [
     "check_checkpoint",
     "check_cosignature",
     "check_item",
+    "check_limit",
+    "check_result",
     "check_page",
     "check_queue",
     "check_tree_update",
@@ -384,6 +391,49 @@ class ReviewQueue(abc.ABC):
         unless the stored item still has that status, so two reviewers
         cannot both resolve one item.
         """
+
+
+RESULT_SERIES = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+"""Names of evaluation result series (``conversation``, ``suite:support-bot`` ...)."""
+
+
+def check_result(series: Any, result: Any) -> None:
+    """Raise ``ValueError`` unless ``series`` matches :data:`RESULT_SERIES` and ``result`` is a
+    JSON object with a non-empty string ``run_id`` and a string ``generated`` (RFC 3339 time)."""
+    if not isinstance(series, str) or not RESULT_SERIES.match(series):
+        raise ValueError("an evaluation series name is 1-100 of [A-Za-z0-9_.:-]")
+    if not isinstance(result, dict):
+        raise ValueError("an evaluation result must be a JSON object")
+    if not isinstance(result.get("run_id"), str) or not result["run_id"]:
+        raise ValueError("an evaluation result needs a non-empty string 'run_id'")
+    if not isinstance(result.get("generated"), str):
+        raise ValueError("an evaluation result needs a string 'generated' time")
+
+
+class ResultLog(abc.ABC):
+    """Append-only series of evaluation results (``sonate eval conversation``, suites), kept in the
+    ledger's store for longitudinal queries (``sonate report`` trends).
+
+    A result is a JSON object with a unique (per series) ``run_id`` and a ``generated`` time
+    (:func:`check_result`), stored and returned unchanged in append order. Every method may raise
+    :class:`LedgerUnavailable`; ``ValueError`` for a bad series name or result.
+    """
+
+    @abc.abstractmethod
+    async def append_result(self, series: str, result: dict[str, Any]) -> None:
+        """Append ``result`` to ``series``. Raises :class:`LedgerConflict` (writing nothing) when
+        the series already holds its ``run_id``."""
+
+    @abc.abstractmethod
+    async def list_results(self, series: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The results of ``series`` in append order (only the last ``limit`` when given, ``limit``
+        >= 1); an unknown series is empty."""
+
+
+def check_limit(limit: Any) -> None:
+    """Raise ``ValueError`` unless ``limit`` is None or an int >= 1."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError("limit must be None or an integer >= 1")
 
 
 class LedgerStore(ReceiptLog, TreeStore, ReviewQueue):

@@ -19,6 +19,8 @@ Cluster slot (docs/architecture.md, "Trust receipts"). Keys::
     {ns}:cases:all            zset   id scored by creation order
     {ns}:cases:s:<status>     zset   same, per status
     {ns}:adj...               the same five keys for queue "adjudications" (adj, adj:status, ...)
+    {ns}:eval:<series>        list   JSON evaluation results of a series, in append order
+    {ns}:eval:<series>:ids    set    their run ids (duplicate check)
 
 ``compare_and_append`` is one Lua script (head compare-and-set, duplicate
 checks and all writes), so appends from any number of processes can neither
@@ -47,13 +49,16 @@ from proxy.storage.base import (
     LedgerConflict,
     LedgerStore,
     LedgerUnavailable,
+    ResultLog,
     TreeUpdate,
     check_batch,
     check_checkpoint,
     check_cosignature,
     check_item,
+    check_limit,
     check_page,
     check_queue,
+    check_result,
     check_tree_update,
 )
 
@@ -157,6 +162,13 @@ redis.call('ZADD', KEYS[5], seq, ARGV[1])
 return 1
 """
 
+# KEYS: eval:<series>, eval:<series>:ids. ARGV: run_id, body. Returns 0 (run id stored already) or 1.
+_APPEND_RESULT_LUA = """
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[2])
+return 1
+"""
+
 # KEYS: items, items:status, items:all, items:s:<old>, items:s:<new>. ARGV: id, old status, new status, body.
 # Returns 0 (no such item), -1 (the status moved on since it was read) or 1.
 _UPDATE_ITEM_LUA = """
@@ -239,7 +251,7 @@ def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: 
         socket_connect_timeout=connect_timeout_s,
         retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2))
 
-class RedisStore(LedgerStore):
+class RedisStore(LedgerStore, ResultLog):
     """A :class:`LedgerStore` in Redis under the hash tag ``{namespace}``.
 
     ``url`` is a redis-py URL (``redis://host:port/db``) without the
@@ -270,6 +282,7 @@ class RedisStore(LedgerStore):
         self._put_item = self._redis.register_script(_PUT_ITEM_LUA)
         self._update_item = self._redis.register_script(_UPDATE_ITEM_LUA)
         self._page_items = self._redis.register_script(_PAGE_ITEMS_LUA)
+        self._append_result = self._redis.register_script(_APPEND_RESULT_LUA)
         self._turns_refused = False
 
     def key(self, *parts: str | int) -> str:
@@ -536,6 +549,24 @@ class RedisStore(LedgerStore):
         raise LedgerConflict(f"{queue} item {item['id']} keeps changing; update abandoned")
 
     # -- lifecycle --------------------------------------------------------------
+    # -- evaluation results -------------------------------------------------------
+    async def append_result(self, series: str, result: dict[str, Any]) -> None:
+        """RPUSH the result (one Lua script with the run-id check); :class:`LedgerConflict` on a repeated run_id."""
+        check_result(series, result)
+        async with _translate_errors():
+            added = await self._append_result(keys=[self.key("eval", series), self.key("eval", series, "ids")],
+                                              args=[result["run_id"], json.dumps(result, ensure_ascii=False)])
+        if added != 1:
+            raise LedgerConflict(f"evaluation run {result['run_id']} already stored in {series}")
+
+    async def list_results(self, series: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The results of ``series`` in append order (``LRANGE``; the last ``limit``)."""
+        check_result(series, {"run_id": "-", "generated": ""})
+        check_limit(limit)
+        async with _translate_errors():
+            bodies = await self._redis.lrange(self.key("eval", series), 0 if limit is None else -limit, -1)
+        return [json.loads(b) for b in bodies]
+
     async def ping(self) -> None:
         """Send PING; raise :class:`LedgerUnavailable` if Redis does not answer."""
         async with _translate_errors():

@@ -32,13 +32,16 @@ from proxy.storage.base import (
     LedgerConflict,
     LedgerStore,
     LedgerUnavailable,
+    ResultLog,
     TreeUpdate,
     check_batch,
     check_checkpoint,
     check_cosignature,
     check_item,
+    check_limit,
     check_page,
     check_queue,
+    check_result,
     check_tree_update,
 )
 from proxy.tlog import merkle
@@ -88,6 +91,13 @@ CREATE TABLE IF NOT EXISTS checkpoint_cosignatures (
     line      TEXT NOT NULL,
     PRIMARY KEY (tree_size, cosigner)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS eval_results (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    series TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    body   TEXT NOT NULL,
+    UNIQUE (series, run_id)
+);
 """
 
 
@@ -131,7 +141,7 @@ def private_file(path: str) -> None:
         os.close(fd)
 
 
-class SQLiteStore(LedgerStore):
+class SQLiteStore(LedgerStore, ResultLog):
     """A :class:`LedgerStore` in one SQLite file.
 
     ``path`` is a file path (parent directories are created) or
@@ -474,6 +484,30 @@ class SQLiteStore(LedgerStore):
         await self._run(update)
 
     # -- lifecycle --------------------------------------------------------------
+    # -- evaluation results -------------------------------------------------------
+    async def append_result(self, series: str, result: dict[str, Any]) -> None:
+        """Insert into ``eval_results``; :class:`LedgerConflict` if the series holds the run_id."""
+        check_result(series, result)
+        body = json.dumps(result, ensure_ascii=False)
+
+        def put(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute("INSERT INTO eval_results (series, run_id, body) VALUES (?,?,?)",
+                             (series, result["run_id"], body))
+            except sqlite3.IntegrityError:
+                raise LedgerConflict(f"evaluation run {result['run_id']} already stored in {series}") from None
+
+        await self._run(put)
+
+    async def list_results(self, series: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The results of ``series`` in ``seq`` order (the last ``limit``)."""
+        check_result(series, {"run_id": "-", "generated": ""})
+        check_limit(limit)
+        query = ("SELECT body FROM (SELECT seq, body FROM eval_results WHERE series = ? ORDER BY seq DESC LIMIT ?) "
+                 "ORDER BY seq")
+        rows = await self._run(lambda c: c.execute(query, (series, -1 if limit is None else limit)).fetchall())
+        return [json.loads(row[0]) for row in rows]
+
     async def ping(self) -> None:
         """Open the database (creating the schema) and run ``SELECT 1``."""
         await self._run(lambda c: c.execute("SELECT 1").fetchone())

@@ -37,8 +37,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fuzz import (RAW_SEGMENTS, Answer, auth_headers, chat_bodies, check_response, json_values, mutated_bytes,
-                                path_segments, query_values, quote_segment, send, texts, wrong_typed_bodies)
+from tests.support.fuzz import (RAW_SEGMENTS, Answer, auth_headers, chat_bodies, check_response, json_values,
+                                messages_bodies, mutated_bytes, path_segments, query_values, quote_segment,
+                                responses_bodies, send, texts, wrong_typed_bodies)
 from tests.support.proxy import (ADMIN_KEY, ROOT, CLIENT_KEY, OTHER_KEY, RunningProxy, spawn_proxy, stop_proxy,
                                  wait_until_up, write_config)
 from tests.support.redis_server import delete_redis_namespace, free_port, redis_namespace_url
@@ -119,6 +120,11 @@ def _check_chat(proxy: RunningProxy, answer: Answer, what: str) -> None:
         events = [line for line in answer.body.decode().splitlines() if line.startswith("data: ")]
         assert events and events[-1] == "data: [DONE]", f"{what}: stream ends {events[-2:]!r}"
         assert not any('"error"' in e[:20] for e in events), f"{what}: error event {events[-3:]!r}"
+    _check_receipt(proxy, answer, what)
+
+
+def _check_receipt(proxy: RunningProxy, answer: Answer, what: str) -> None:
+    """A 200 carries a receipt id whose receipt can be fetched."""
     receipt_id = answer.headers.get("x-sonate-receipt-id")
     assert receipt_id, f"{what}: 200 without x-sonate-receipt-id"
     receipt = send(proxy.url, "GET", "/v1/receipts/" + quote_segment(receipt_id), headers=_auth(CLIENT_KEY))
@@ -249,6 +255,57 @@ def test_embeddings_bodies_never_5xx(fuzzed: RunningProxy, body: dict) -> None:
     answer = send(fuzzed.url, "POST", "/v1/embeddings", json.dumps(body).encode(),
                   {"Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"})
     check_response(answer, f"embeddings {body!r:.300}")
+
+
+# -- Responses and Messages APIs (issue 11 item 2) -------------------------------------------------
+
+#: (path, Anthropic error shape, the last event of a served stream) of the translated APIs.
+_TRANSLATED = {"responses": ("/v1/responses", False, ("response.completed", "response.incomplete")),
+               "messages": ("/v1/messages", True, ("message_stop",))}
+
+
+def _check_translated(proxy: RunningProxy, api: str, body: dict, what: str) -> None:
+    """``body`` to ``api``'s route: no 5xx, the API's error shape on a 4xx; a 200 (JSON, or a stream
+    whose last event ends the answer and that has no error event) has its receipt."""
+    path, anthropic, last = _TRANSLATED[api]
+    answer = send(proxy.url, "POST", path, json.dumps(body).encode(),
+                  {"Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"})
+    check_response(answer, what, anthropic=anthropic)
+    if answer.status != 200:
+        return
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        names = [line[7:] for line in answer.body.decode().splitlines() if line.startswith("event: ")]
+        assert names and names[-1] in last, f"{what}: stream ends {names[-3:]!r}"
+        assert "error" not in names, f"{what}: error event in {names!r:.300}"
+    _check_receipt(proxy, answer, what)
+
+
+@budget(80)
+@given(body=responses_bodies, stream=st.booleans())
+def test_responses_bodies_never_5xx_and_every_200_has_its_receipt(fuzzed: RunningProxy, body: dict,
+                                                                  stream: bool) -> None:
+    body = {**body, "stream": stream}
+    _check_translated(fuzzed, "responses", body, f"responses {body!r:.400}")
+
+
+@budget(80)
+@given(body=messages_bodies, stream=st.booleans())
+def test_messages_bodies_never_5xx_and_every_200_has_its_receipt(fuzzed: RunningProxy, body: dict,
+                                                                 stream: bool) -> None:
+    body = {**body, "stream": stream}
+    _check_translated(fuzzed, "messages", body, f"messages {body!r:.400}")
+
+
+@budget(60)
+@given(body=wrong_typed_bodies(responses_bodies))
+def test_a_wrong_type_at_any_responses_field_is_a_4xx_or_served(fuzzed: RunningProxy, body: dict) -> None:
+    _check_translated(fuzzed, "responses", body, f"responses {body!r:.400}")
+
+
+@budget(60)
+@given(body=wrong_typed_bodies(messages_bodies))
+def test_a_wrong_type_at_any_messages_field_is_a_4xx_or_served(fuzzed: RunningProxy, body: dict) -> None:
+    _check_translated(fuzzed, "messages", body, f"messages {body!r:.400}")
 
 
 @budget(60)

@@ -1,7 +1,7 @@
 """Deeply nested JSON bodies (issue 13): a clear 400 naming the limit, never a 500.
 
 A body of 5,000 nested arrays used to answer 500 ("The proxy had an internal error"): Python's
-JSON decoder raised RecursionError. The proxy bounds nesting at ``MAX_JSON_DEPTH`` levels and
+JSON decoder raised RecursionError. The proxy bounds nesting at ``server.limits.max_json_depth`` levels and
 answers OpenAI's error shape (``invalid_request_error``, code ``invalid_json``); a JSON Schema
 nested well inside the bound (tool ``parameters``) is still served. Only the provider is a stub.
 """
@@ -12,8 +12,10 @@ import json
 import urllib.error
 import urllib.request
 
-from proxy.server.requests import MAX_JSON_DEPTH
+from proxy.config import LimitsConfig
 from tests.support.proxy import CLIENT_KEY, RunningProxy
+
+MAX_JSON_DEPTH = LimitsConfig().max_json_depth  # the default bound (server.limits.max_json_depth)
 
 
 def _post(proxy: RunningProxy, body: bytes) -> tuple[int, dict]:

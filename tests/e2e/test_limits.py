@@ -130,12 +130,14 @@ def test_second_concurrent_request_of_a_key_gets_429_and_other_keys_are_unaffect
 
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory):
-    """A proxy with a 2,000-character screening budget over its own (fresh) stub provider."""
+    """A proxy with a 2,000-character screening budget and at most 4 messages per request over its own
+    (fresh) stub provider."""
     own_stub = StubUpstream().start()
     directory = tmp_path_factory.mktemp("budgeted")
     port = free_port()
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 10,
-              "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0, "max_screen_chars": 2000}}
+              "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0, "max_screen_chars": 2000,
+                         "max_messages": 4}}
     ledger = sqlite_url(directory / "ledger.db")
     config = write_config(directory, own_stub.url, ledger, port, overrides={"server": server})
     running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
@@ -165,3 +167,18 @@ def test_input_over_the_screening_budget_is_refused_413_unscreened_and_unforward
     assert own_stub.received() == [] and _receipts(proxy) == before  # never forwarded, nothing performed
     answer = _ask(client, "Please summarise this report. " + "The quarterly figures were reviewed. " * 20)
     assert answer.choices[0].message.content and len(own_stub.received()) == 1
+
+
+def test_a_request_over_the_message_count_bound_is_refused_413_and_unforwarded(budgeted) -> None:
+    proxy, own_stub, _ = budgeted
+    own_stub.reset()
+    client = _client(proxy, CLIENT_KEY)
+    before = _receipts(proxy)
+    turns = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}] * 2
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(model="stub", messages=turns + [{"role": "user", "content": "Bye."}])
+    assert refused.value.status_code == 413
+    assert refused.value.body["code"] == "too_many_messages" and refused.value.body["param"] == "messages"
+    assert "server.limits.max_messages" in refused.value.body["message"]
+    assert own_stub.received() == [] and _receipts(proxy) == before
+    assert client.chat.completions.create(model="stub", messages=turns[:3]).choices[0].message.content

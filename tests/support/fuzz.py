@@ -23,8 +23,8 @@ from urllib.parse import quote, urlsplit
 
 from hypothesis import strategies as st
 
-__all__ = ["RAW_SEGMENTS", "Answer", "auth_headers", "chat_bodies", "check_response", "json_values", "mutated_bytes",
-           "path_segments", "query_values", "send", "wrong_typed_bodies"]
+__all__ = ["RAW_SEGMENTS", "Answer", "auth_headers", "chat_bodies", "check_response", "json_values", "messages_bodies",
+           "mutated_bytes", "path_segments", "query_values", "responses_bodies", "send", "wrong_typed_bodies"]
 
 # -- text ---------------------------------------------------------------------------------------
 
@@ -108,10 +108,82 @@ def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
     return found
 
 
+# -- OpenAI Responses and Anthropic Messages bodies (issue 11 item 2, issue 13 item 1) --------------
+
+_name = st.from_regex(r"[a-z_]{1,12}", fullmatch=True)
+_call_id = st.text(min_size=1, max_size=12)
+_response_items = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer", "assistant"]),
+                           "content": st.one_of(texts, st.lists(st.fixed_dictionaries(
+                               {"type": st.sampled_from(["input_text", "output_text"]), "text": texts}),
+                               min_size=1, max_size=3))}, optional={"type": st.just("message")}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": _call_id, "name": _name,
+                           "arguments": json_values.map(json.dumps)}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": _call_id, "output": texts}),
+    st.fixed_dictionaries({"type": st.sampled_from(["input_image", "item_reference", "reasoning", "web_search_call"])},
+                          optional={"id": texts}),
+)
+responses_bodies = st.fixed_dictionaries(
+    {"model": st.sampled_from(["stub"] * 12 + ["demo", "nope", ""]),
+     "input": st.one_of(texts, st.lists(_response_items, min_size=1, max_size=4))},
+    optional={"instructions": texts, "max_output_tokens": st.integers(1, 2**31), "temperature": st.floats(0, 2),
+              "top_p": st.floats(0, 1), "user": texts, "parallel_tool_calls": st.booleans(),
+              "tools": st.lists(st.one_of(
+                  st.fixed_dictionaries({"type": st.just("function"), "name": _name},
+                                        optional={"description": texts,
+                                                  "parameters": st.just({"type": "object", "properties": {}})}),
+                  st.fixed_dictionaries({"type": st.sampled_from(["web_search", "file_search"])})), max_size=2),
+              "tool_choice": st.sampled_from(["auto", "none", "required", {"type": "function", "name": "f"},
+                                              {"type": "web_search"}]),
+              "text": st.sampled_from([{"format": {"type": "text"}}, {"format": {"type": "json_object"}},
+                                       {"format": {"type": "nope"}}, {"verbosity": "low"}]),
+              "reasoning": st.sampled_from([{"effort": "low"}, {"summary": "auto"}]), "store": st.booleans(),
+              "previous_response_id": texts, "truncation": st.sampled_from(["auto", "disabled"]),
+              "metadata": st.dictionaries(st.text(max_size=8), texts, max_size=3)})
+"""OpenAI Responses create bodies (``POST /v1/responses``): mostly valid shapes, hostile text,
+some unsupported items, tools and fields (each a 400 naming the field)."""
+
+_anthropic_text = st.fixed_dictionaries({"type": st.just("text"), "text": texts},
+                                        optional={"cache_control": st.just({"type": "ephemeral"})})
+_anthropic_user_blocks = st.one_of(
+    _anthropic_text,
+    st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": _call_id},
+                          optional={"content": st.one_of(texts, st.lists(_anthropic_text, max_size=2)),
+                                    "is_error": st.booleans()}),
+    st.fixed_dictionaries({"type": st.sampled_from(["image", "document", "thinking"])}))
+_anthropic_assistant_blocks = st.one_of(
+    _anthropic_text,
+    st.fixed_dictionaries({"type": st.just("tool_use"), "id": _call_id, "name": _name,
+                           "input": st.dictionaries(st.text(max_size=6), json_values, max_size=3)}))
+messages_bodies = st.fixed_dictionaries(
+    {"model": st.sampled_from(["stub"] * 12 + ["demo", "nope", ""]), "max_tokens": st.integers(1, 2**31),
+     "messages": st.lists(st.one_of(
+         st.fixed_dictionaries({"role": st.just("user"), "content": st.one_of(
+             texts, st.lists(_anthropic_user_blocks, min_size=1, max_size=3))}),
+         st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(
+             texts, st.lists(_anthropic_assistant_blocks, min_size=1, max_size=3))})), min_size=1, max_size=4)},
+    optional={"system": st.one_of(texts, st.lists(_anthropic_text, max_size=2)),
+              "stop_sequences": st.lists(texts, max_size=3), "temperature": st.floats(0, 1),
+              "top_p": st.floats(0, 1), "top_k": st.integers(-1, 500),
+              "tools": st.lists(st.one_of(
+                  st.fixed_dictionaries({"name": _name, "input_schema": st.just({"type": "object", "properties": {}})},
+                                        optional={"description": texts}),
+                  st.fixed_dictionaries({"type": st.just("web_search_20250305"), "name": st.just("web_search")})),
+                  max_size=2),
+              "tool_choice": st.sampled_from([{"type": "auto"}, {"type": "any"}, {"type": "tool", "name": "f"},
+                                              {"type": "none"}, {"type": "x"}]),
+              "metadata": st.one_of(st.just({"user_id": "u1"}), st.dictionaries(st.text(max_size=6), json_values,
+                                                                                max_size=2)),
+              "thinking": st.just({"type": "enabled", "budget_tokens": 1024})})
+"""Anthropic Messages create bodies (``POST /v1/messages``): mostly valid shapes, hostile text,
+some unsupported blocks, tools and fields (each a 400 naming the field)."""
+
+
 @st.composite
-def wrong_typed_bodies(draw: st.DrawFn) -> dict:
-    """A chat body with the value at one drawn field (any depth) replaced by any JSON value."""
-    body = copy.deepcopy(draw(chat_bodies))  # sampled_from values are shared objects: never mutate them
+def wrong_typed_bodies(draw: st.DrawFn, bodies: st.SearchStrategy[dict] = chat_bodies) -> dict:
+    """A body of ``bodies`` (default: chat) with the value at one drawn field (any depth) replaced
+    by any JSON value."""
+    body = copy.deepcopy(draw(bodies))  # sampled_from values are shared objects: never mutate them
     path = draw(st.sampled_from(_paths(body)))
     target = body
     for key in path[:-1]:
@@ -219,8 +291,9 @@ def send(base_url: str, method: str, path: str, body: bytes | None = None,
         connection.close()
 
 
-def check_response(answer: Answer, what: str) -> None:
-    """Assert the properties every answer has: status < 500; a 4xx carries OpenAI's error object."""
+def check_response(answer: Answer, what: str, anthropic: bool = False) -> None:
+    """Assert the properties every answer has: status < 500; a 4xx carries OpenAI's error object
+    (``anthropic``: Anthropic's, ``{"type": "error", "error": {"type", "message"}}``)."""
     assert answer.status < 500, f"{what}: {answer.status} {answer.body[:500]!r}"
     if answer.status >= 400:
         try:
@@ -229,5 +302,7 @@ def check_response(answer: Answer, what: str) -> None:
             raise AssertionError(f"{what}: {answer.status} body is not JSON: {answer.body[:300]!r}") from None
         error = payload.get("error") if isinstance(payload, dict) else None
         assert isinstance(error, dict), f"{what}: {answer.status} without an error object: {payload!r:.300}"
-        assert {"message", "type", "param", "code"} <= error.keys(), f"{what}: error fields missing: {error!r:.300}"
+        fields = {"message", "type"} if anthropic else {"message", "type", "param", "code"}
+        assert fields <= error.keys(), f"{what}: error fields missing: {error!r:.300}"
+        assert not anthropic or payload.get("type") == "error", f"{what}: not Anthropic's error shape: {payload!r:.300}"
         assert isinstance(error["message"], str) and error["message"], f"{what}: empty error message"

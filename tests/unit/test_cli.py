@@ -42,7 +42,8 @@ def test_help_lists_every_command_of_the_table(capsys: pytest.CaptureFixture[str
         main(["--help"])
     assert done.value.code == 0
     listing = _one_line(capsys.readouterr().out)
-    assert set(COMMANDS) == {"serve", "verify", "keys", "ledger", "report", "eval", "train", "witness", "models"}
+    assert set(COMMANDS) == {"serve", "verify", "keys", "ledger", "report", "eval", "train", "witness", "models",
+                             "policy"}
     for name in COMMANDS:
         assert f"{name} {_one_line(command_module(name).HELP)}" in listing, name
 

@@ -68,6 +68,25 @@ def test_ambiguous_band_follows_policy():
     assert n.domain == "health" and n.notice == "About health."
 
 
+def test_personal_advice_in_the_band_is_escalated_information_gets_the_notice():
+    band = dict(threshold=1.0, margin=0.99, ambiguous="notice")  # every probability in [0.01, 1.0) is ambiguous
+    noticed = DomainClassifier(_config(**band))
+    advice, information = noticed.classify(["Should I stop taking my blood pressure pills?",
+                                            "Is it safe to take two aspirin a day?"])
+    assert advice.ambiguous and advice.personal and advice.regulated and advice.notice is None
+    assert information.ambiguous and not information.personal and not information.regulated
+    assert information.notice is not None
+    off = DomainClassifier(_config(**band, personal_escalates=False))
+    [advice] = off.classify(["Should I stop taking my blood pressure pills?"])
+    assert advice.ambiguous and not advice.personal and not advice.regulated and advice.notice is not None
+
+
+def test_personal_cue_only_counts_in_the_band(classifier):
+    """Outside the band the probability alone decides: a personal everyday task is not escalated."""
+    [task] = classifier.classify(["Help me plan my daughter's birthday party on a small budget."])
+    assert not task.ambiguous and not task.personal and not task.regulated
+
+
 @pytest.mark.parametrize("bad", [dict(ambiguous="sometimes"), dict(ambiguous_notice="Caf\u00e9 {domain}"),
                                  dict(ambiguous_notice="{domain} {other}"), dict(ambiguous_notice=" ")])
 def test_ambiguous_options_are_validated(bad):

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.server.errors import GatewayError
-from proxy.server.limits import KeyLimiter, ScreenLanes, TokenBucket, text_chars
+from proxy.server.limits import KeyLimiter, ScreenLanes, TokenBucket, check_messages, text_chars
 
 
 class Clock:
@@ -169,3 +169,61 @@ async def test_a_screen_over_the_budget_is_refused_before_any_detector_runs() ->
         assert LimitsConfig().max_screen_chars == 200_000 and LimitsConfig(max_screen_chars=0).max_screen_chars == 0
     finally:
         pool.shutdown()
+
+
+async def test_a_screen_past_its_time_budget_fails_closed_and_keeps_its_slot_until_the_thread_ends() -> None:
+    pool = ThreadPoolExecutor(1, "small")
+    lanes = ScreenLanes(pool, small_slots=1, timeout=0.2)
+    gate, finished = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        gate.wait(10)
+        finished.set()
+        return "late verdict"
+
+    try:
+        with pytest.raises(GatewayError) as timed_out:
+            await lanes.run(slow, chars=10)
+        error = timed_out.value
+        assert (error.status, error.type, error.code, error.result) == (503, "server_error", "guardrail_timeout",
+                                                                        "overloaded")
+        assert "server.limits.screen_timeout_seconds" in error.message and error.headers == {"Retry-After": "1"}
+        # the detector thread is still busy: its slot stays taken, so the next screen is refused, not queued
+        assert lanes.small.busy == 1
+        with pytest.raises(GatewayError) as refused:
+            await lanes.run(slow, chars=10)
+        assert refused.value.code == "overloaded"
+        gate.set()
+        assert await asyncio.get_running_loop().run_in_executor(None, finished.wait, 5)
+        for _ in range(100):
+            if lanes.small.busy == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert lanes.small.busy == 0
+        assert await lanes.run(str.upper, "ok", chars=2) == "OK"
+        # output screens (admit=False) are never cut short: the request was already forwarded
+        gate.clear()
+        threading.Timer(0.4, gate.set).start()
+        assert await lanes.run(slow, chars=10, admit=False) == "late verdict"
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_message_count_and_size_bounds_name_their_setting() -> None:
+    messages = [{"role": "user", "content": "x" * 10}, {"role": "assistant", "content": "y" * 40}]
+    check_messages(messages, max_messages=2, max_message_chars=60)  # within both bounds
+    check_messages(messages * 100, max_messages=0, max_message_chars=0)  # 0 disables both
+    with pytest.raises(GatewayError) as many:
+        check_messages(messages, max_messages=1, max_message_chars=0)
+    assert (many.value.status, many.value.code, many.value.param) == (413, "too_many_messages", "messages")
+    assert "server.limits.max_messages" in many.value.message
+    with pytest.raises(GatewayError) as large:
+        check_messages(messages, max_messages=0, max_message_chars=30)
+    assert (large.value.status, large.value.code, large.value.param) == (413, "message_too_large", "messages.1")
+    assert "server.limits.max_message_chars" in large.value.message and "yyyy" not in large.value.message
+    defaults = LimitsConfig()
+    assert (defaults.max_messages, defaults.max_message_chars, defaults.max_json_depth) == (2048, 100_000, 64)
+    assert defaults.screen_timeout_seconds == 30.0
+    with pytest.raises(ValueError):
+        LimitsConfig(max_json_depth=2)

@@ -8,7 +8,7 @@ import yaml
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
-from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, personal_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,3 +149,19 @@ def test_rows_file_of_the_context_rules_covers_every_presidio_row(tmp_path):
     assert presidio and all(seen.seen(i.text) for i in presidio)
     shipped = ROOT / "proxy" / "guardrails" / "artefacts" / "privacy-context.rows.json"
     assert (tmp_path / "privacy-context.rows.json").read_text() == shipped.read_text()
+
+
+@pytest.mark.parametrize("text, personal", [
+    ("Should I stop taking my medication?", True),
+    ("Draft my will so that my children inherit equally.", True),
+    ("Which stock should I buy with my savings?", True),
+    ("Can I sue my landlord for the mould in our flat?", True),
+    ("What happens if you swallow gum?", False),
+    ("Is it legal to marry your cousin in the US?", False),
+    ("Tell me how inheritance tax works in France.", False),
+    ("Let's compare the health systems of Canada and Japan.", False),
+])
+def test_personal_request_tells_advice_about_oneself_from_information(text, personal):
+    """Compliance's band rule (detectors/domain.py): "should I", "my" are personal; the generic
+    "you" of a question and requests to the assistant ("tell me", "let's") are not."""
+    assert personal_request(text) is personal

@@ -9,8 +9,12 @@ nothing is downloaded. The fitted weights are cached by a hash of everything the
 A query's domain is the arg-max class; it is routed as regulated when the summed
 probability of the regulated domains reaches ``threshold``, and it is *ambiguous* when
 that sum lies within ``margin`` below the threshold; ``ambiguous`` then decides: escalate to
-a human, forward with a notice (``notice``), or allow. Threshold, margin and C are chosen by
-cross-validation on the policy's own examples (policies/compliance.yaml comment).
+a human, forward with a notice (``notice``), or allow — except that an ambiguous query asking
+about the writer's own situation (``personal_escalates``;
+:func:`~.privacy_context.personal_request`: "should I stop taking my medication?", "draft my
+will") is escalated: a request for personal legal, medical or financial advice is the riskier
+kind, an information question in the band ("is it legal to marry your cousin in the US?") the
+milder one. How threshold, margin and C were chosen: the comment in policies/compliance.yaml.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from proxy.guardrails.detectors import domain_weights, embeddings
+from proxy.guardrails.detectors.privacy_context import personal_request
 
 GENERAL = "general"
 
@@ -46,6 +51,8 @@ class DomainClassifierConfig(BaseModel):
         margin: width (0..1) of the band below ``threshold`` where the decision is ambiguous.
         ambiguous: what an ambiguous query does: ``escalate`` (to a human, model not called),
             ``notice`` (forwarded; the client is shown ``ambiguous_notice``) or ``allow``.
+        personal_escalates: an ambiguous query that asks about the writer's own situation
+            (:func:`~.privacy_context.personal_request`) is escalated whatever ``ambiguous`` says.
         ambiguous_notice: the notice text for ``notice``; ``{domain}`` is replaced by the
             most probable regulated domain. Printable ASCII (it travels in an HTTP header).
         regularization: inverse regularisation strength C of the logistic regression.
@@ -56,6 +63,7 @@ class DomainClassifierConfig(BaseModel):
     threshold: float = Field(default=0.5, gt=0.0, le=1.0)
     margin: float = Field(default=0.1, ge=0.0, lt=1.0)
     ambiguous: Literal["escalate", "notice", "allow"] = "escalate"
+    personal_escalates: bool = True
     ambiguous_notice: str = (
         "This answer touches a regulated domain ({domain}): it is general information, not "
         "professional {domain} advice."
@@ -89,8 +97,10 @@ class DomainResult:
     ``domain``: arg-max domain name; ``confidence``: its probability in [0, 1];
     ``scores``: probability per domain (sums to 1); ``regulated``: route to a human (the
     regulated probability reached the threshold, or the query is ambiguous and the policy
-    escalates ambiguous queries); ``ambiguous``: the regulated probability fell in the
-    margin band just below the threshold; ``notice``: the notice text (``ambiguous_notice``
+    escalates ambiguous queries, or the query is ambiguous and ``personal``); ``ambiguous``: the
+    regulated probability fell in the margin band just below the threshold; ``personal``: an
+    ambiguous query that asks about the writer's own situation and ``personal_escalates`` is on
+    (always False outside the band); ``notice``: the notice text (``ambiguous_notice``
     with the domain filled in) when the query is ambiguous and the policy forwards such queries
     with a notice, else None. When ``regulated`` or ``notice`` is true but the arg-max domain is
     not regulated, ``domain`` is the most probable regulated domain.
@@ -102,6 +112,7 @@ class DomainResult:
     regulated: bool
     ambiguous: bool
     notice: str | None = None
+    personal: bool = False
 
 
 class DomainClassifier:
@@ -150,12 +161,13 @@ class DomainClassifier:
         """One :class:`DomainResult` per text, same order."""
         results = []
         cfg = self.config
-        for row in self.probabilities(texts):
+        for text, row in zip(texts, self.probabilities(texts)):
             regulated_p = float(row[self._regulated].sum())
             ambiguous = cfg.threshold - cfg.margin <= regulated_p < cfg.threshold
-            regulated = regulated_p >= cfg.threshold or (ambiguous and cfg.ambiguous == "escalate")
+            personal = ambiguous and cfg.personal_escalates and personal_request(text)
+            regulated = regulated_p >= cfg.threshold or (ambiguous and (cfg.ambiguous == "escalate" or personal))
             best = int(np.argmax(row))
-            with_notice = ambiguous and cfg.ambiguous == "notice"
+            with_notice = ambiguous and not regulated and cfg.ambiguous == "notice"
             if (regulated or with_notice) and not self._regulated[best]:
                 best = int(np.argmax(np.where(self._regulated, row, -1.0)))
             notice = cfg.ambiguous_notice.format(domain=self.domains[best]) if with_notice else None
@@ -167,6 +179,7 @@ class DomainClassifier:
                     regulated=regulated,
                     ambiguous=ambiguous,
                     notice=notice,
+                    personal=personal,
                 )
             )
         return results

@@ -140,6 +140,12 @@ class PiiDetectorConfig(BaseModel):
             region per window before giving up (its ``PhoneNumberMatcher(max_tries)``; issue 15).
         context: which detected spans are personal data (issue 10): direct identifiers always,
             names / places / dates only in a personal text (:mod:`.privacy_context`).
+        ner_gate: run spaCy's NER (about half of the pipeline's time) only on a window holding a
+            digit or a capitalised word that does not start a sentence and is not "I"
+            (:func:`needs_ner`); other windows get the rest of the pipeline (tagger, parser,
+            lemmatizer: the mood and context words still work) and no NER entities. Its names,
+            places and nationalities are capitalised in written English; lower-case text loses
+            them (false to keep NER on every window).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -168,6 +174,7 @@ class PiiDetectorConfig(BaseModel):
     address_blocks: bool = True
     min_digits: dict[str, int] = Field(default_factory=dict)
     phone_max_tries: int = Field(default=patterns.PHONE_MAX_TRIES, ge=1)
+    ner_gate: bool = True
 
     @model_validator(mode="after")
     def _overlap_fits_window(self) -> "PiiDetectorConfig":
@@ -348,6 +355,33 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
+#: A word (starting with a letter of any script).
+_WORD = re.compile(r"[^\W\d_][\w'’]*")
+#: Characters that end a sentence (a capital after one starts the next sentence).
+_SENTENCE_END = frozenset(".!?…\n")
+#: Opening quotes and brackets skipped when looking for what precedes a word.
+_OPENERS = "\"'“‘([{«"
+_PRONOUN_I = frozenset({"I", "I'm", "I’m", "I've", "I’ve", "I'd", "I’d", "I'll", "I’ll"})
+
+
+def needs_ner(text: str) -> bool:
+    """True when ``text`` may hold a name, place, nationality or date spaCy's NER would find: it has
+    a digit, or a word starting with an upper-case letter that is neither "I" nor the first word of
+    a sentence (at the start of the text or after ``.``, ``!``, ``?``, ``…`` or a line break,
+    opening quotes and brackets skipped).
+
+    Used by :attr:`PiiDetectorConfig.ner_gate`. Conservative: a capital after ``:`` or ``,`` counts.
+    """
+    if any(c.isdigit() for c in text):
+        return True
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if not word[0].isupper() or word in _PRONOUN_I:
+            continue
+        before = text[:match.start()].rstrip(" \t").rstrip(_OPENERS).rstrip(" \t")
+        if before and before[-1] not in _SENTENCE_END:
+            return True
+    return False
 
 
 class PiiDetector:
@@ -421,11 +455,18 @@ class PiiDetector:
         from presidio_analyzer.nlp_engine import NlpArtifacts
 
         nlp_engine, language = self.analyzer().analyzer_engine.nlp_engine, self.config.language
-        full = nlp_engine.process_batch(texts=[p for p in pieces if _LETTER.search(p)], language=language)
-        for piece in pieces:
-            if _LETTER.search(piece):
+        kinds = [("full" if not self.config.ner_gate or needs_ner(p) else "lean") if _LETTER.search(p) else None
+                 for p in pieces]
+        full = nlp_engine.process_batch(texts=[p for p, k in zip(pieces, kinds) if k == "full"], language=language)
+        lean = nlp_engine.get_nlp(language).pipe([p for p, k in zip(pieces, kinds) if k == "lean"], disable=["ner"])
+        for piece, kind in zip(pieces, kinds):
+            if kind == "full":
                 text, artifacts = next(full)
                 yield str(text), artifacts, text_mood(artifacts.tokens)
+                continue
+            if kind == "lean":  # ner_gate: the pipeline without NER (presidio's own artifacts from the doc)
+                artifacts = nlp_engine._doc_to_nlp_artifact(next(lean), language)
+                yield piece, artifacts, text_mood(artifacts.tokens)
                 continue
             doc = nlp_engine.get_nlp(language).make_doc(piece)
             artifacts = NlpArtifacts(entities=[], tokens=doc, tokens_indices=[t.idx for t in doc],

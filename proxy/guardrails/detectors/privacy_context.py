@@ -127,6 +127,24 @@ _RECORD_FIELD = re.compile(
     r"|(?<!\w)(?:" + "|".join(_FIELDS) + r")\s*:")  # capitalised anywhere ("... User: Eve")
 
 
+# a request of the writer to the assistant, not about the writer: "tell me", "give us", "let's"
+_REQUEST_TO_ASSISTANT = re.compile(
+    r"\b(?i:tell|give|show|teach|explain to|remind)\s+(?i:me|us)\b|\b(?i:let's|let us)\b")
+
+
+def personal_request(text: str) -> bool:
+    """True when ``text`` asks about the writer's own situation: a first-person word ("I", "my",
+    "me", "we", "our", ...) beyond a request to the assistant ("tell me", "give us", "let's").
+
+    Unlike :meth:`ContextRule.personal_cues`, "should I", "can I", "do I" count: for Compliance
+    they are the shape of a request for personal advice ("should I stop taking my medication?",
+    "draft my will"), while an information question about a regulated domain ("is it legal to
+    marry your cousin in the US?", "what happens if you swallow gum?") has none. Plain regular
+    expressions, linear time, no I/O.
+    """
+    return len(_FIRST_PERSON.findall(text)) > len(_REQUEST_TO_ASSISTANT.findall(text))
+
+
 def _alternation(words: Iterable[str]) -> str:
     """Regex alternation of the words (escaped, longest first; inner spaces match any whitespace)."""
     unique = sorted({w.strip().lower() for w in words if w.strip()}, key=len, reverse=True)

@@ -34,12 +34,13 @@ class ResolveRequest(BaseModel):
 
 
 async def get_escalation(request: web.Request) -> web.Response:
-    """``GET /v1/escalations/{id}``: 404 for another client's case."""
+    """``GET /v1/escalations/{id}``: admins read every case, anyone else (clients, reviewers) only the
+    cases of their own requests; 404 otherwise (issue 13: a reviewer read any client's case)."""
     who = caller(request)
     case_id = request.match_info["case_id"]
     case = await services(request).gateway.escalations.get(case_id)
-    if who.role == "client" and case.get("actor") != who.actor:
-        raise GatewayError(404, f"No escalation with id '{case_id}'.", code="not_found")
+    if who.role != "admin" and case.get("actor") != who.actor:
+        raise GatewayError(404, "No escalation with this id.", code="not_found")  # ids are not echoed (issue 13)
     return web.json_response({k: v for k, v in case.items() if k != "messages"})
 
 

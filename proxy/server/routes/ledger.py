@@ -59,7 +59,7 @@ def _int_param(request: web.Request, name: str, minimum: int, required: bool) ->
             raise GatewayError(400, f"Missing required parameter '{name}'.", param=name, code="missing_parameter")
         return None
     if _DECIMAL.fullmatch(raw) is None or not minimum <= int(raw) <= _MAX_SIZE:
-        raise GatewayError(400, f"Invalid value for '{name}': expected an integer >= {minimum}, got {raw[:40]!r}.",
+        raise GatewayError(400, f"Invalid value for '{name}': expected an integer >= {minimum}.",
                            param=name, code="invalid_value")
     return int(raw)
 
@@ -183,7 +183,7 @@ def wants_bundle(request: web.Request) -> bool:
         return False
     if value in ("1", "true"):
         return True
-    raise GatewayError(400, f"Invalid value for 'bundle': expected 1 or 0, got {value[:20]!r}.", param="bundle",
+    raise GatewayError(400, "Invalid value for 'bundle': expected 1 or 0.", param="bundle",
                        code="invalid_value")
 
 

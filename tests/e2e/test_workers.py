@@ -1,0 +1,229 @@
+"""``server.workers: 2``: a supervisor and two serving processes on one port (docs/operations.md "Workers").
+
+Over the stub provider and a real Redis ledger: requests reach both workers (``x-sonate-worker``),
+their receipts form one chain that ``sonate verify --ledger`` accepts, ``/metrics`` answered by
+either worker shows the totals of both, and a worker killed with SIGKILL is restarted while its
+counts stay in the totals. On a SQLite ledger: concurrent requests through both workers keep one
+chain, and SIGTERM to the supervisor stops every worker gracefully (exit 0, nothing left running).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.server.workers import Supervisor, bind
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, spawn_proxy, stop_proxy, wait_until_up, \
+    write_config
+from tests.support.redis_server import delete_redis_namespace, free_port, redis_namespace_url
+
+pytestmark = pytest.mark.models  # starts proxies (two model-loading processes each)
+
+CHAT = "/v1/chat/completions"
+
+
+def start_workers(directory: Path, stub_url: str, ledger_url: str, workers: int = 2) -> RunningProxy:
+    """``sonate serve`` with ``server.workers: workers`` on a free port, once ``/readyz`` answers."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 5,
+              "workers": workers, "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}}
+    config = write_config(directory, stub_url, ledger_url, port, overrides={"server": server})
+    return wait_until_up(spawn_proxy(config, ledger_url, directory / "keys" / "signing-key.json", port),
+                         "/readyz", timeout=300)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, stub) -> RunningProxy:
+    """Two workers over a fresh Redis namespace."""
+    ledger_url = redis_namespace_url("workers")
+    running = start_workers(tmp_path_factory.mktemp("workers"), stub.url, ledger_url)
+    yield running
+    stop_proxy(running)
+    delete_redis_namespace(ledger_url)
+
+
+def chat(proxy: RunningProxy, text: str) -> tuple[str, str]:
+    """One completion on a new connection (a new client): (worker index, receipt id) from the headers."""
+    with openai.OpenAI(base_url=proxy.v1, api_key=CLIENT_KEY, max_retries=0, timeout=120) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="stub", messages=[{"role": "user", "content": text}])
+        assert raw.parse().choices[0].message.content
+        return raw.headers["x-sonate-worker"], raw.headers["x-sonate-receipt-id"]
+
+
+def scrape(proxy: RunningProxy) -> tuple[str, bytes]:
+    """``GET /metrics`` on a new connection: (worker index, body)."""
+    request = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.headers["x-sonate-worker"], response.read()
+
+
+def total(body: bytes, name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` whose labels include ``labels``."""
+    return sum(sample.value for family in text_string_to_metric_families(body.decode())
+               for sample in family.samples
+               if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()))
+
+
+def scrapes_of_both(proxy: RunningProxy) -> dict[str, bytes]:
+    """One ``/metrics`` body from each worker (new connections until both answered)."""
+    bodies: dict[str, bytes] = {}
+    for _ in range(60):
+        worker, body = scrape(proxy)
+        bodies.setdefault(worker, body)
+        if len(bodies) == 2:
+            return bodies
+    raise AssertionError(f"60 connections all reached worker(s) {sorted(bodies)}")
+
+
+def worker_pids(supervisor: int) -> set[int]:
+    """The live child processes of ``supervisor`` (from /proc)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == supervisor and fields[0] != "Z":
+                pids.add(int(entry.name))
+    return pids
+
+
+def verify_ledger(proxy: RunningProxy) -> str:
+    """``sonate verify --ledger`` with the keys the proxy publishes; its output (asserts exit 0)."""
+    done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url, "--keys-url",
+                           proxy.v1 + "/keys"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_requests_reach_both_workers_and_their_receipts_form_one_chain(served: RunningProxy) -> None:
+    answers = [chat(served, f"Question {i}: what is the capital of Portugal?") for i in range(24)]
+    assert {worker for worker, _ in answers} == {"0", "1"}
+    receipt_ids = [receipt_id for _, receipt_id in answers]
+    assert len(set(receipt_ids)) == len(receipt_ids)
+    verify_ledger(served)
+    # Either worker finds any receipt: one ledger behind both.
+    for receipt_id in receipt_ids[:6]:
+        request = urllib.request.Request(f"{served.v1}/receipts/{receipt_id}",
+                                         headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 200
+
+
+def test_metrics_from_either_worker_show_the_totals_of_both(served: RunningProxy) -> None:
+    before = scrapes_of_both(served)
+    base = {w: total(b, "sonate_requests_total", route=CHAT, result="ok") for w, b in before.items()}
+    assert base["0"] == base["1"]
+    workers = [chat(served, f"Count me {i}, please.")[0] for i in range(16)]
+    after = scrapes_of_both(served)
+    for body in after.values():
+        assert total(body, "sonate_requests_total", route=CHAT, result="ok") == base["0"] + 16
+        assert total(body, "sonate_request_duration_seconds_count") >= base["0"] + 16
+        assert b"# HELP sonate_interactions_total Chat interactions answered" in body  # help texts kept
+    assert set(workers) == {"0", "1"}
+
+
+def test_metrics_text_passes_promtool(served: RunningProxy) -> None:
+    chat(served, "Hello there")
+    _, body = scrape(served)
+    exe = shutil.which("promtool")
+    if exe is None:
+        pytest.fail("promtool is not installed (Debian package `prometheus`; `make test` installs it)")
+    result = subprocess.run([exe, "check", "metrics"], input=body, capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_a_killed_worker_is_restarted_and_its_counts_stay(served: RunningProxy) -> None:
+    chat(served, "Before the crash.")
+    _, body = scrape(served)
+    counted = total(body, "sonate_requests_total", route=CHAT, result="ok")
+    pids = worker_pids(served.process.pid)
+    assert len(pids) == 2
+    victim = min(pids)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while "exited with signal SIGKILL; restarting" not in served.log():
+        assert time.monotonic() < deadline, served.log()[-3000:]
+        time.sleep(0.2)
+    while len(worker_pids(served.process.pid) - {victim}) < 2:
+        assert time.monotonic() < deadline, "the worker was not restarted"
+        time.sleep(0.2)
+    assert served.process.poll() is None
+    # Both workers answer again (the new one once it has loaded), and no count was lost.
+    answered = {chat(served, f"After the crash {i}.")[0] for i in range(24)}
+    assert answered == {"0", "1"}
+    for body in scrapes_of_both(served).values():
+        assert total(body, "sonate_requests_total", route=CHAT, result="ok") >= counted + 24
+    verify_ledger(served)
+
+
+def test_sqlite_ledger_keeps_one_chain_and_sigterm_stops_every_worker(tmp_path: Path, stub) -> None:
+    running = start_workers(tmp_path / "proxy", stub.url, f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda i: chat(running, f"Concurrent question {i}?"), range(32)))
+        assert {worker for worker, _ in answers} == {"0", "1"}
+        stdout = verify_ledger(running)
+        assert "32" in stdout or "receipt" in stdout.lower()
+        pids = worker_pids(running.process.pid)
+        assert len(pids) == 2
+    finally:
+        running.process.send_signal(signal.SIGTERM)
+        code = running.process.wait(120)
+    assert code == 0, running.log()[-3000:]
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()
+                and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    assert "all workers stopped" in running.log()
+
+
+def test_supervisor_restarts_a_dying_worker_with_the_socket_and_metrics_dir(tmp_path: Path, caplog) -> None:
+    # A worker that records what it inherited, then dies at once (exit 1): restarted, same socket.
+    script = ("import json, os, pathlib, sys; fd = int(os.environ['SONATE_WORKER_FD']); os.fstat(fd); "
+              f"pathlib.Path({str(tmp_path)!r}, str(os.getpid())).write_text(json.dumps(dict(os.environ))); "
+              "sys.exit(1)")
+    socks = bind("127.0.0.1", 0, 1)
+    supervisor = Supervisor([sys.executable, "-c", script], socks)
+
+    def stop_after_two_runs() -> None:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        supervisor.stop()
+
+    threading.Thread(target=stop_after_two_runs, daemon=True).start()
+    with caplog.at_level("INFO", logger="sonate.workers"):
+        try:
+            assert supervisor.run() == 0
+        finally:
+            socks[0].close()
+    runs = [json.loads(path.read_text()) for path in tmp_path.iterdir()]
+    assert len(runs) >= 2
+    assert {run["SONATE_WORKER_INDEX"] for run in runs} == {"0"}
+    assert len({run["PROMETHEUS_MULTIPROC_DIR"] for run in runs}) == 1
+    assert not Path(runs[0]["PROMETHEUS_MULTIPROC_DIR"]).exists()  # the per-run directory is removed
+    assert "exited with code 1; restarting in 1 s" in caplog.text
+
+
+def test_a_worker_usage_error_stops_the_supervisor_with_exit_code_2() -> None:
+    socks = bind("127.0.0.1", 0, 2)
+    try:
+        assert Supervisor([sys.executable, "-c", "raise SystemExit(2)"], socks).run() == 2
+    finally:
+        for sock in socks:
+            sock.close()

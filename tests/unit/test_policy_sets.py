@@ -1,0 +1,322 @@
+"""Policy sets and the policy runtime: overlays, validation messages, the policy version, shared
+detectors, reloads (applied, unchanged, rejected) and per-caller sets through the real Gateway.
+
+Fake detectors (tests/support/detectors.py) behind a real DetectorRegistry; real GuardrailEngine,
+real config loading, the real Gateway with litellm against the stub provider and a SQLite ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.config import ConfigError, load_config
+from proxy.guardrails.policy_sets import load_policy_bundle, merge_patch, policy_version
+from proxy.guardrails.registry import DetectorRegistry
+from proxy.guardrails.schema import load_policy_documents
+from proxy.receipts import Ledger, Signer, open_store
+from proxy.server.errors import Caller
+from proxy.server.metrics import Metrics
+from proxy.server.pipeline import Gateway
+from proxy.server.policy_runtime import PolicyRuntime, SnapshotBuilder
+from proxy.server.upstream import Upstream
+from proxy.server.wire import ChatCompletionRequest
+from tests.support.detectors import POLICIES, FakeApology, FakeDetectors, count_words
+from tests.support.ledger import sqlite_url
+
+KEYS = {"alice": "sk-test-client-0001-padded-to-32-chars", "bob": "sk-test-other-0002-padded-to-32-chars",
+        "carol": "sk-test-third-0003-padded-to-32-chars"}
+
+
+def write_policies(directory: Path) -> Path:
+    """The four fake-detector policies as YAML files (one per policy)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, policy in enumerate(POLICIES):
+        (directory / f"{i}-{policy.id}.yaml").write_text(yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False))
+    return directory
+
+
+def write_config(tmp_path: Path, upstream_url: str = "http://127.0.0.1:9", **sections: Any) -> Path:
+    """A config.yaml with three client keys over ``tmp_path/policies``; ``sections`` replace top-level keys."""
+    write_policies(tmp_path / "policies")
+    config = {
+        "model_list": [{"model_name": "stub", "litellm_params": {"model": "openai/stub-model", "api_base": upstream_url,
+                                                                 "api_key": "sk-stub"}}],
+        "policies": "policies",
+        "ledger": {"url": sqlite_url(tmp_path / "ledger.db")},
+        "auth": {"keys": [{"key": key, "actor": actor} for actor, key in KEYS.items()]},
+        **sections,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def keys_with(**extra: dict[str, Any]) -> dict[str, Any]:
+    """auth with the three keys, ``extra[actor]`` merged into that actor's key."""
+    return {"keys": [{"key": key, "actor": actor, **extra.get(actor, {})} for actor, key in KEYS.items()]}
+
+
+SETS = {
+    "support": {"description": "no escalation", "policies": {"compliance": {"enabled": False}}},
+    "strict": {"policies": {"safety": {"thresholds": {"toxicity": "0.05"}}}},
+    "analytics": {"policies": {"privacy": {"restore_in_answer": False}}},
+}
+
+
+def test_merge_patch_follows_rfc_7386():
+    # RFC 7386 Appendix A examples
+    assert merge_patch({"a": "b"}, {"a": "c"}) == {"a": "c"}
+    assert merge_patch({"a": "b"}, {"b": "c"}) == {"a": "b", "b": "c"}
+    assert merge_patch({"a": "b"}, {"a": None}) == {}
+    assert merge_patch({"a": [{"b": "c"}]}, {"a": [1]}) == {"a": [1]}
+    assert merge_patch({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}) == {"a": {"b": "d"}}
+    assert merge_patch(["a", "b"], ["c", "d"]) == ["c", "d"]
+    assert merge_patch({"e": None}, {"a": 1}) == {"e": None, "a": 1}
+    target = {"a": {"b": 1}}
+    merge_patch(target, {"a": {"b": 2}})
+    assert target == {"a": {"b": 1}}  # inputs are not modified
+
+
+def test_sets_disable_override_and_keep_the_files_as_default(tmp_path):
+    config = load_config(write_config(tmp_path, policy_sets=SETS, teams={"desk": {"policy_set": "support"}},
+                                      auth=keys_with(alice={"team": "desk"}, bob={"policy_set": "strict",
+                                                                                    "team": "desk"})))
+    bundle = load_policy_bundle(config)
+    ids = {name: [p.id for p in policies] for name, policies in bundle.sets.items()}
+    assert ids["default"] == ["safety", "privacy", "compliance", "continuity"]
+    assert ids["support"] == ["safety", "privacy", "continuity"]
+    strict = {p.id: p for p in bundle.sets["strict"]}
+    assert str(strict["safety"].thresholds["toxicity"]) == "0.05"
+    assert str(strict["safety"].thresholds["harmful_intent"]) == "0.7"  # merged, not replaced
+    assert {p.id: p for p in bundle.sets["analytics"]}["privacy"].restore_in_answer is False
+    # key beats team beats default
+    assert (bundle.set_of("alice"), bundle.set_of("bob"), bundle.set_of("carol")) == ("support", "strict", "default")
+    assert bundle.teams == {"desk": "support"}
+
+
+def test_a_default_set_overlays_the_files(tmp_path):
+    config = load_config(write_config(tmp_path, policy_sets={"default": {"policies": {"continuity": {"enabled": False}}}}))
+    assert [p.id for p in load_policy_bundle(config).sets["default"]] == ["safety", "privacy", "compliance"]
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    ({"x": {"policies": {"privacy": {"restore_in_answer": "maybe"}}}},
+     "policy_sets.x.policies.privacy.restore_in_answer: Input should be a valid boolean"),
+    ({"x": {"policies": {"nope": {"enabled": False}}}},
+     "policy_sets.x.policies.nope: no policy with this id (expected one of ['safety', 'privacy', 'compliance', "
+     "'continuity'])"),
+    ({"x": {"policies": {"safety": {"kind": "privacy"}}}},
+     "policy_sets.x.policies: Value error, safety: a policy set cannot change a policy's 'kind'"),
+    ({"x": {"policies": {"continuity": {"max_tokens": 0}}}},
+     "policy_sets.x.policies.continuity.max_tokens: Input should be greater than 0"),
+])
+def test_an_invalid_set_names_the_file_and_the_key(tmp_path, sets, expected):
+    path = write_config(tmp_path, policy_sets=sets)
+    with pytest.raises(ConfigError) as error:
+        load_policy_bundle(load_config(path))
+    assert str(error.value).startswith(f"{path}: {expected}")
+
+
+def test_detector_blocks_are_checked_without_loading_models(tmp_path):
+    """The product registry checks a set's detector block with the detector's own config model."""
+    from proxy.guardrails.detectors.pii import PiiDetectorConfig
+
+    registry = DetectorRegistry().register("privacy", lambda policy: None, config=lambda: PiiDetectorConfig)
+    path = write_config(tmp_path, policy_sets={"x": {"policies": {"privacy": {"detector": {"score_threshold": 3}}}}})
+    privacy = tmp_path / "policies" / "1-privacy.yaml"
+    with pytest.raises(ConfigError) as error:  # the file's own block first: the fake policy names no entities
+        load_policy_bundle(load_config(path), registry)
+    assert str(error.value) == f"{privacy}: detector.entities: Field required"
+    privacy.write_text(privacy.read_text().replace("detector: {}", "detector: {entities: [PERSON]}"))
+    with pytest.raises(ConfigError) as error:
+        load_policy_bundle(load_config(path), registry)
+    assert str(error.value) == (f"{path}: policy_sets.x.policies.privacy.detector.score_threshold: "
+                                "Input should be less than or equal to 1 (got 3)")
+    path.write_text(path.read_text().replace("score_threshold: 3", "score_threshold: 0.3"))
+    assert [p.detector for p in load_policy_bundle(load_config(path), registry).sets["x"] if p.id == "privacy"] == [
+        {"entities": ["PERSON"], "score_threshold": 0.3}]
+
+
+@pytest.mark.parametrize(("sections", "expected"), [
+    ({"auth": keys_with(alice={"policy_set": "nope"})},
+     "auth.keys.0.policy_set: unknown policy set 'nope' (expected one of ['default'])"),
+    ({"auth": keys_with(alice={"team": "nope"})}, "auth.keys.0.team: unknown team 'nope' (expected one of [])"),
+    ({"teams": {"desk": {"policy_set": "nope"}}},
+     "teams.desk.policy_set: unknown policy set 'nope' (expected one of ['default'])"),
+    ({"policy_sets": {"bad name!": {}}}, "policy_sets: Value error, name 'bad name!'"),
+])
+def test_config_references_are_checked_at_load(tmp_path, sections, expected):
+    path = write_config(tmp_path, **sections)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value).startswith(f"{path}: {expected}")
+
+
+def test_two_keys_of_one_actor_must_select_one_set(tmp_path):
+    auth = keys_with(alice={"policy_set": "support"})
+    auth["keys"].append({"key": "sk-test-alice-2-000000000000000000000", "actor": "alice"})
+    path = write_config(tmp_path, policy_sets=SETS, auth=auth)
+    with pytest.raises(ConfigError, match=r"auth.keys.3: actor 'alice' selects policy set 'default' but "
+                                          r"auth.keys.0 \(same actor\) selects 'support'"):
+        load_config(path)
+
+
+def test_the_policy_version_hashes_content_not_formatting(tmp_path):
+    config = load_config(write_config(tmp_path, policy_sets=SETS))
+    directory = tmp_path / "policies"
+    first = policy_version(load_policy_documents(directory), config)
+    assert first.startswith("sha256:") and len(first) == 71
+    safety = directory / "0-safety.yaml"
+    safety.write_text("# a comment changes nothing\n" + safety.read_text())
+    assert policy_version(load_policy_documents(directory), config) == first
+    safety.write_text(safety.read_text().replace("Refused by policy.", "No."))
+    second = policy_version(load_policy_documents(directory), config)
+    assert second != first
+    moved = load_config(write_config(tmp_path / "b", policy_sets=SETS, auth=keys_with(bob={"policy_set": "strict"})))
+    write_policies(tmp_path / "b" / "policies")
+    (tmp_path / "b" / "policies" / "0-safety.yaml").write_text(safety.read_text())
+    assert policy_version(load_policy_documents(tmp_path / "b" / "policies"), moved) != second  # bob's set counts
+
+
+class CountingFakes(FakeDetectors):
+    """FakeDetectors whose factories build a fresh fake per call (so sharing is observable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.instances: list[Any] = []
+        for kind, cls in (("safety", type(self.safety)), ("privacy", type(self.pii)), ("compliance", type(self.domain))):
+            self.registry.register(kind, self._fresh(cls))
+
+    def _fresh(self, cls: type) -> Any:
+        def build(policy: Any) -> Any:
+            self.built.append(policy.id)
+            self.instances.append(cls())
+            return self.instances[-1]
+        return build
+
+
+def builder_for(fakes: FakeDetectors) -> SnapshotBuilder:
+    return SnapshotBuilder(count_words, registry=fakes.registry, apology_detector=FakeApology())
+
+
+def test_sets_share_detectors_and_identical_sets_share_an_engine(tmp_path):
+    sets = {**SETS, "same": {"policies": {}}, "domains": {"policies": {"compliance": {"detector": {"extra": 1}}}}}
+    config = load_config(write_config(tmp_path, policy_sets=sets))
+    fakes = CountingFakes()
+    snapshot = builder_for(fakes).build(load_policy_bundle(config, fakes.registry))
+    # one detector per distinct detector block: safety, privacy, compliance, and the patched compliance
+    assert sorted(fakes.built) == ["compliance", "compliance", "privacy", "safety"]
+    engines = snapshot.sets
+    assert engines["same"].engine is engines["default"].engine
+    assert engines["strict"].engine is not engines["default"].engine
+    assert engines["strict"].engine.detectors["safety"] is engines["default"].engine.detectors["safety"]
+    assert engines["domains"].engine.detectors["compliance"] is not engines["default"].engine.detectors["compliance"]
+    assert {s.version for s in engines.values()} == {snapshot.version}
+
+
+async def test_reload_applies_rejects_and_keeps_in_flight_requests_on_their_version(tmp_path):
+    path = write_config(tmp_path, policy_sets=SETS, auth=keys_with(bob={"policy_set": "strict"}))
+    config = load_config(path)
+    fakes = CountingFakes()
+    builder = builder_for(fakes)
+    metrics = Metrics()
+    runtime = PolicyRuntime.load(config, builder, metrics.registry)
+    first = runtime.current().version
+
+    assert (await runtime.reload("api")).result == "unchanged"
+    in_flight = runtime.bind("bob")  # a request that started before the edit
+    assert in_flight.name == "strict" and str(in_flight.policies["safety"].thresholds["toxicity"]) == "0.05"
+
+    edited = yaml.safe_load(path.read_text())
+    edited["policy_sets"]["strict"]["policies"]["safety"]["thresholds"]["toxicity"] = "0.2"
+    path.write_text(yaml.safe_dump(edited))
+    outcome = await runtime.reload("api")
+    assert (outcome.result, outcome.previous) == ("applied", first) and outcome.version != first
+    assert runtime.bound() is in_flight  # the request keeps the set it started with
+    assert str(runtime.bind("bob").policies["safety"].thresholds["toxicity"]) == "0.2"  # a new request: new version
+    assert sorted(fakes.built) == ["compliance", "privacy", "safety"]  # a threshold edit loaded no detector
+
+    applied = runtime.current().version
+    edited["policy_sets"]["strict"]["policies"]["safety"]["thresholds"]["toxicity"] = "two"
+    path.write_text(yaml.safe_dump(edited))
+    with pytest.raises(ConfigError) as at_start:  # what a start with this file reports
+        load_policy_bundle(load_config(path), fakes.registry)
+    rejected = await runtime.reload("api")
+    assert (rejected.result, rejected.version, rejected.error) == ("rejected", applied, str(at_start.value))
+    assert "policy_sets.strict.policies.safety.thresholds.toxicity" in rejected.error
+    assert runtime.current().version == applied  # the old version keeps serving
+    for result, count in (("applied", 1), ("unchanged", 1), ("rejected", 1)):
+        assert metrics.registry.get_sample_value("sonate_policy_reloads_total", {"result": result}) == count
+
+
+async def test_a_broken_policy_file_is_rejected_with_the_start_message(tmp_path):
+    config = load_config(write_config(tmp_path))
+    fakes = FakeDetectors()
+    runtime = PolicyRuntime.load(config, builder_for(fakes), None)
+    broken = tmp_path / "policies" / "1-privacy.yaml"
+    broken.write_text(broken.read_text().replace("stages:", "stages: nope\nold_stages:"))
+    outcome = await runtime.reload("signal")
+    assert outcome.result == "rejected" and outcome.error.startswith(f"{broken}: ")
+    with pytest.raises(ConfigError) as at_start:
+        load_policy_bundle(load_config(config.source))
+    assert outcome.error == str(at_start.value)
+
+
+async def test_a_fixed_engine_cannot_be_reloaded():
+    from proxy.guardrails.engine import GuardrailEngine
+
+    engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
+    runtime = PolicyRuntime.fixed(engine)
+    assert runtime.current().default.engine is engine
+    assert (await runtime.reload("api")).result == "rejected"
+
+
+@pytest.fixture
+async def gateway(tmp_path, upstream):
+    config = load_config(write_config(tmp_path, upstream.url, policy_sets=SETS,
+                                      auth=keys_with(bob={"policy_set": "support"})))
+    fakes = FakeDetectors()
+    runtime = PolicyRuntime.load(config, builder_for(fakes))
+    store = open_store(config.ledger_url)
+    try:
+        yield Gateway(config, runtime, Upstream(config), Ledger(store, Signer.generate()), Metrics())
+    finally:
+        await store.close()
+
+
+async def chat(gateway: Gateway, actor: str, content: str):
+    raw = {"model": "stub", "messages": [{"role": "user", "content": content}]}
+    return await gateway.chat(raw, ChatCompletionRequest.model_validate(raw), Caller(actor, "client"))
+
+
+async def test_two_callers_get_their_own_sets_and_receipts_name_them(gateway, upstream):
+    prompt = "Can you diagnose my rash?"  # the fake domain detector calls this regulated
+    escalated = await chat(gateway, "alice", prompt)
+    answered = await chat(gateway, "bob", prompt)
+    assert (escalated.action, answered.action) == ("escalate", "allow")
+    assert len(upstream.received()) == 1  # only bob's request reached the model
+    head = await gateway.ledger.store.head()
+    receipts = await gateway.ledger.store.range(0, head.height + 1)
+    version = gateway.runtime.current().version
+    assert [(r["actor"], r["guardrail_action"], r["evidence"]["policy_set"], r["evidence"]["policy_version"])
+            for r in receipts] == [("alice", "escalate", "default", version), ("bob", "allow", "support", version)]
+    assert receipts[1]["evidence"]["policies_evaluated"] == ["continuity", "privacy", "safety"]
+    json.dumps(receipts)  # plain JSON
+
+
+async def test_concurrent_requests_each_keep_their_own_set(gateway):
+    results = await asyncio.gather(*(chat(gateway, actor, "Can you diagnose my rash?")
+                                     for actor in ("alice", "bob", "alice", "bob")))
+    assert [r.action for r in results] == ["escalate", "allow", "escalate", "allow"]
+
+
+def test_registry_without_config_models_checks_nothing(tmp_path):
+    registry = DetectorRegistry().register("privacy", lambda policy: None)
+    (policy,) = [p for p in POLICIES if p.kind == "privacy"]
+    registry.check(policy.model_copy(update={"detector": {"score_threshold": 3}}), "x.yaml")  # no error
