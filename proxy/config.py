@@ -118,7 +118,7 @@ class LimitsConfig(_Strict):
     max_screen_chars: int = Field(200_000, ge=0)
     screen_timeout_seconds: float = Field(30.0, ge=0)
     max_messages: int = Field(2048, ge=1, le=2048)
-    max_message_chars: int = Field(100_000, ge=0)
+    max_message_chars: int = Field(200_000, ge=0)
     max_json_depth: int = Field(64, ge=8, le=512)
 
 

@@ -4,12 +4,16 @@ Example::
 
     sonate train safety --data-dir ../shared/data --out proxy/guardrails/artefacts
     sonate train privacy-rows --data-dir ../shared/data
+    sonate train compliance-rows --data-dir ../shared/data
 
 ``safety`` writes the artefact's weights (.npz), metadata (.json) and the hashes of the rows it
 was trained on (.rows.json, :mod:`proxy.evaluation.provenance`). ``privacy-rows`` records which
 presidio rows the privacy policy's comments quote (the rows its patterns were tuned on) in
 ``proxy/guardrails/artefacts/privacy-tuning.rows.json``, and every development row read while the
 privacy context rules were written (``privacy-context.rows.json``, :mod:`proxy.evaluation.training_privacy`).
+``compliance-rows`` records the development rows the Compliance threshold and examples were tuned
+on, with the threshold rule's 2-fold out-of-fold figures (``domain-threshold.rows.json``,
+:mod:`proxy.evaluation.training_compliance`).
 
 The training itself is :func:`proxy.evaluation.training.train_harm_classifier`; this module holds
 its options and prints the cross-validation summary. Exit codes: 0 written, 2 a data error (one
@@ -85,8 +89,41 @@ def run_privacy_rows(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_compliance_rows_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``sonate train compliance-rows`` on ``parser``."""
+    from proxy.evaluation.training_compliance import POLICY, ROWS_PATH
+
+    parser.add_argument("--data-dir", type=Path, required=True, help="development data with truthfulqa/*.csv")
+    parser.add_argument("--policy", type=Path, default=POLICY, help=f"compliance policy file (default {POLICY})")
+    parser.add_argument("--out", type=Path, default=ROWS_PATH, help=f"rows file (default {ROWS_PATH})")
+    parser.add_argument("--target-recall", type=float, default=0.90,
+                        help="regulated recall the threshold must keep on its tuning half (default 0.90)")
+
+
+def run_compliance_rows(args: argparse.Namespace) -> int:
+    """Write the Compliance rows file and print the threshold rule's out-of-fold figures. Returns 0."""
+    from proxy.evaluation.training import DataError
+    from proxy.evaluation.training_compliance import compliance_rows
+
+    try:
+        document = compliance_rows(args.data_dir, args.policy, args.out, args.target_recall)
+    except (DataError, OSError, ValueError, KeyError) as exc:
+        raise UsageError(str(exc)) from None
+    summary = document["summary"]
+    print(f"wrote {args.out}: {sum(len(v) for v in document['rows'].values())} development rows")
+    print("thresholds chosen on half 0 / half 1: " + " / ".join(f"{t:.2f}" for t in summary["thresholds"]))
+    for key, oof in document["out_of_fold"].items():
+        print(f"  out of fold {key}: escalated {oof['k']}/{oof['n']} = {100 * oof['rate']:.1f}%")
+    for key, (k, n) in summary["in_sample"].items():
+        print(f"  in-sample at the policy's threshold {summary['policy_threshold']:.2f}, truthfulqa/{key}: "
+              f"{k}/{n} = {100 * k / n:.1f}%")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "safety": ("the harmful-intent classifier of the Safety policy", add_safety_arguments, run_safety),
     "privacy-rows": ("record the presidio rows the privacy patterns were tuned on (quoted by their comments)",
                      add_privacy_rows_arguments, run_privacy_rows),
+    "compliance-rows": ("record the development rows the Compliance threshold was tuned on, with its "
+                        "out-of-fold figures", add_compliance_rows_arguments, run_compliance_rows),
 }

@@ -113,27 +113,32 @@ class ProxyClient:
             raise ProxyError(f"the proxy at {self.base} has no model route {self.model!r} "
                              f"(routes: {', '.join(sorted(models))}; use --model)")
 
-    def ask(self, text: str, rate_limit_attempts: int = 20) -> ProxyAnswer:
-        """Send ``text`` as one user message; the answer, its headers and its round-trip time.
-
-        A 429 (the proxy's per-key limit refused the request before screening it: no receipt) is
-        retried after its ``Retry-After``, up to ``rate_limit_attempts`` times; the round trip is
-        timed from the attempt that was served. Nothing else is retried (a retry could duplicate
-        receipts). Raises ProxyError.
-        """
+    def _create(self, rate_limit_attempts: int = 20, **kwargs: Any) -> tuple[Any, float]:
+        """(raw ``with_raw_response`` chat completion of ``kwargs`` on this client's model,
+        perf_counter start of the served attempt). A 429 (the proxy's per-key limit refused the
+        request before screening it: no receipt) is retried after its ``Retry-After``, up to
+        ``rate_limit_attempts`` times; nothing else is retried (a retry could duplicate receipts).
+        Raises ProxyError."""
         for attempt in range(rate_limit_attempts):
             started = time.perf_counter()
             try:
-                raw = self._chat.chat.completions.with_raw_response.create(
-                    model=self.model, messages=[{"role": "user", "content": text}])
-                completion = raw.parse()
-                break
+                return self._chat.chat.completions.with_raw_response.create(model=self.model, **kwargs), started
             except self._openai.RateLimitError as exc:
                 if attempt == rate_limit_attempts - 1:
                     raise self._error(exc) from None
                 time.sleep(float(exc.response.headers.get("retry-after") or 1))
             except self._openai.OpenAIError as exc:
                 raise self._error(exc) from None
+        raise ValueError("rate_limit_attempts must be >= 1")
+
+    def ask(self, text: str, rate_limit_attempts: int = 20) -> ProxyAnswer:
+        """Send ``text`` as one user message; the answer, its headers and its round-trip time (timed
+        from the attempt that was served; 429s retried as :meth:`_create` says). Raises ProxyError."""
+        raw, started = self._create(rate_limit_attempts, messages=[{"role": "user", "content": text}])
+        try:
+            completion = raw.parse()
+        except self._openai.OpenAIError as exc:
+            raise self._error(exc) from None
         seconds = time.perf_counter() - started
         choice = completion.choices[0] if completion.choices else None
         return ProxyAnswer(content=(choice.message.content if choice else None) or "",

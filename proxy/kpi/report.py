@@ -6,7 +6,8 @@ evidence and the trusted public keys. Definitions (methodology; ``docs/methodolo
 
 - *Interaction*: one chat request = the receipts sharing a ``request_id`` whose
   ``guardrail_action`` is not a human action (:data:`HUMAN_ACTIONS`), with ``ts`` in
-  ``[start, end)``; receipts of other endpoints (``evidence.endpoint``, e.g. ``"embeddings"``)
+  ``[start, end)``, served by chat completions or the Responses / Messages APIs
+  (:data:`CHAT_ENDPOINTS`); receipts of other endpoints (``evidence.endpoint``, e.g. ``"embeddings"``)
   are no chat request and no interaction (they still count in LVP's sample of receipts). Its stratum is the receipt's ``stratum`` (domain, complexity, provider).
 - **FAR-A** = interactions whose apology (a refusal, or ``evidence.model_apology``) was
   adjudicated *unnecessary* / interactions. Apologies not yet adjudicated count as necessary;
@@ -145,6 +146,11 @@ class _Interaction:
     receipts: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: ``evidence.endpoint`` values of chat interactions: chat completions (no field), and the Responses
+#: and Messages APIs translated onto the same pipeline (docs/api.md).
+CHAT_ENDPOINTS = frozenset({"chat", "responses", "messages"})
+
+
 def _in_window(ts: str, start: str, end: str) -> bool:
     return start <= ts < end  # RFC 3339 UTC with milliseconds: lexicographic = chronological
 
@@ -154,7 +160,7 @@ def _interactions(receipts: Sequence[dict[str, Any]], start: str, end: str) -> d
     for r in receipts:
         if r.get("guardrail_action") in HUMAN_ACTIONS or not _in_window(r.get("ts", ""), start, end):
             continue
-        if (r.get("evidence") or {}).get("endpoint", "chat") != "chat":  # embeddings: not a chat request
+        if (r.get("evidence") or {}).get("endpoint", "chat") not in CHAT_ENDPOINTS:  # embeddings: no chat request
             continue
         stratum = r.get("stratum") or {}
         entry = out.setdefault(r["request_id"], _Interaction(r["request_id"], {

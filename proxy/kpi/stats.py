@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
-from scipy.stats import norm
 
 from proxy.kpi.methodology import (
     BOOTSTRAP_RESAMPLES,
@@ -54,6 +53,8 @@ def z_value(confidence: float = CONFIDENCE) -> float:
 
     Raises ValueError unless 0 < confidence < 1.
     """
+    from scipy.stats import norm  # here, not at import: the serving process imports this module, not SciPy
+
     if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     return float(norm.ppf(1.0 - (1.0 - float(confidence)) / 2.0))

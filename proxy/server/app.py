@@ -126,7 +126,7 @@ async def build_services(config: Config) -> Services:
                         limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars,
                         max_chars=limits.max_screen_chars, timeout=limits.screen_timeout_seconds)
     metrics = Metrics()
-    runtime = PolicyRuntime(config, builder, snapshot, metrics.registry)
+    runtime = PolicyRuntime(config, builder, snapshot, metrics)
     ledger = Ledger(store, signer, signer_source=keyring.current)
     gateway = Gateway(config, runtime, upstream, ledger, metrics, executor,
                       sink=build_sink(config, ledger, metrics), lanes=lanes)  # ledger.on_unavailable

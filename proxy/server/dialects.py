@@ -16,9 +16,9 @@ from typing import Any, Callable, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from proxy.server.errors import GatewayError
+from proxy.server.errors import GatewayError, param_path
 
-__all__ = ["Dialect", "NativeStream", "Strict", "bad_field", "chat_body", "named_sse_event", "parse_field"]
+__all__ = ["Dialect", "NativeStream", "Strict", "bad_field", "chat_body", "named_sse_event", "parse_field", "shown"]
 
 Part = TypeVar("Part", bound=BaseModel)
 
@@ -34,6 +34,13 @@ def bad_field(param: str, message: str, code: str = "invalid_value") -> GatewayE
     return GatewayError(400, message, param=param, code=code)
 
 
+def shown(value: Any) -> str:
+    """``value`` quoted for an error message when it is an identifier-like string (a type name such
+    as ``input_image``), else "an unrecognised value": a client's own text is never echoed (the rule
+    of :func:`proxy.server.errors.param_path`)."""
+    return repr(value) if isinstance(value, str) and param_path([value]) == value else "an unrecognised value"
+
+
 def parse_field(model: type[Part], value: Any, where: str,
                 template: str = "Invalid value for '{param}': {msg}") -> Part:
     """``value`` validated by ``model``; GatewayError 400 naming ``where.<path>`` of the first
@@ -42,7 +49,7 @@ def parse_field(model: type[Part], value: Any, where: str,
         return model.model_validate(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join([where, *(str(p) for p in first["loc"])])
+        param = ".".join([where, param_path(first["loc"])]).rstrip(".")
         raise bad_field(param, template.format(param=param, msg=first["msg"])) from None
 
 

@@ -8,12 +8,15 @@ pipeline, the review workflows, the routes) raises these, and
 
 from __future__ import annotations
 
+import logging
 import re
+import traceback
 from dataclasses import dataclass, field
 from typing import Iterable
 
 __all__ = ["Caller", "GatewayError", "guardrail_failed", "ledger_unavailable", "param_path"]
 
+log = logging.getLogger("sonate.guardrails")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
@@ -32,7 +35,7 @@ class GatewayError(Exception):
 
     ``status``: the HTTP status; ``message``, ``type``, ``code``, ``param``: the fields of the
     OpenAI ``error`` object; ``result``: the label counted in ``sonate_requests_total{result}``
-    (client_error, auth_error, upstream_error, ledger_error, rate_limited, overloaded); ``headers``:
+    (client_error, auth_error, upstream_error, ledger_error, rate_limited, overloaded, guardrail_error); ``headers``:
     extra response headers.
     """
 
@@ -67,12 +70,17 @@ def ledger_unavailable(detail: str | None = None) -> GatewayError:
     return GatewayError(503, message, "api_error", "ledger_unavailable", result="ledger_error")
 
 
-def guardrail_failed(stage: str) -> GatewayError:
+def guardrail_failed(stage: str, request_id: str, exc: BaseException) -> GatewayError:
     """The 503 ``guardrail_error`` (type ``api_error``, counted as ``sonate_requests_total{result=
-    "guardrail_error"}``) of a detector that raised while screening ``stage`` (``input`` or
-    ``output``). Fail closed (issue 13): an input that could not be screened is not forwarded, an
-    answer that could not be screened is not delivered; no receipt is written (nothing was decided).
+    "guardrail_error"}``) of a detector that raised ``exc`` while screening ``stage`` (``input`` or
+    ``output``) for ``request_id``, logged by exception type and place only: its message may quote
+    the screened text, so it is not logged. Fail closed (issue 13): an input that could not be
+    screened is not forwarded, an answer that could not be screened is not delivered; no receipt
+    is written for a JSON answer (nothing was decided).
     """
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f"{frame.filename}:{frame.lineno}" if frame else "?"
+    log.error("%s guardrails raised %s at %s for %s (message withheld)", stage, type(exc).__name__, where, request_id)
     return GatewayError(503, f"The {stage} guardrails failed on this request; it was not "
                         f"{'forwarded' if stage == 'input' else 'delivered'}. Please retry.",
                         "api_error", "guardrail_error", result="guardrail_error", headers={"Retry-After": "1"})

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from proxy.server.dialects import Strict, bad_field, chat_body, parse_field
+from proxy.server.dialects import Strict, bad_field, chat_body, parse_field, shown
 from proxy.server.errors import GatewayError
 from proxy.server.wire import ChatCompletionRequest
 
@@ -145,7 +145,7 @@ def _block(block: dict[str, Any], role: str, where: str) -> Any:
     kind = block.get("type")
     allowed = _BLOCKS[role]
     if not isinstance(kind, str) or kind not in allowed:
-        raise _unsupported(f"{where}.type", f"content blocks of type {kind!r} in a {role} message are not "
+        raise _unsupported(f"{where}.type", f"content blocks of type {shown(kind)} in a {role} message are not "
                            f"translated ({', '.join(sorted(allowed))} are)")
     return parse_field(allowed[kind], block, where, template=MESSAGE)
 
@@ -155,7 +155,7 @@ def _text_blocks(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any
     parts = []
     for i, block in enumerate(blocks):
         if block.get("type") != "text":
-            raise _unsupported(f"{where}.{i}.type", f"content blocks of type {block.get('type')!r} are not "
+            raise _unsupported(f"{where}.{i}.type", f"content blocks of type {shown(block.get('type'))} are not "
                                "translated here (text is)")
         parts.append({"type": "text", "text": parse_field(_Text, block, f"{where}.{i}", template=MESSAGE).text})
     return parts
@@ -196,7 +196,7 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     out = []
     for i, tool in enumerate(tools):
         if tool.get("type") not in (None, "custom"):
-            raise _unsupported(f"tools.{i}.type", f"tool type {tool.get('type')!r} is a tool Anthropic runs or "
+            raise _unsupported(f"tools.{i}.type", f"tool type {shown(tool.get('type'))} is a tool Anthropic runs or "
                                "defines; only custom tools (name, description, input_schema) are served")
         t = parse_field(_Tool, tool, f"tools.{i}", template=MESSAGE)
         function = {"name": t.name, "parameters": t.input_schema,

@@ -46,6 +46,7 @@ class Metrics:
         self._traffic(self.registry)
         self._adjudication(self.registry)
         self._ledger(self.registry)
+        self._policies(self.registry)
 
     def _traffic(self, r: CollectorRegistry) -> None:
         """Requests, guardrail actions, receipts, evidence, latency, tokens and cost."""
@@ -127,6 +128,15 @@ class Metrics:
             "allowed request with a breach); the GA numerator. policy_id: the policy that acted (false "
             "positive) or a reviewer's expected_policy_id when it names a loaded policy, else other|none "
             "(false negative).", ["type", "policy_id", "domain"], registry=r)
+
+    def _policies(self, r: CollectorRegistry) -> None:
+        """Policy hot reload (:class:`proxy.server.policy_runtime.PolicyRuntime`)."""
+        self.policy_reloads = Counter(
+            "sonate_policy_reloads", "Policy reloads by result: applied, unchanged, rejected (invalid edit or "
+            "model load failure; the old version keeps serving).", ["result"], registry=r)
+        self.policy_loaded = Gauge(
+            "sonate_policy_loaded_timestamp_seconds", "Unix time the serving policy version was loaded.",
+            multiprocess_mode="max", registry=r)
 
     def _ledger(self, r: CollectorRegistry) -> None:
         """Ledger fault policy and audit (proxy.server.sink, proxy.receipts.audit; docs/operations.md

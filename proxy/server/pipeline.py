@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import traceback
 import uuid
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -99,16 +98,6 @@ class _Exchange:
     #: ``evidence.endpoint`` of the receipts when another API is served over this pipeline
     #: ("responses", "messages": proxy.server.translated); None for chat completions.
     endpoint: str | None = None
-
-
-def _detector_failed(stage: str, request_id: str, exc: BaseException) -> GatewayError:
-    """Log a detector's exception by type and place only (its message may quote the screened text:
-    nothing personal in the log) and return the 503 ``guardrail_error``
-    (:func:`proxy.server.errors.guardrail_failed`)."""
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f"{frame.filename}:{frame.lineno}" if frame else "?"
-    log.error("%s guardrails raised %s at %s for %s (message withheld)", stage, type(exc).__name__, where, request_id)
-    return guardrail_failed(stage)
 
 
 def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None:
@@ -248,7 +237,7 @@ class Gateway:
             except GatewayError:
                 raise
             except Exception as exc:  # a detector raised: fail closed (issue 13)
-                raise _detector_failed("input", x.request_id, exc) from None
+                raise guardrail_failed("input", x.request_id, exc) from None
             tracing.record_screen(traced, screen.action, screen.triggers, screen.domain)
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
         x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
@@ -348,7 +337,7 @@ class Gateway:
             except GatewayError:
                 raise
             except Exception as exc:  # a detector raised: the answer is not delivered (issue 13)
-                raise _detector_failed("output", x.request_id, exc) from None
+                raise guardrail_failed("output", x.request_id, exc) from None
             tracing.record_screen(
                 traced, "refuse" if out.refused else decisive_action([d.action for d in out.decisions]),
                 out.decisions)

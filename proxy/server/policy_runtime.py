@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.config import DEFAULT_POLICY_SET, Config, ConfigError, load_config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import PolicyBundle, load_policy_bundle, policy_version
 from proxy.guardrails.registry import DetectorPool, DetectorRegistry, default_registry
 from proxy.receipts.receipt import utc_timestamp
+from proxy.server.metrics import Metrics
 
 __all__ = ["ActivePolicySet", "PolicyRuntime", "PolicySnapshot", "ReloadOutcome", "SnapshotBuilder",
            "watch_files"]
@@ -170,18 +170,6 @@ class ReloadOutcome:
         return {**out, "error": self.error} if self.error else out
 
 
-class PolicyMetrics:
-    """``sonate_policy_reloads_total{result}`` (applied, unchanged, rejected) and
-    ``sonate_policy_loaded_timestamp_seconds`` (Unix time the serving version was loaded)."""
-
-    def __init__(self, registry: CollectorRegistry | None) -> None:
-        self.reloads = Counter("sonate_policy_reloads", "Policy reloads by result: applied, unchanged, "
-                               "rejected (invalid edit or model load failure; the old version keeps serving).",
-                               ["result"], registry=registry)
-        self.loaded = Gauge("sonate_policy_loaded_timestamp_seconds", "Unix time the serving policy version "
-                            "was loaded.", multiprocess_mode="max", registry=registry)
-
-
 #: The request's policy set: (runtime id, set), set by :meth:`PolicyRuntime.bind`.
 _BOUND: contextvars.ContextVar[tuple[int, ActivePolicySet] | None] = contextvars.ContextVar(
     "sonate_policy_set", default=None)
@@ -192,26 +180,26 @@ class PolicyRuntime:
 
     ``config``: the config the proxy started with (a reload re-reads ``config.source`` when set,
     else only the policy directory); ``builder``: the :class:`SnapshotBuilder`; ``snapshot``: the
-    first snapshot (already built); ``registry``: where the reload metrics go (None: no metrics).
+    first snapshot (already built); ``metrics``: where the reload metrics go
+    (``policy_reloads``, ``policy_loaded`` of :class:`proxy.server.metrics.Metrics`; None: no metrics).
     """
 
     def __init__(self, config: Config | None, builder: SnapshotBuilder | None, snapshot: PolicySnapshot,
-                 registry: CollectorRegistry | None = None) -> None:
+                 metrics: Metrics | None = None) -> None:
         self.config = config
         self.builder = builder
         self._current = snapshot
         self._lock = asyncio.Lock()
-        self.metrics = PolicyMetrics(registry) if registry is not None else None
+        self.metrics = metrics
         if self.metrics is not None:
-            self.metrics.loaded.set(time.time())
+            self.metrics.policy_loaded.set(time.time())
 
     @classmethod
-    def load(cls, config: Config, builder: SnapshotBuilder, registry: CollectorRegistry | None = None
-             ) -> "PolicyRuntime":
+    def load(cls, config: Config, builder: SnapshotBuilder, metrics: Metrics | None = None) -> "PolicyRuntime":
         """Validate and build the first snapshot (blocking: models load). Raises ConfigError
         (file, key, expectation) for invalid policies or sets, the factories' errors otherwise."""
         snapshot = builder.build(load_policy_bundle(config, builder.registry))
-        return cls(config, builder, snapshot, registry)
+        return cls(config, builder, snapshot, metrics)
 
     @classmethod
     def fixed(cls, engine: GuardrailEngine) -> "PolicyRuntime":
@@ -270,7 +258,7 @@ class PolicyRuntime:
                     return self._count(ReloadOutcome("unchanged", before.version, before.version))
                 self._current = snapshot
                 if self.metrics is not None:
-                    self.metrics.loaded.set(time.time())
+                    self.metrics.policy_loaded.set(time.time())
                 log.info("policy reload (%s): version %s replaces %s (sets: %s)", trigger, snapshot.version,
                          before.version, ", ".join(sorted(snapshot.sets)))
                 return self._count(ReloadOutcome("applied", snapshot.version, before.version))
@@ -279,7 +267,7 @@ class PolicyRuntime:
 
     def _count(self, outcome: ReloadOutcome) -> ReloadOutcome:
         if self.metrics is not None:
-            self.metrics.reloads.labels(outcome.result).inc()
+            self.metrics.policy_reloads.labels(outcome.result).inc()
         return outcome
 
     def watched_files(self) -> list[Path]:

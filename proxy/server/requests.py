@@ -17,9 +17,10 @@ from proxy.server.errors import Caller, GatewayError, param_path
 
 if TYPE_CHECKING:
     from proxy.server.app import Services
+    from proxy.server.pipeline import ChatResult
 
 __all__ = ["ADMIN", "ANY_ROLE", "REVIEWERS", "SERVICES", "admitted", "caller", "read_model", "services",
-           "validation_error"]
+           "start_event_stream", "validation_error"]
 
 ANY_ROLE = ("client", "admin", "reviewer")
 ADMIN = ("admin",)
@@ -113,3 +114,19 @@ async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, d
         return model.model_validate_json(raw_bytes), raw
     except ValidationError as exc:
         raise validation_error(exc) from None
+
+
+async def start_event_stream(request: web.Request, headers: dict[str, str], result: ChatResult) -> web.StreamResponse:
+    """Send the headers of a server-sent-events answer (``text/event-stream``, no caching or proxy
+    buffering, plus ``headers``) for the streamed ``result``; the caller then writes its events and
+    ``write_eof``. If the client is gone before the headers leave, ``result``'s forwarded stream is
+    abandoned (its receipts still appended) and the error propagates."""
+    response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        await response.prepare(request)
+    except BaseException:
+        if result.events is not None:
+            await result.events.abandon()
+        raise
+    return response

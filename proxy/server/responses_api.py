@@ -28,8 +28,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from proxy.server.dialects import Strict, bad_field, chat_body, parse_field
-from proxy.server.errors import GatewayError
+from proxy.server.dialects import Strict, bad_field, chat_body, parse_field, shown
+from proxy.server.errors import GatewayError, param_path
 from proxy.server.wire import ChatCompletionRequest
 
 __all__ = ["ENDPOINT", "ResponsesRequest", "ResponsesStream", "UNSUPPORTED", "chat_request", "response_body"]
@@ -149,7 +149,7 @@ def _parts(content: str | list[dict[str, Any]], role: str, where: str) -> str | 
         kind = part.get("type")
         if not isinstance(kind, str) or kind not in _PARTS or (kind == "refusal" and role != "assistant") or (
                 kind == "output_text" and role != "assistant"):
-            raise _unsupported(f"{where}.{i}.type", f"content part type {kind!r} in a {role} message is not "
+            raise _unsupported(f"{where}.{i}.type", f"content part type {shown(kind)} in a {role} message is not "
                                "translated (text only: input_text; output_text and refusal in assistant messages)")
         parsed = parse_field(_PARTS[kind], part, f"{where}.{i}")
         parts.append({"type": "refusal", "refusal": parsed.refusal} if kind == "refusal"
@@ -167,7 +167,7 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     for i, item in enumerate(req.input):
         kind = item.get("type", "message")
         if not isinstance(kind, str) or kind not in _ITEMS:
-            raise _unsupported(f"input.{i}.type", f"input items of type {kind!r} are not translated (messages, "
+            raise _unsupported(f"input.{i}.type", f"input items of type {shown(kind)} are not translated (messages, "
                                "function_call and function_call_output are)")
         parsed = parse_field(_ITEMS[kind], item, f"input.{i}")
         if isinstance(parsed, _Message):
@@ -198,7 +198,7 @@ def _tools(req: ResponsesRequest) -> list[dict[str, Any]] | None:
     tools = []
     for i, tool in enumerate(req.tools):
         if tool.get("type") != "function":
-            raise _unsupported(f"tools.{i}.type", f"tool type {tool.get('type')!r} is a tool OpenAI runs on its "
+            raise _unsupported(f"tools.{i}.type", f"tool type {shown(tool.get('type'))} is a tool OpenAI runs on its "
                                "servers; only function tools are served")
         t = parse_field(_FunctionTool, tool, f"tools.{i}")
         function = {"name": t.name, **{k: v for k, v in (("description", t.description), ("parameters", t.parameters),
@@ -222,7 +222,7 @@ def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     unknown = set(text) - {"format", "verbosity"}
     if unknown:
-        raise _unsupported(f"text.{sorted(unknown)[0]}", "only 'format' and 'verbosity' are translated")
+        raise _unsupported(param_path(["text", sorted(unknown)[0]]), "only 'format' and 'verbosity' are translated")
     out: dict[str, Any] = {}
     if text.get("verbosity") is not None:
         out["verbosity"] = text["verbosity"]

@@ -38,7 +38,7 @@ from proxy.guardrails.stream import (
     screen_window,
     stream_holds,
 )
-from proxy.server.errors import GatewayError
+from proxy.server.errors import GatewayError, guardrail_failed
 from proxy.server.upstream import UpstreamError, UpstreamStream
 from proxy.server.wire import completion_body, error_body, new_completion_id, sse_event
 
@@ -109,9 +109,14 @@ class StreamedAnswer:
             except UpstreamError as exc:
                 failure = error_body(exc.message, exc.type, code=exc.code)
                 self.ended = "upstream_error"
+            except Exception as exc:  # a detector raised screening the stream: stop it, say so (issue 13)
+                failure = await self._guardrail_failed(exc)
             else:
-                async for event in self._close_answer():
-                    yield event
+                try:
+                    async for event in self._close_answer():
+                        yield event
+                except Exception as exc:  # the last window's screen raised
+                    failure = await self._guardrail_failed(exc)
             sealed = True
             error = await self._seal()
             if failure or error:
@@ -123,6 +128,15 @@ class StreamedAnswer:
                 self.ended = "client_disconnected"
                 await self.upstream.aclose()
                 await self._seal()
+
+    async def _guardrail_failed(self, exc: Exception) -> dict[str, Any]:
+        """A detector raised ``exc`` while the stream was screened: close the provider stream, record
+        ``ended: guardrail_error`` and return the error event's body (logged by type only:
+        :func:`proxy.server.errors.guardrail_failed`)."""
+        error = guardrail_failed("output", self.x.request_id, exc)
+        self.ended = "guardrail_error"
+        await self.upstream.aclose()
+        return error_body(error.message, error.type, code=error.code)
 
     async def abandon(self) -> None:
         """The response could not even start (the client went away before the headers): close the

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from proxy.server.dialects import Dialect, NativeStream, named_sse_event
 from proxy.server.errors import Caller
 from proxy.server.pipeline import ChatResult
-from proxy.server.requests import read_model, services, validation_error
+from proxy.server.requests import read_model, services, start_event_stream, validation_error
 from proxy.server.wire import ChatCompletionRequest
 
 __all__ = ["answer", "chat_chunks", "translate_stream"]
@@ -95,14 +95,7 @@ async def answer(request: web.Request, who: Caller, dialect: Dialect) -> web.Str
                **result.headers}
     if not result.stream:
         return web.json_response(dialect.to_body(req, result.body), headers=headers)
-    response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        await response.prepare(request)
-    except BaseException:
-        if result.events is not None:
-            await result.events.abandon()
-        raise
+    response = await start_event_stream(request, headers, result)
     async with aclosing(translate_stream(result, dialect.stream(req))) as events:
         async for event in events:
             await response.write(named_sse_event(event))

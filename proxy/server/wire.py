@@ -188,7 +188,7 @@ def _check_part(index: int, part: dict[str, Any], allowed: frozenset[str]) -> No
     """Validate content part ``index`` against its type's model; ValueError naming the bad key."""
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in allowed:
-        shown = repr(kind) if kind in PART_TYPES else "an unknown type"  # a client's own string is not echoed
+        shown = repr(kind) if isinstance(kind, str) and kind in PART_TYPES else "an unknown type"  # a client's own string is not echoed
         raise ValueError(f"content part {index} has type {shown}; this role accepts {sorted(allowed)}")
     try:
         PART_TYPES[kind].model_validate(part)

@@ -17,7 +17,8 @@ its own user.
 - Metrics: the supervisor creates a per-run ``$PROMETHEUS_MULTIPROC_DIR`` (removed when it stops);
   any worker's ``/metrics`` shows the totals of all (:mod:`proxy.server.metrics`). A dead worker's
   live-gauge files are dropped (``mark_process_dead``); its counters stay in the totals.
-- Signals: SIGTERM or SIGINT to the supervisor sends SIGTERM to every worker (aiohttp's graceful
+- Signals: SIGHUP to the supervisor is forwarded to every worker (each reloads its policies);
+  SIGTERM or SIGINT to the supervisor sends SIGTERM to every worker (aiohttp's graceful
   shutdown: in-flight requests finish, receipts are appended) and waits up to ``grace_s`` before
   SIGKILL. A worker that exits on its own is logged and restarted (after 1 s, doubling up to 30 s
   while it keeps dying within 10 s of its start); one that exits with the usage-error code (2: bad
@@ -160,11 +161,19 @@ class Supervisor:
         """Ask :meth:`run` to stop every worker and return (safe from a signal handler)."""
         self._stopping = True
 
+    def forward(self, sig: int) -> None:
+        """Send ``sig`` to every running worker (SIGHUP: each reloads its policies,
+        docs/operations.md "Policy sets and hot reload"); safe from a signal handler."""
+        for worker in self.workers:
+            if worker.process is not None and worker.process.poll() is None:
+                worker.process.send_signal(sig)
+
     def run(self) -> int:
         """Start the workers, keep them running, stop them on SIGTERM/SIGINT; return the exit code
         (0, or :data:`EXIT_USAGE` when a worker reported a usage error). Call from the main thread."""
         self.metrics_dir = tempfile.mkdtemp(prefix="sonate-metrics-")
         handlers = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: self.forward(signal.SIGHUP))
         code = 0
         try:
             for worker in self.workers:

@@ -133,6 +133,27 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def limit_rows() -> list[str]:
+    """The rows of docs/security.md "Limits and their defaults": every numeric setting of
+    ``server``, ``server.limits`` and ``ledger`` (the port aside) with its default from proxy/config.py."""
+    from proxy.config import LedgerConfig, LimitsConfig, ServerConfig
+
+    rows = []
+    for prefix, model in (("server", ServerConfig), ("server.limits", LimitsConfig), ("ledger", LedgerConfig)):
+        for name, field in model.model_fields.items():
+            if field.annotation in (int, float) and name != "port":
+                value = field.default
+                rows.append(f"| `{prefix}.{name}` | `{value:g}` |" if isinstance(value, float)
+                            else f"| `{prefix}.{name}` | `{value}` |")
+    return rows
+
+
+def test_docs_security_lists_every_limit_with_its_default() -> None:
+    page = (ROOT / "docs" / "security.md").read_text()
+    missing = [r for r in limit_rows() if r not in page]
+    assert missing == [], "docs/security.md 'Limits and their defaults' lacks:\n" + "\n".join(missing)
+
+
 def test_every_registered_route_has_a_row() -> None:
     registered = registered_routes()
     missing = sorted(registered - set(TABLE))

@@ -176,3 +176,22 @@ def test_results_are_stored_exported_and_trended(runs: dict, proxy: RunningProxy
 def test_usage_errors_exit_2_without_traceback(args: list[str], message: str) -> None:
     done = sonate("eval", "conversation", *args, "--no-progress")
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_recorded_answers_without_a_proxy(judge: StubJudge, tmp_path: Path) -> None:
+    """The recorded answers are judged as they are (no replay, no receipt), stored in a SQLite store."""
+    ledger = f"sqlite:///{tmp_path / 'results.db'}"
+    done = sonate("eval", "conversation", str(EXAMPLE / "support.jsonl"), "--metrics", "humanity,quality,context",
+                  "--judge-model", "openai/judge", "--judge-api-base", judge.url, "--judge-api-key", "judge-key",
+                  "--out", str(tmp_path / "r.json"), "--ledger", ledger, "--export-jsonl", str(tmp_path / "runs.jsonl"),
+                  "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    turns = {(t["session_id"], t["qa_id"]): t for t in result["turns"]}
+    assert all(t["receipt_id"] is None for t in turns.values())
+    wrong_language = turns[("spanish-1", "q2")]  # recorded: a Spanish question answered in English
+    assert wrong_language["answer"] == "Shipping is free for orders over 25 euros."
+    assert wrong_language["quality"]["language_adaptation"] == 0.0
+    assert turns[("spanish-1", "q1")]["quality"]["language_adaptation"] == 1.0
+    assert "bias" not in wrong_language and result["bestof"] == [] and result["clustering"] is None
+    assert [json.loads(line)["run_id"] for line in (tmp_path / "runs.jsonl").read_text().splitlines()] == [result["run_id"]]

@@ -183,7 +183,10 @@ def test_report_structure(report: dict):
     assert kinds[("advbench", "harmful")] == ("in-sample", "out-of-fold")
     assert kinds[("xstest", "unsafe")] == kinds[("xstest", "safe")] == ("in-sample", "out-of-fold")
     assert kinds[("davidson", "toxic")] == kinds[("custom:mine", "harmful")] == ("held-out", None)
-    assert {r["kind"] for r in report["policies"]["compliance"]["rows"]} == {"held-out"}
+    # Compliance's threshold was tuned on the development TruthfulQA questions (the samples among
+    # them): in-sample, judged on the threshold rule's out-of-fold figure (domain-threshold.rows.json)
+    assert {(r["kind"], r["target"]["on"]) for r in report["policies"]["compliance"]["rows"]} == {
+        ("in-sample", "out-of-fold")}
     assert report["policies"]["privacy"]["kind"] in ("held-out", "mixed", "in-sample")  # a rows file covers it
     artefacts = {p["artefact"] for p in report["provenance"]}
     assert {"privacy-patterns", "domain-logreg"} <= artefacts  # + the harm classifier's rows file(s)
@@ -278,8 +281,9 @@ def test_utility_counts_the_ordinary_items(report: dict):
         assert source[action]["k"] == sum(i["action"] == action for i in ordinary)
         assert source[action]["ci95"] == pytest.approx(
             list(proportion_confint(source[action]["k"], len(ordinary), method="wilson")))
-    assert utility["all"]["allow"] == source["allow"] and utility["kind"] == "held-out"
-    assert utility["target"]["on"] == "held-out" and utility["target"]["met"] == (source["allow"]["rate"] >= 0.95)
+    # the samples are development questions Compliance's threshold was tuned on: in-sample, no claim
+    assert utility["all"]["allow"] == source["allow"] and utility["kind"] == "in-sample"
+    assert utility["target"]["on"] == "in-sample" and utility["target"]["met"] is None
 
 
 def test_both_sides_agree_with_the_policy_sections(report: dict):
@@ -367,7 +371,9 @@ def test_proxy_run_agrees_with_the_in_process_engine(report: dict, proxy, upstre
         if item["spans"] is not None:
             assert item["spans"] == local["spans"], item["id"]
     masked = [i for i in via_proxy["items"] if i["action"] == "mask" and i["policy"] == "privacy"]
-    assert masked and all(i["spans"] for i in masked)
+    # spans are read from the request's final receipt: not observable (None) when that is a
+    # Compliance notice (ambiguous band) issued after the mask
+    assert any(i["spans"] for i in masked) and all(i["spans"] is None or i["spans"] for i in masked)
     # the model was called exactly for the requests the input screen let through
     passed = [i for i in via_proxy["items"] if not i["safety_flag"] and not i["escalated"]]
     assert len(upstream.requests) == len(passed)

@@ -52,8 +52,11 @@ def no_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def privacy_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Privacy alone, screening the model's answers too (so an output detector can fail)."""
     directory = tmp_path_factory.mktemp("policies-privacy")
-    shutil.copy(ROOT / "policies" / "privacy.yaml", directory / "privacy.yaml")
+    text = (ROOT / "policies" / "privacy.yaml").read_text()
+    assert "stages: [input]" in text
+    (directory / "privacy.yaml").write_text(text.replace("stages: [input]", "stages: [input, output]", 1))
     return directory
 
 
@@ -61,26 +64,44 @@ QUIET = {"audit_interval_seconds": 0, "checkpoint_interval_seconds": 0.5}
 
 
 def test_kill9_ten_times_two_proxies_one_chain(tmp_path: Path, stub, no_models: Path) -> None:
+    """Two proxies serve 4 clients (two streaming) on one Redis namespace; ten times, one of them is
+    killed with SIGKILL mid-load and its clients move to a replacement process. Replacements start
+    in the background (at most 3 at once, sharing the first one's signing key) while the load runs,
+    so the kills do not wait for model loading one after another."""
     url = redis_namespace_url("kill9x10")
-    with ThreadPoolExecutor(2) as pool:
-        proxies = list(pool.map(lambda name: start_proxy_with(tmp_path / name, stub.url, url, ledger=QUIET,
-                                                              policies=no_models), ("p0", "p1")))
-    load = ChatLoad("K", [p.url for p in proxies], clients=4).start()
+    first = start_proxy_with(tmp_path / "p0", stub.url, url, ledger=QUIET, policies=no_models)
+    signing = {"key_file": str(first.key_file)}
+
+    def spawn(n: int) -> RunningProxy:
+        return start_proxy_with(tmp_path / f"p{n}", stub.url, url, ledger=QUIET, policies=no_models, signing=signing)
+
+    pool = ThreadPoolExecutor(3)
+    spares = [pool.submit(spawn, n) for n in range(1, KILLS + 2)]
+    live = [first, spares.pop(0).result(300)]
+    everyone = list(live)
+    load = ChatLoad("K", [p.url for p in live], clients=4).start()
     try:
         wait_until(lambda: load.count() >= 8, 60, "answers before the first kill")
         for kill in range(KILLS):
             index = kill % 2
+            replacement = spares[kill].result(300)
+            everyone.append(replacement)
             before = load.count()
             wait_until(lambda: load.count() >= before + 4, 60, f"answers before kill {kill + 1}")
-            kill9(proxies[index])
-            proxies[index] = start_proxy_with(tmp_path / f"p{index}", stub.url, url, ledger=QUIET)
-            load.point(index, proxies[index].url)
+            kill9(live[index])
+            live[index] = replacement
+            load.point(index, replacement.url)
         restarted = time.monotonic()
-        wait_until(lambda: load.count(since=restarted) >= 8, 60, "answers after the last restart")
+        wait_until(lambda: load.count(since=restarted) >= 8, 60, "answers after the last kill")
     finally:
         outcomes = load.finish()
-        keys = public_keys(proxies[0]) | public_keys(proxies[1])
-        for proxy in proxies:
+        for future in spares:
+            future.cancel()
+        pool.shutdown(wait=True)
+        everyone += [f.result() for f in spares if f.done() and not f.cancelled() and f.exception() is None
+                     and f.result() not in everyone]
+        keys = public_keys(live[0])
+        for proxy in everyone:
             stop_proxy(proxy)
     try:
         acknowledged = [o.receipt_id for o in outcomes if o.acknowledged]
@@ -127,6 +148,27 @@ def test_a_detector_raising_fails_closed(faulty: RunningProxy, upstream, stream:
     assert ok.choices[0].message.content == "Stub answer: Name a river."  # the proxy still serves
 
 
+def test_an_output_detector_raising_withholds_the_answer(faulty: RunningProxy, upstream) -> None:
+    client = openai.OpenAI(base_url=faulty.v1, api_key=CLIENT_KEY, max_retries=0, timeout=30)
+    upstream.queue(Reply(text=f"Here it is: {DETECTOR_FAULT} 00-4471-93"))
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "Say something."}])
+    error = caught.value.response.json()["error"]
+    assert caught.value.status_code == 503 and error["code"] == "guardrail_error"
+    assert "00-4471-93" not in caught.value.response.text
+    # streamed: the content screened so far, then one error event, no [DONE]; the receipt says why it ended
+    upstream.queue(Reply(chunks=["Fine ", "words ", "first. ", f"Then {DETECTOR_FAULT} 00-4471-93 ", "and more."]))
+    headers, events = _sse(faulty, {"model": "stub", "stream": True,
+                                    "messages": [{"role": "user", "content": "Say something."}]})
+    assert "[DONE]" not in events and json.loads(events[-1])["error"]["code"] == "guardrail_error"
+    assert not any("00-4471-93" in e for e in events)
+    request = urllib.request.Request(faulty.v1 + f"/receipts/{headers['x-sonate-receipt-id']}",
+                                     headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert json.loads(r.read())["evidence"]["stream"]["ended"] == "guardrail_error"
+    assert "00-4471-93" not in faulty.log()
+
+
 def _sse(proxy: RunningProxy, body: dict) -> tuple[dict[str, str], list[str]]:
     """(headers, the data lines) of a raw streamed chat completion."""
     request = urllib.request.Request(proxy.v1 + "/chat/completions", data=json.dumps(body).encode(), method="POST",
@@ -138,7 +180,7 @@ def _sse(proxy: RunningProxy, body: dict) -> tuple[dict[str, str], list[str]]:
 
 
 def test_provider_failing_mid_stream_gives_a_clean_error_and_an_honest_receipt(faulty: RunningProxy, upstream) -> None:
-    chunks = ["The ", "river ", "Danube ", "flows ", "east"]
+    chunks = [f"Sentence {n} says that the water is cold today. " for n in range(40)]  # past the hold-back
     upstream.queue(Reply(chunks=chunks, truncate=True))
     headers, events = _sse(faulty, {"model": "stub", "stream": True,
                                     "messages": [{"role": "user", "content": "Tell me about a river."}]})

@@ -8,7 +8,7 @@ own ACL user so a test can make the ledger refuse appends after a successful pin
 - ``full``: every shipped policy, ``on_unavailable: fail_closed``, review sampling 1.0, two
   reviewers. Paths: allow (personal data only in the model's answer), mask (JSON and SSE), refuse
   (JSON and SSE), escalate, continuity summary, embeddings, upstream 500, upstream cut mid-stream,
-  ledger refusing the append (503), the review queue and its two blind passes and the lead's
+  ledger refusing the append (503), ``/v1/responses`` and ``/v1/messages``, the review queue and its two blind passes and the lead's
   resolution, the escalation queue and its resolution, and malformed requests carrying the values.
 - ``spool``: Privacy only, ``on_unavailable: spool``; its ledger refuses the append, so masked
   requests are answered with pending receipts written to the spool files, replayed once the
@@ -201,9 +201,22 @@ def _walk_full(proxy: RunningProxy, admin: redis.Redis, stub, record: Record) ->
     # embeddings (Privacy masks inputs)
     raw = _client(proxy).embeddings.with_raw_response.create(model="stub", input=[PERSONAL])
     record.answered(raw.headers)
+    # the Responses and Anthropic Messages dialects (raw HTTP), good and malformed
+    for path, good, bad in (
+            ("/v1/responses", {"model": "stub", "input": PERSONAL},
+             {"model": "stub", "input": [{"role": "user", "content": [{"type": EMAIL, "text": PERSONAL}]}]}),
+            ("/v1/messages", {"model": "stub", "max_tokens": 64, "messages": [{"role": "user", "content": PERSONAL}]},
+             {"model": "stub", "max_tokens": 64,
+              "messages": [{"role": "user", "content": [{"type": EMAIL, "text": PERSONAL}]}]})):
+        status, headers, text = http(proxy, "POST", path, good, key=CLIENT_KEY)
+        assert status == 200, (path, text)
+        record.answered({k.lower(): v for k, v in headers.items()})
+        status, _, text = http(proxy, "POST", path, bad, key=CLIENT_KEY)
+        assert 400 <= status < 500, (path, status, text)
+        record.errors.append(text)
     # upstream 500, upstream cut mid-stream
     stub.queue(Reply(status=500))
-    assert _failing(proxy, record, user) == 500 or True
+    assert _failing(proxy, record, user) == 502  # the provider's 500, as OpenAI's bad-gateway error
     stub.queue(Reply(text=f"Writing to {EMAIL} now and then", truncate=True, chunk_delay=0.01))
     _failing(proxy, record, user, stream=True)
     # ledger failure: PING passes, the append is refused (fail_closed: 503, nothing stored)

@@ -40,7 +40,8 @@ def start_workers(directory: Path, stub_url: str, ledger_url: str, workers: int 
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 5,
-              "workers": workers, "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}}
+              "workers": workers, "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0,
+                                                   "screen_timeout_seconds": 0}}
     config = write_config(directory, stub_url, ledger_url, port, overrides={"server": server})
     return wait_until_up(spawn_proxy(config, ledger_url, directory / "keys" / "signing-key.json", port),
                          "/readyz", timeout=300)
@@ -227,3 +228,29 @@ def test_a_worker_usage_error_stops_the_supervisor_with_exit_code_2() -> None:
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_sighup_to_the_supervisor_reaches_every_worker(tmp_path: Path) -> None:
+    # Each worker marks itself ready, then records a SIGHUP (a real worker reloads its policies on it).
+    script = ("import os, pathlib, signal, time; d = pathlib.Path(%r); i = os.environ['SONATE_WORKER_INDEX']; "
+              "signal.signal(signal.SIGHUP, lambda *_: (d / ('hup-' + i)).write_text('1')); "
+              "(d / ('ready-' + i)).write_text('1'); time.sleep(120)") % str(tmp_path)
+    socks = bind("127.0.0.1", 0, 2)
+    supervisor = Supervisor([sys.executable, "-c", script], socks, grace_s=5)
+
+    def hup_then_stop() -> None:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGHUP)  # the supervisor's own handler forwards it
+        while len(list(tmp_path.glob("hup-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        supervisor.stop()
+
+    threading.Thread(target=hup_then_stop, daemon=True).start()
+    try:
+        assert supervisor.run() == 0
+    finally:
+        for sock in socks:
+            sock.close()
+    assert sorted(p.name for p in tmp_path.glob("hup-*")) == ["hup-0", "hup-1"]

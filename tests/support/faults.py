@@ -131,6 +131,7 @@ class ChatLoad:
         self.urls[index] = url
 
     def _worker(self, index: int) -> None:
+        import httpx
         import openai
 
         n, stream = 0, index % 2 == 1
@@ -154,6 +155,10 @@ class ChatLoad:
                 time.sleep(0.05)
             except openai.APIError:
                 outcome.status = "stream_error"
+            except httpx.TransportError:  # the proxy vanished mid-stream (not wrapped by the SDK)
+                outcome.status = "connection"
+            except Exception as exc:  # anything else is recorded, never kills the client thread
+                outcome.status = type(exc).__name__
             finally:
                 client.close()
             outcome.at = time.monotonic()

@@ -47,14 +47,15 @@ def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, pol
 
     ``extra_keys`` are appended to auth.keys; ``overrides`` replace top-level sections. Per-key
     admission limits are off (many modules share the session proxy and its keys, and a fast run
-    would meet the default 20 requests/s); tests/e2e/test_limits.py sets its own.
+    would meet the default 20 requests/s); tests/e2e/test_limits.py sets its own. So is the input
+    screen's time budget (a loaded test machine can exceed it; tests/unit/test_limits.py tests it).
     """
     if policies is None:
         policies = directory / "policies"
         shutil.copytree(ROOT / "policies", policies)
     config = {
         "server": {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 5,
-                   "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0}},
+                   "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0, "screen_timeout_seconds": 0}},
         "model_list": [
             {"model_name": "stub", "litellm_params": {"model": "openai/stub-model", "api_base": stub_url,
                                                       "api_key": "os.environ/STUB_PROVIDER_KEY"}},

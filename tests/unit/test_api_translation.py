@@ -121,6 +121,18 @@ def test_a_long_string_input_is_one_user_message_and_an_empty_item_list_a_400():
         ResponsesRequest.model_validate_json('{"model": "m", "input": []}')
 
 
+def test_a_client_written_type_or_key_is_not_echoed_in_the_error():
+    secret = "call me at 212-555-0187"
+    for body in ({"input": [{"type": secret}]}, {"tools": [{"type": secret}]}, {"text": {secret: 1}},
+                 {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", secret: 1}]}]}):
+        with pytest.raises(GatewayError) as caught:
+            responses(**{"input": "x", **body})
+        assert "212" not in caught.value.message and "212" not in (caught.value.param or "")
+    with pytest.raises(GatewayError) as caught:
+        responses(input=[{"type": "input_image"}])
+    assert "'input_image'" in caught.value.message  # a type name is shown
+
+
 def test_store_false_is_accepted():
     assert responses(input="x", store=False)["messages"] == [{"role": "user", "content": "x"}]
 

@@ -192,3 +192,35 @@ def test_shipped_artefact_matches_the_shipped_policy(classifier):
         assert str(data["key"]) == classifier.fit_key
         assert classifier.version.endswith(f"@sha256:{classifier.fit_key[:12]}")  # receipts name the weights
         assert np.allclose(data["coef"], classifier.weights.coef)
+
+
+# --- operating point: the threshold rule and its out-of-fold figures (proxy/evaluation/training_compliance.py) ---
+
+def test_threshold_rule_keeps_the_target_recall_on_its_tuning_half():
+    from proxy.evaluation.training_compliance import chosen_threshold, two_fold_threshold
+
+    p = np.array([0.95, 0.9, 0.7, 0.4, 0.8, 0.3, 0.1, 0.2])
+    regulated = np.array([True, True, True, True, False, False, False, False])
+    assert chosen_threshold(p, regulated, 0.75) == 0.7  # 3 of 4 regulated rows at >= 0.70
+    assert chosen_threshold(p, regulated, 1.0) == 0.4
+    with pytest.raises(ValueError):
+        chosen_threshold(p, np.zeros(8, dtype=bool), 0.9)
+    half = np.array([0, 1, 0, 1, 0, 1, 0, 1])
+    result = two_fold_threshold(p, regulated, half, 1.0)
+    # half 0 (0.95, 0.7 regulated) -> 0.70 applied to half 1; half 1 (0.9, 0.4) -> 0.40 applied to half 0
+    assert result["thresholds"] == [0.7, 0.4]
+    assert result["escalated"].tolist() == [True, True, True, False, True, False, False, False]
+    assert result["regulated"] == {"k": 3, "n": 4} and result["general"] == {"k": 1, "n": 4}
+
+
+def test_shipped_threshold_rows_file_gives_out_of_fold_figures():
+    """`sonate train compliance-rows` wrote it; the eval prints its figures beside the tuned rows."""
+    from proxy.evaluation.provenance import read_rows_file
+    from proxy.evaluation.training_compliance import ROWS_PATH
+
+    rows = read_rows_file(ROWS_PATH)
+    assert rows.policy == "compliance" and rows.how == "tuned"
+    assert set(rows.out_of_fold) == {"truthfulqa/regulated", "truthfulqa/general"}
+    assert {"truthfulqa_dev", "alpaca_seed"} == set(rows.rows.values())
+    for oof in rows.out_of_fold.values():
+        assert 0 <= oof["k"] <= oof["n"] and abs(oof["rate"] - oof["k"] / oof["n"]) < 1e-3

@@ -58,6 +58,13 @@ def test_every_shipped_template_is_listed() -> None:
     assert set(SHIPPED) <= set(available_templates())
 
 
+@pytest.mark.parametrize("template_id", available_templates())
+def test_every_template_in_the_folder_loads(template_id: str) -> None:
+    """Any template added later (other commands' judges) meets the same checks."""
+    template = load_template(template_id)
+    assert '"score"' in template.system and template.render(**{f: "x" for f in template.fields})
+
+
 def test_unknown_template_names_the_file() -> None:
     with pytest.raises(JudgeError, match=r"unknown judge template 'nope-v9'.*nope-v9\.yaml"):
         load_template("nope-v9")

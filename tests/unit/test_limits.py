@@ -223,7 +223,7 @@ def test_message_count_and_size_bounds_name_their_setting() -> None:
     assert (large.value.status, large.value.code, large.value.param) == (413, "message_too_large", "messages.1")
     assert "server.limits.max_message_chars" in large.value.message and "yyyy" not in large.value.message
     defaults = LimitsConfig()
-    assert (defaults.max_messages, defaults.max_message_chars, defaults.max_json_depth) == (2048, 100_000, 64)
+    assert (defaults.max_messages, defaults.max_message_chars, defaults.max_json_depth) == (2048, 200_000, 64)
     assert defaults.screen_timeout_seconds == 30.0
     with pytest.raises(ValueError):
         LimitsConfig(max_json_depth=2)

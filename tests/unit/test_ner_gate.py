@@ -1,20 +1,36 @@
-"""Privacy detector's NER gate (``ner_gate``, issue 9): spaCy's NER only where a name could be.
+"""Privacy detector's NER gate (``ner_gate``, issue 9): spaCy's NER only where its spans are kept.
 
-Real presidio + spaCy, no mocks: a window with no digit and no capitalised word (other than "I"
-and sentence starts) skips NER, and still gets its pattern entities, its mood and context words.
+Real presidio + spaCy, no mocks. The gate is exact: the same spans as NER on every window, on the
+presidio sample (tests/data/presidio, every text also lower-cased and turned into a general
+question) and on hand-written cases; general requests skip NER, personal texts do not.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, needs_ner
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 
 pytestmark = pytest.mark.models
 ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = [row["full_text"] for row in json.loads((ROOT / "tests/data/presidio/synth_sample.json").read_text())]
+CASES = [
+    "What is the capital of Portugal?",                                 # general question: names dropped
+    "Tell me about the history of Lisbon and Porto.",                   # instruction
+    "Who was Ada Lovelace? Email the answer to ada.fan@example.org",    # a direct identifier: personal
+    "my name is margaret thompson and i live in leeds",                 # lower case, first person
+    "Margaret Thompson lives in Leeds.",                                # a statement
+    "Dear John, the meeting moved to Friday.",                          # a greeting
+    "Can you ask my neighbour Peter Brown to call me?",                 # a relation cue
+    "Summarise the French revolution in three bullet points.",
+    "List five Italian painters of the Renaissance, with Giotto first.",
+    "Is 10 Downing Street in London?",
+    "Call 212-555-0198 to reach the Paris office.",
+]
 
 
 def _detector(**overrides) -> PiiDetector:
@@ -27,39 +43,31 @@ def gated() -> PiiDetector:
     return _detector()
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("what is the capital of portugal?", False),
-    ("Hello there. How are you? I think I'm fine!", False),
-    ("\"Hello,\" she said. \"Goodbye.\"", False),
-    ("Write a haiku.\nMake it about cats.", False),
-    ("What is the capital of Portugal?", True),   # a capital inside the sentence
-    ("tell me about Ada", True),
-    ("call me at five, room 12", True),           # a digit
-    ("note: Zoé arrives tomorrow", True),         # a capital after a colon counts
-    ("I met O'Neill. He was late.", True),
-])
-def test_needs_ner(text: str, expected: bool) -> None:
-    assert needs_ner(text) is expected
+@pytest.fixture(scope="module")
+def ungated() -> PiiDetector:
+    return _detector(ner_gate=False)
 
 
-def test_names_are_still_found_when_the_gate_lets_ner_run(gated: PiiDetector) -> None:
+def test_the_gate_finds_exactly_what_ner_everywhere_finds(gated: PiiDetector, ungated: PiiDetector) -> None:
+    texts = CASES + SAMPLE + [t.lower() for t in SAMPLE] + [f"What does this mean: {t}?" for t in SAMPLE]
+    skipped = gated.ner_windows_skipped
+    assert gated.analyze_batch(texts) == ungated.analyze_batch(texts)
+    assert gated.ner_windows_skipped > skipped  # and it did skip NER somewhere
+    assert ungated.ner_windows_skipped == 0
+
+
+def test_a_general_question_skips_ner_and_a_personal_text_does_not(gated: PiiDetector) -> None:
+    before = gated.ner_windows_skipped
+    assert gated.analyze("What is the capital of Portugal?") == []
+    assert gated.ner_windows_skipped == before + 1
     text = "My neighbour is Margaret Thompson and she lives in Leeds."
     found = {text[s.start:s.end]: s.entity_type for s in gated.analyze(text)}
     assert found.get("Margaret Thompson") == "PERSON" and found.get("Leeds") == "LOCATION"
+    assert gated.ner_windows_skipped == before + 1
 
 
-def test_a_gated_window_keeps_pattern_entities_mood_and_context(gated: PiiDetector) -> None:
-    # No digit, no inner capital: NER is skipped; the e-mail (a pattern) is always personal data,
-    # and the weekday is masked because the text is personal ("my", "i was born"): mood and
-    # context come from the rest of the pipeline.
-    text = "i was born on a sunday, write to me at ada.byron@example.org"
-    assert not needs_ner(text)
-    spans = gated.analyze(text)
-    found = {text[s.start:s.end]: s.entity_type for s in spans}
-    assert found.get("ada.byron@example.org") == "EMAIL_ADDRESS"
-    assert found.get("sunday") == "DATE_TIME"
-    assert spans == _detector(ner_gate=False).analyze(text)
-
-
-def test_a_general_question_without_names_is_left_alone(gated: PiiDetector) -> None:
-    assert gated.analyze("how do i bake sourdough bread on a friday?") == []
+def test_the_gate_is_off_when_the_context_rule_is_off() -> None:
+    detector = _detector(context={"enabled": False})
+    text = "Who was Ada Lovelace?"
+    assert {text[s.start:s.end] for s in detector.analyze(text)} == {"Ada Lovelace"}
+    assert detector.ner_windows_skipped == 0

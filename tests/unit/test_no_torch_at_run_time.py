@@ -1,5 +1,6 @@
-"""The serving process never loads torch (issue 9 "Memory and start-up": torch alone is hundreds of MB
-of resident memory and seconds of start-up).
+"""The serving process never loads torch, scikit-learn or SciPy (issue 9 "Memory and start-up": torch
+alone is hundreds of MB of resident memory and seconds of start-up; scikit-learn and SciPy, which
+only profanity-check's vectorizer needed, ~90 MB).
 
 A child Python does what ``sonate serve`` does before building its services
 (``offline.keep_torch_out_of_presidio()``, then the server modules, whose guardrails import
@@ -26,17 +27,21 @@ offline.keep_torch_out_of_presidio()
 import proxy.server.app  # noqa: F401  (guardrails → presidio → spaCy/thinc)
 import presidio_analyzer, spacy  # noqa: F401
 from proxy.guardrails.detectors import embeddings
+from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity
 vector = embeddings.embed(["Is torch loaded?"])
+toxicity = ProfanityCheckToxicity().score(["Is scikit-learn loaded?"])["toxicity"]
 print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,
-                  "shape": list(vector.shape)}))
+                  "sklearn": "sklearn" in sys.modules, "scipy": "scipy" in sys.modules,
+                  "shape": list(vector.shape), "toxicity": list(toxicity.shape)}))
 """
 
 
-def test_server_imports_and_embeddings_load_no_torch() -> None:
+def test_server_imports_embeddings_and_profanity_check_load_no_torch_sklearn_or_scipy() -> None:
     done = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"torch": False, "transformers": False, "shape": [1, 384]}
+    assert report == {"torch": False, "transformers": False, "sklearn": False, "scipy": False, "shape": [1, 384],
+                      "toxicity": [1]}
 
 
 def test_torch_still_imports_afterwards_for_detectors_that_need_it() -> None:

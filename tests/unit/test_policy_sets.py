@@ -226,7 +226,7 @@ async def test_reload_applies_rejects_and_keeps_in_flight_requests_on_their_vers
     fakes = CountingFakes()
     builder = builder_for(fakes)
     metrics = Metrics()
-    runtime = PolicyRuntime.load(config, builder, metrics.registry)
+    runtime = PolicyRuntime.load(config, builder, metrics)
     first = runtime.current().version
 
     assert (await runtime.reload("api")).result == "unchanged"

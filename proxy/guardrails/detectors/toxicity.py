@@ -5,15 +5,16 @@
   ``torch.load(weights_only=True)`` and assembled with detoxify's ``get_model_and_tokenizer``
   from the local config directory. Never downloaded at start.
 - alt-profanity-check ships a trained linear SVM (calibrated) over a bag-of-words vectoriser
-  (trained on, among others, Davidson et al. 2017 tweets); ``profanity_check.predict_prob``.
+  (trained on, among others, Davidson et al. 2017 tweets); scored with numpy from arrays exported
+  once (:mod:`.toxicity_export`), equal to ``profanity_check.predict_prob``.
 
 Both return per-category probabilities in [0, 1]; category ``"toxicity"`` is always present.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
+import re
 import threading
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from proxy import offline  # noqa: F401  (HF_HUB_OFFLINE before transformers/detoxify)
+from proxy.guardrails.detectors.exported import ensure_export, file_sha256
 from proxy.guardrails.models import ModelError
 
 # detoxify's "unbiased" model also predicts identity *mentions* (male, muslim, black, ...):
@@ -44,14 +46,6 @@ class ToxicityDetector(Protocol):
 
     def score(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Map category -> float64 array (len(texts),) of probabilities in [0, 1]."""
-
-
-def _short_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:12]
 
 
 class DetoxifyToxicity:
@@ -102,6 +96,9 @@ class DetoxifyToxicity:
 class ProfanityCheckToxicity:
     """alt-profanity-check's trained linear model as a single-category toxicity detector.
 
+    Scores with numpy only (the package's TF-IDF vectorizer and calibrated linear SVM, exported to
+    arrays once by :mod:`~.toxicity_export`: no scikit-learn or SciPy in the serving process).
+
     Attributes:
         name: ``"profanity-check"``.
         version: ``"alt-profanity-check==<version>"`` (the weights ship inside the wheel); with
@@ -112,26 +109,60 @@ class ProfanityCheckToxicity:
     name = "profanity-check"
     fallback_for: dict[str, str] | None = None
 
-    def __init__(self) -> None:
-        """Import the package (loads its vectoriser and model from the wheel, ~1.5 s).
+    def __init__(self, models_root: Path | None = None) -> None:
+        """Load the exported arrays (:func:`profanity_weights`; exported first when missing).
 
         Raises:
-            ImportError: alt-profanity-check is not installed.
+            ExportError: the export failed (alt-profanity-check not installed, or an unexpected
+                vectorizer) or the cached file does not match its recorded sha256.
         """
-        from profanity_check import profanity_check as package
-
-        self._vectorizer = package.vectorizer
-        self._weights = calibrated_linear_weights(package.model)
+        with np.load(profanity_weights(models_root), allow_pickle=False) as data:
+            self._columns = {term: i for i, term in enumerate(data["terms"].tolist())}
+            self._idf = data["idf"]
+            self._stop_words = frozenset(data["stop_words"].tolist())
+            self._weights = (data["coef"], data["intercept"], data["a"], data["b"])
         self.version = f"alt-profanity-check=={importlib.metadata.version('alt-profanity-check')}"
         self.categories = ["toxicity"]
 
+    def tfidf(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(column indices, values) of ``text``'s L2-normalised TF-IDF row, as the package's
+        ``TfidfVectorizer.transform`` computes it: lower-cased, tokens ``(?u)\b\w\w+\b``, English
+        stop words dropped, raw counts × idf over the vocabulary's terms, then L2 norm (scikit-learn
+        user guide, "Tf–idf term weighting"). Empty arrays when no term is in the vocabulary."""
+        counts: dict[int, int] = {}
+        for token in _TOKEN.findall(text.lower()):
+            column = self._columns.get(token) if token not in self._stop_words else None
+            if column is not None:
+                counts[column] = counts.get(column, 0) + 1
+        columns = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        values = np.fromiter(counts.values(), dtype=np.float64, count=len(counts)) * self._idf[columns]
+        norm = np.sqrt(values @ values)
+        return columns, values / norm if norm else values
+
     def score(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Args: n strings. Returns ``{"toxicity": float64 array (n,)}`` in [0, 1] — the same
-        numbers as ``profanity_check.predict_prob`` (a test checks them on Davidson's tweets),
-        computed without scikit-learn's per-call validation (~3 ms → ~0.5 ms per request)."""
-        if not texts:
-            return {"toxicity": np.zeros(0, dtype=np.float64)}
-        return {"toxicity": calibrated_linear_proba(self._weights, self._vectorizer.transform(list(texts)))}
+        numbers as ``profanity_check.predict_prob`` (a test checks them on Davidson's tweets)."""
+        coef, intercept, a, b = self._weights
+        decision = np.empty((len(texts), len(intercept)))
+        for row, text in enumerate(texts):
+            columns, values = self.tfidf(text)
+            decision[row] = coef[:, columns] @ values + intercept
+        return {"toxicity": platt_mean(decision, a, b)}
+
+
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+
+
+def profanity_weights(models_root: Path | None = None) -> Path:
+    """The verified ``.npz`` of alt-profanity-check's model for the installed package version
+    (``<models_dir>/profanity-check/alt-profanity-check-<version>.npz``), exported first when missing.
+    Raises ExportError (see :func:`~.exported.ensure_export`)."""
+    from proxy.guardrails.models import models_dir
+
+    version = importlib.metadata.version("alt-profanity-check")
+    path = models_dir(models_root) / "profanity-check" / f"alt-profanity-check-{version}.npz"
+    return ensure_export(path, "proxy.guardrails.detectors.toxicity_export", "alt-profanity-check's model",
+                         "alt-profanity-check and scikit-learn")
 
 
 def calibrated_linear_weights(model: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -150,16 +181,10 @@ def calibrated_linear_weights(model: Any) -> tuple[np.ndarray, np.ndarray, np.nd
     return coef, intercept, a, b
 
 
-def calibrated_linear_proba(weights: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], x: Any) -> np.ndarray:
-    """Positive-class probability of :func:`calibrated_linear_weights`' model for rows ``x`` (n, d).
-
-    Per fold k: decision ``f_k = x · coef_k + intercept_k``, Platt's sigmoid
-    ``p_k = 1 / (1 + exp(a_k f_k + b_k))`` (Platt 1999; scikit-learn's ``_SigmoidCalibration``),
-    then the mean over folds (``CalibratedClassifierCV.predict_proba`` with ``ensemble=True``).
-    Returns float64 (n,).
-    """
-    coef, intercept, a, b = weights
-    decision = np.asarray(x @ coef.T) + intercept
+def platt_mean(decision: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Mean over k calibrated folds of Platt's sigmoid ``p_k = 1 / (1 + exp(a_k f_k + b_k))`` for
+    decisions ``decision`` (n, k) (Platt 1999; scikit-learn's ``_SigmoidCalibration``, averaged as
+    ``CalibratedClassifierCV.predict_proba`` with ``ensemble=True``). Returns float64 (n,)."""
     return (1.0 / (1.0 + np.exp(a * decision + b))).mean(axis=1)
 
 
@@ -220,7 +245,7 @@ def load_detoxify(spec, model_dir: Path) -> DetoxifyToxicity:
     wrapper.model, wrapper.tokenizer, wrapper.device = model.to("cpu"), tokenizer, "cpu"
     wrapper.class_names = [_DETOXIFY_NAMES.get(c, c) for c in loaded["config"]["dataset"]["args"]["classes"]]
     version = (f"detoxify=={importlib.metadata.version('detoxify')}; "
-               f"{checkpoint.name}@sha256:{_short_sha256(checkpoint)}")
+               f"{checkpoint.name}@sha256:{file_sha256(checkpoint)[:12]}")
     return DetoxifyToxicity(wrapper, f"detoxify:{spec.id}", version)
 
 

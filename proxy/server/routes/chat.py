@@ -14,7 +14,7 @@ from contextlib import aclosing
 from aiohttp import web
 
 from proxy.server.errors import Caller
-from proxy.server.requests import admitted, read_model, services
+from proxy.server.requests import admitted, read_model, services, start_event_stream
 from proxy.server.wire import ChatCompletionRequest, stream_events
 
 __all__ = ["chat_completions", "register"]
@@ -35,14 +35,7 @@ async def _answer(request: web.Request, who: Caller) -> web.StreamResponse:
                **result.headers}
     if not result.stream:
         return web.json_response(result.body, headers=headers)
-    response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        await response.prepare(request)
-    except BaseException:
-        if result.events is not None:
-            await result.events.abandon()
-        raise
+    response = await start_event_stream(request, headers, result)
     if result.events is None:
         for event in stream_events(result.body, result.chunks, result.include_usage):
             await response.write(event)
