@@ -131,15 +131,19 @@ class ProxyClient:
                 raise self._error(exc) from None
         raise ValueError("rate_limit_attempts must be >= 1")
 
-    def ask(self, text: str, rate_limit_attempts: int = 20) -> ProxyAnswer:
-        """Send ``text`` as one user message; the answer, its headers and its round-trip time (timed
-        from the attempt that was served; 429s retried as :meth:`_create` says). Raises ProxyError."""
-        raw, started = self._create(rate_limit_attempts, messages=[{"role": "user", "content": text}])
+    def _completed(self, rate_limit_attempts: int = 20, **kwargs: Any) -> tuple[Any, Any, float]:
+        """(raw response, parsed ChatCompletion, seconds of the served attempt) of :meth:`_create`."""
+        raw, started = self._create(rate_limit_attempts, **kwargs)
         try:
             completion = raw.parse()
         except self._openai.OpenAIError as exc:
             raise self._error(exc) from None
-        seconds = time.perf_counter() - started
+        return raw, completion, time.perf_counter() - started
+
+    def ask(self, text: str, rate_limit_attempts: int = 20) -> ProxyAnswer:
+        """Send ``text`` as one user message; the answer, its headers and its round-trip time (timed
+        from the attempt that was served; 429s retried as :meth:`_create` says). Raises ProxyError."""
+        raw, completion, seconds = self._completed(rate_limit_attempts, messages=[{"role": "user", "content": text}])
         choice = completion.choices[0] if completion.choices else None
         return ProxyAnswer(content=(choice.message.content if choice else None) or "",
                            finish_reason=choice.finish_reason if choice else None,

@@ -329,7 +329,9 @@ def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta
     report["both_sides"] = both_sides(items, outcomes, provenances, report["policies"].get("privacy"))
     utility = utility_section(items, outcomes)
     if utility is not None:
-        ordinary = [(o, s) for i, o, s in zip(items, outcomes, seen) if is_ordinary(i)]
+        # every policy acts on an ordinary prompt, so it counts as seen when any artefact's rows list it
+        ordinary = [(o, any(p.seen(i.text) for p in provenances) if provenances else None)
+                    for i, o in zip(items, outcomes) if is_ordinary(i)]
         utility.update(_summary_kind([s for _, s in ordinary]))
         actual, on = utility["all"]["allow"]["rate"], utility["kind"]
         if on == "mixed":  # judged on the prompts no artefact was trained/tuned on

@@ -52,7 +52,7 @@ class Metrics:
         """Requests, guardrail actions, receipts, evidence, latency, tokens and cost."""
         self.requests = Counter(
             "sonate_requests", "HTTP API requests by route and result class (ok, client_error, "
-            "auth_error, upstream_error, ledger_error, rate_limited, overloaded, server_error).",
+            "auth_error, upstream_error, ledger_error, rate_limited, overloaded, guardrail_error, server_error).",
             ["route", "result"], registry=r)
         self.interactions = Counter(
             "sonate_interactions", "Chat interactions answered (FAR-A denominator).",

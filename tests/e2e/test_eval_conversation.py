@@ -43,10 +43,12 @@ def judge() -> StubJudge:
 
 @pytest.fixture(scope="module")
 def runs(proxy: RunningProxy, stub, judge: StubJudge, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One run per model route (demo, stub): {route: {"dir", "result", "run_id", "stdout"}}."""
+    """One run per model route (demo, stub): {route: {"dir", "result", "run_id", "stdout", "judged"}}
+    ("judged": the judge requests of that run alone; other tests of this module use the judge too)."""
     stub.reset()
     out: dict = {}
     for route in ("demo", "stub"):
+        first_request = len(judge.judge_requests)
         directory = tmp_path_factory.mktemp(f"conversation-{route}")
         run_id = f"conv-{route}-{uuid.uuid4().hex[:8]}"
         done = sonate("eval", "conversation", str(EXAMPLE / "support.jsonl"), "--proxy", proxy.url,
@@ -59,7 +61,8 @@ def runs(proxy: RunningProxy, stub, judge: StubJudge, tmp_path_factory: pytest.T
                       "--export-jsonl", str(directory / "runs.jsonl"), "--run-id", run_id, "--no-progress")
         assert done.returncode == 0, done.stderr[-3000:]
         out[route] = {"dir": directory, "run_id": run_id, "stdout": done.stdout,
-                      "result": json.loads((directory / "result.json").read_text())}
+                      "result": json.loads((directory / "result.json").read_text()),
+                      "judged": list(judge.judge_requests[first_request:])}
     return out
 
 
@@ -90,14 +93,15 @@ def test_demo_answers_are_the_demo_model(runs: dict) -> None:
     assert result["clustering"]["skipped"].startswith("needs at least 5 distinct")  # one answer text
 
 
-def test_stub_run_scores_are_the_judges_on_the_proxy_answers(runs: dict, judge: StubJudge) -> None:
+def test_stub_run_scores_are_the_judges_on_the_proxy_answers(runs: dict) -> None:
     result = runs["stub"]["result"]
-    assert TEMPLATES <= {t for t, _, _ in judge.judge_requests}
-    seen = {(t, json.dumps(f, sort_keys=True)) for t, f, _ in judge.judge_requests}
+    judged = runs["stub"]["judged"]
+    assert TEMPLATES <= {t for t, _, _ in judged}
+    seen = {(t, json.dumps(f, sort_keys=True)) for t, f, _ in judged}
     conversations = [json.loads(line) for line in (EXAMPLE / "support.jsonl").read_text().splitlines()]
     refund = conversations[0]
     answers = {}
-    for template, fields, _ in judge.judge_requests:  # the answers the judge saw are the proxy's
+    for template, fields, _ in judged:  # the answers the judge saw are the proxy's
         if template == "context-adherence-v1" and fields["context"] == refund["context"]:
             answers[fields["query"]] = fields["answer"]
     first = refund["conversation"][0]

@@ -50,12 +50,7 @@ class SuiteClient(ProxyClient):
 
     def chat(self, messages: list[dict[str, Any]], **params: Any) -> SuiteAnswer:
         """Send ``messages`` (OpenAI format) with ``params`` (temperature, seed, max_tokens ...)."""
-        raw, started = self._create(messages=messages, **params)
-        try:
-            completion = raw.parse()
-        except self._openai.OpenAIError as exc:
-            raise self._error(exc) from None
-        seconds = time.perf_counter() - started
+        raw, completion, seconds = self._completed(messages=messages, **params)
         choice = completion.choices[0] if completion.choices else None
         return SuiteAnswer(content=(choice.message.content if choice else None) or "",
                            finish_reason=choice.finish_reason if choice else None,

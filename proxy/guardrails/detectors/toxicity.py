@@ -125,7 +125,7 @@ class ProfanityCheckToxicity:
         self.categories = ["toxicity"]
 
     def tfidf(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(column indices, values) of ``text``'s L2-normalised TF-IDF row, as the package's
+        r"""(column indices, values) of ``text``'s L2-normalised TF-IDF row, as the package's
         ``TfidfVectorizer.transform`` computes it: lower-cased, tokens ``(?u)\b\w\w+\b``, English
         stop words dropped, raw counts × idf over the vocabulary's terms, then L2 norm (scikit-learn
         user guide, "Tf–idf term weighting"). Empty arrays when no term is in the vocabulary."""
