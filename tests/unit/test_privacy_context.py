@@ -134,21 +134,20 @@ def test_select_keeps_anchors_and_drops_public_mentions():
 
 
 def test_rows_file_of_the_context_rules_covers_every_presidio_row(tmp_path):
-    """The context rules were written reading every development row: the rows file says so."""
+    """The context rules were written reading every development row: the rows file the command
+    writes lists each presidio row it is given (here the tests' own sample in tests/data, the same
+    format as the development split), with no out-of-fold figure (nothing was fitted)."""
     from proxy.evaluation.data import load_builtin
     from proxy.evaluation.provenance import read_rows_file
     from proxy.evaluation.training_privacy import privacy_context_rows
 
-    data = ROOT.parent / "shared" / "data"
-    if not (data / "presidio").is_dir():
-        pytest.skip("no development data beside the project")
+    data = ROOT / "tests" / "data"
     out = privacy_context_rows(data, tmp_path / "privacy-context.rows.json")
     assert out["policy"] == "privacy" and out["how"] == "tuned" and out["out_of_fold"] == {}
     seen = read_rows_file(tmp_path / "privacy-context.rows.json")
     presidio = [i for i in load_builtin(data)[0] if i.dataset == "presidio"]
     assert presidio and all(seen.seen(i.text) for i in presidio)
-    shipped = ROOT / "proxy" / "guardrails" / "artefacts" / "privacy-context.rows.json"
-    assert (tmp_path / "privacy-context.rows.json").read_text() == shipped.read_text()
+    assert not seen.seen("A sentence no data file holds: 7c0ffee.")
 
 
 @pytest.mark.parametrize("text, personal", [
