@@ -18,13 +18,25 @@ def content_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class ScanCache:
-    """LRU cache ``(namespace, content hash) -> result`` bounded to ``max_entries``."""
+#: Default bound of the cache's total weight: the characters of the texts of the stored detector
+#: results. A result's size grows with its text (the PII spans of a long document), so bounding the
+#: texts' total length bounds the cache's memory, not only its entry count (issue 13 "Bounded work").
+MAX_CACHED_CHARS = 20_000_000
 
-    def __init__(self, max_entries: int = 50_000) -> None:
-        self._data: OrderedDict[tuple[str, str], Any] = OrderedDict()
+
+class ScanCache:
+    """LRU cache ``(namespace, content hash) -> result``, bounded to ``max_entries`` entries and to
+    ``max_chars`` characters of cached text in all (each detector result weighs its text's length,
+    a stored verdict (:meth:`put`) one; a text heavier than the whole bound is never stored).
+    Least recently used entries are evicted first."""
+
+    def __init__(self, max_entries: int = 50_000, max_chars: int = MAX_CACHED_CHARS) -> None:
+        self._data: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._max = max_entries
+        self._max_chars = max_chars
+        self.chars = 0
+        """Current total weight (characters) of the stored entries."""
         self.hits = 0
         self.misses = 0
 
@@ -37,15 +49,24 @@ class ScanCache:
                 return None
             self.hits += 1
             self._data.move_to_end(key)
-            return self._data[key]
+            return self._data[key][0]
 
     def put(self, namespace: str, text: str, value: Any) -> None:
-        """Store ``value`` for ``text`` under ``namespace`` (e.g. a turn's verdict), evicting LRU entries."""
+        """Store ``value`` for ``text`` under ``namespace`` (e.g. a turn's verdict: weight 1), evicting LRU entries."""
         with self._lock:
-            self._data[(namespace, content_key(text))] = value
-            self._data.move_to_end((namespace, content_key(text)))
-            while len(self._data) > self._max:
-                self._data.popitem(last=False)
+            self._store((namespace, content_key(text)), value, 1)
+
+    def _store(self, key: tuple[str, str], value: Any, weight: int) -> None:
+        """Insert or replace under the lock, then evict down to both bounds."""
+        if weight > self._max_chars:
+            return
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.chars -= old[1]
+        self._data[key] = (value, weight)
+        self.chars += weight
+        while len(self._data) > self._max or self.chars > self._max_chars:
+            self.chars -= self._data.popitem(last=False)[1][1]
 
     def map(self, namespace: str, texts: list[str], compute: Callable[[list[str]], list[Any]]) -> list[Any]:
         """Results for ``texts`` in order; only cache misses are computed, in one batch.
@@ -59,7 +80,7 @@ class ScanCache:
             for i, key in enumerate(keys):
                 if key in self._data:
                     self._data.move_to_end(key)
-                    results[i] = self._data[key]
+                    results[i] = self._data[key][0]
                     self.hits += 1
                 else:
                     missing.setdefault(key, []).append(i)
@@ -73,8 +94,5 @@ class ScanCache:
                 for key, value in zip(order, computed):
                     for i in missing[key]:
                         results[i] = value
-                    self._data[key] = value
-                    self._data.move_to_end(key)
-                while len(self._data) > self._max:
-                    self._data.popitem(last=False)
+                    self._store(key, value, max(1, len(texts[missing[key][0]])))
         return results

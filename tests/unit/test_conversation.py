@@ -177,3 +177,26 @@ def test_recorded_verdicts_live_in_the_bounded_scan_cache():
     cache.put("verdict", "b", "escalate")
     cache.put("verdict", "c", "refuse")
     assert cache.get("verdict", "a") is None and cache.get("verdict", "c") == "refuse"  # LRU bound
+
+
+def test_scan_cache_is_bounded_by_the_characters_of_its_texts():
+    """The scan cache's memory is bounded, not only its entry count: each detector result weighs its
+    text's length (a long document's PII spans make a large result), and LRU entries are evicted
+    while the total exceeds ``max_chars``; a text heavier than the whole bound is never stored."""
+    from proxy.guardrails.cache import MAX_CACHED_CHARS, ScanCache
+
+    cache = ScanCache(max_entries=10, max_chars=12)
+    calls: list[list[str]] = []
+
+    def compute(texts: list[str]) -> list[int]:
+        calls.append(list(texts))
+        return [len(t) for t in texts]
+
+    assert cache.map("pii", ["aaaaa", "bbbbb"], compute) == [5, 5] and cache.chars == 10
+    assert cache.map("pii", ["ccccc"], compute) == [5] and cache.chars == 10  # "aaaaa" evicted (LRU)
+    assert cache.map("pii", ["bbbbb", "ccccc", "aaaaa"], compute) == [5, 5, 5]
+    assert calls[-1] == ["aaaaa"]  # the evicted text is computed again; the others were cached
+    assert cache.map("pii", ["x" * 13], compute) == [13] and cache.get("pii", "x" * 13) is None  # too heavy
+    cache.put("verdict", "a long turn of text", "refuse")  # a verdict weighs 1
+    assert cache.get("verdict", "a long turn of text") == "refuse" and cache.chars <= 12
+    assert ScanCache()._max_chars == MAX_CACHED_CHARS == 20_000_000
