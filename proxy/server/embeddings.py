@@ -27,7 +27,6 @@ from typing import Any
 from proxy.guardrails.decisions import Decision, privacy_decision, safety_decision, worst_scores
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.engine import GENERAL_DOMAIN, GuardrailEngine
-from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt
@@ -271,7 +270,7 @@ class Embeddings:
         except LedgerError as exc:
             log.error("ledger append failed for %s: %s", x.request_id, exc)
             raise ledger_unavailable("the request was not completed (fail_closed)") from None
-        self._observe(x, appended.receipts, stratum, written=not appended.pending)
+        self._observe(x, appended.receipts, written=not appended.pending)
         tracing.finish_operation(
             receipt_id=appended.receipts[-1]["receipt_id"], action=x.screen.action,
             policies=[d.policy_id for d in x.screen.triggers],
@@ -298,22 +297,13 @@ class Embeddings:
                 self.gateway.executor, self.gateway.engine.count_tokens, x.req.model, messages)
         return complexity_rule(prompt_tokens=tokens, user_turns=1, uses_tools=False, regulated=False)
 
-    def _observe(self, x: _Call, sealed: list[dict[str, Any]], stratum: dict[str, str], written: bool) -> None:
-        """Count the request as chat does (proxy.server.pipeline.Gateway._observe_request), except
+    def _observe(self, x: _Call, sealed: list[dict[str, Any]], written: bool) -> None:
+        """Count the request as chat does (:meth:`proxy.server.pipeline.Gateway.count_receipts`), except
         ``sonate_interactions_total`` and the apology counter: an embeddings request is not a chat
         interaction (FAR-A's denominator and numerator; docs/kpi.md, proxy.kpi.report)."""
-        m, model, g = self.gateway.metrics, x.req.model, self.gateway
+        m, model = self.gateway.metrics, x.req.model
         assert x.screen is not None
-        for d in x.screen.triggers:
-            m.guardrail_triggers.labels(d.policy_id, d.action, d.stage).inc()
-        for receipt in sealed:
-            m.actions.labels(receipt["guardrail_action"]).inc()
-            if written:
-                m.receipts_written.labels(receipt["guardrail_action"]).inc()
-            policy = g.policies.get(receipt["policy_id"])
-            if policy is not None:
-                m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
-                m.evidence_present.labels(policy.id).inc(evidence_present(receipt, policy.evidence_required))
+        self.gateway.count_receipts(list(x.screen.triggers), sealed, written)
         total = time.perf_counter() - x.started
         m.request_duration.labels(model, x.screen.action).observe(total)
         upstream = x.result.duration_seconds if x.result else 0.0

@@ -464,13 +464,12 @@ class Gateway:
         self.metrics.tokens.labels(model, provider, "completion").inc(result.usage["completion_tokens"])
         self.metrics.cost.labels(model, provider).inc(result.cost_usd)
 
-    def _observe_request(self, x: _Exchange, sealed: list[dict[str, Any]], written: bool = True) -> None:
-        """Count one answered request: interactions, triggers, actions, receipts, evidence, apologies
-        and durations (spooled receipts count as written when replayed, proxy.server.sink)."""
-        m, model = self.metrics, x.req.model
-        domain, complexity = x.stratum["domain"], x.stratum["complexity"]
-        m.interactions.labels(model, x.route.provider, domain, complexity).inc()
-        for d in x.triggers:
+    def count_receipts(self, triggers: list[Decision], sealed: list[dict[str, Any]], written: bool) -> None:
+        """Count a request's guardrail triggers and its sealed receipts: actions, receipts written
+        (``written`` false: spooled, counted when replayed, proxy.server.sink) and each policy's
+        required and present evidence (Audit Depth's inputs, proxy.kpi.audit_depth)."""
+        m = self.metrics
+        for d in triggers:
             m.guardrail_triggers.labels(d.policy_id, d.action, d.stage).inc()
         for receipt in sealed:
             m.actions.labels(receipt["guardrail_action"]).inc()
@@ -480,6 +479,15 @@ class Gateway:
             if policy is not None:
                 m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
                 m.evidence_present.labels(policy.id).inc(evidence_present(receipt, policy.evidence_required))
+
+    def _observe_request(self, x: _Exchange, sealed: list[dict[str, Any]], written: bool = True) -> None:
+        """Count one answered request: interactions, triggers, actions, receipts, evidence, apologies
+        and durations (spooled receipts count as written when replayed, proxy.server.sink)."""
+        m, model = self.metrics, x.req.model
+        domain, complexity = x.stratum["domain"], x.stratum["complexity"]
+        m.interactions.labels(model, x.route.provider, domain, complexity).inc()
+        self.count_receipts(x.triggers, sealed, written)
+        for receipt in sealed:
             if receipt["guardrail_action"] == "refuse":
                 m.apologies.labels("guardrail", receipt["policy_id"], domain, complexity).inc()
         if x.model_apology:
