@@ -13,6 +13,14 @@
   threads plus a bounded queue, beyond which a screen is refused with :func:`overloaded` (503,
   ``Retry-After``) instead of an unbounded wait; an input screen that outlasts the time budget is
   answered with :func:`screen_timed_out` (503, fail closed: nothing is forwarded unscreened).
+  Long inputs give way (issue 9 "Bounded work per request": small requests keep their latency
+  while a large one is screened): a detector working through a long text's windows calls
+  :func:`proxy.guardrails.detectors.patterns.pause_point` between groups of them; in the large
+  lane that waits (at most ``yield_seconds`` per call) while any small-lane screen is running, so
+  the two do not share the GIL and the CPUs; in either lane a screen whose caller stopped waiting
+  (timed out) is abandoned there (:class:`ScreenAbandoned`) instead of running to its end. After
+  each large-lane screen the allocator hands freed heap back to the OS (:func:`trim_heap`): a
+  150 KB prompt's parse otherwise stays in the process's RSS.
 - :func:`check_messages`: the per-request bounds on message count and characters per message (413).
 
 Clocks are injected (``clock``: a monotonic seconds function) so the arithmetic is testable.
@@ -22,17 +30,22 @@ Everything here runs on the event loop (no locks): admission is decided before a
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import functools
 import math
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.guardrails.detectors.patterns import pausing
 from proxy.server.errors import GatewayError
 
-__all__ = ["KeyLimiter", "Lease", "ScreenLanes", "TokenBucket", "check_messages", "overloaded", "rate_limited",
-           "screen_timed_out", "text_chars", "too_large_to_screen"]
+__all__ = ["KeyLimiter", "Lease", "ScreenAbandoned", "ScreenLanes", "TokenBucket", "check_messages", "overloaded",
+           "rate_limited", "screen_timed_out", "text_chars", "too_large_to_screen", "trim_heap"]
 
 
 def _retry_after(seconds: float) -> str:
@@ -71,8 +84,9 @@ def screen_timed_out(seconds: float) -> GatewayError:
     guardrails did not finish within the per-request budget ``seconds``
     (``server.limits.screen_timeout_seconds``). Fail closed: the request is not forwarded and writes no
     receipt (nothing was decided); counted as ``sonate_requests_total{result="overloaded"}``. The
-    detector thread finishes its work in the background and keeps its lane slot until then, so the
-    lane's back-pressure stays true."""
+    detector thread stops at its next pause point (:class:`ScreenAbandoned`; work without one
+    finishes in the background) and keeps its lane slot until then, so the lane's back-pressure
+    stays true."""
     return overloaded(f"The guardrails did not finish screening this request within {seconds:g} s "
                       f"(server.limits.screen_timeout_seconds).", code="guardrail_timeout")
 
@@ -207,6 +221,29 @@ def text_chars(value: Any) -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None when the C library is not glibc)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def trim_heap() -> bool:
+    """Hand the heap memory the allocator holds free back to the OS: glibc ``malloc_trim(0)``
+    (every arena; man malloc_trim(3)). Freed blocks otherwise stay in the process's RSS: spaCy's
+    parse of a long prompt frees tens to hundreds of MB that glibc keeps for later allocations.
+    Takes milliseconds (ctypes releases the GIL meanwhile). Returns True when memory was released,
+    False when none was or the C library is not glibc."""
+    trim = _malloc_trim()
+    return bool(trim and trim(0))
+
+
+class ScreenAbandoned(Exception):
+    """Raised at a detector's pause point when nobody awaits its screen any more (it timed out)."""
+
+
 @dataclass
 class _Lane:
     name: str
@@ -224,16 +261,23 @@ class ScreenLanes:
     (the output screen of a request already admitted) it queues. An admitted screen of more than
     ``max_chars`` characters (0: no budget) is refused with :func:`too_large_to_screen`; an admitted
     screen still running after ``timeout`` seconds (0: no budget) with :func:`screen_timed_out`.
+    At a detector's pause point (module docstring) a large-lane screen waits up to
+    ``yield_seconds`` (0: never) while small-lane screens run, and a timed-out screen stops.
     """
 
     def __init__(self, small: Executor | None, small_slots: int, large: Executor | None = None,
-                 large_slots: int = 1, large_chars: int = 0, max_chars: int = 0, timeout: float = 0.0) -> None:
+                 large_slots: int = 1, large_chars: int = 0, max_chars: int = 0, timeout: float = 0.0,
+                 yield_seconds: float = 0.2) -> None:
         """No I/O; the executors belong to the caller (it shuts them down)."""
         self.small = _Lane("small", small, small_slots)
         self.large = _Lane("large", large, large_slots) if large is not None else None
         self.large_chars = large_chars
         self.max_chars = max_chars
         self.timeout = timeout
+        self.yield_seconds = yield_seconds
+        #: Set while no small-lane screen runs (waited on by large-lane threads; changed on the loop).
+        self.small_idle = threading.Event()
+        self.small_idle.set()
 
     def lane(self, chars: int) -> _Lane:
         """The lane for work on ``chars`` characters of text."""
@@ -244,27 +288,51 @@ class ScreenLanes:
     async def run(self, fn: Callable[..., Any], *args: Any, chars: int, admit: bool = True) -> Any:
         """``fn(*args)`` in the lane for ``chars`` characters. With ``admit``: GatewayError 413 over the
         ``max_chars`` budget, 503 when the lane is full (no unbounded queue behind busy detector threads),
-        503 ``guardrail_timeout`` after ``timeout`` seconds. The lane slot is held until ``fn`` returns,
-        also when the caller stopped waiting (a timed-out screen still occupies its thread)."""
+        503 ``guardrail_timeout`` after ``timeout`` seconds. The lane slot is held until ``fn`` returns or
+        raises, also when the caller stopped waiting (a timed-out screen occupies its thread until its
+        next pause point)."""
         if admit and self.max_chars and chars > self.max_chars:
             raise too_large_to_screen(chars, self.max_chars)
         lane = self.lane(chars)
         if admit and lane.busy >= lane.slots:
             raise overloaded(f"The guardrail detectors are saturated ({lane.name} inputs).")
         lane.busy += 1
-        future = asyncio.get_running_loop().run_in_executor(lane.executor, fn, *args)
-        future.add_done_callback(lambda _: _release(lane))
+        if lane is self.small:
+            self.small_idle.clear()
+        abandoned = threading.Event()
+        future = asyncio.get_running_loop().run_in_executor(lane.executor, self._call, lane, abandoned, fn, args)
+        future.add_done_callback(lambda _: self._release(lane))
         if not (admit and self.timeout):
             return await future
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.timeout)
         except TimeoutError:
+            abandoned.set()  # it stops at its next pause point
             future.add_done_callback(_consume)  # its late result or error is not wanted
             raise screen_timed_out(self.timeout) from None
 
+    def _call(self, lane: _Lane, abandoned: threading.Event, fn: Callable[..., Any], args: tuple) -> Any:
+        """``fn(*args)`` in a thread of ``lane``, with the lane's pause hook; the heap trimmed after a
+        large-lane screen."""
+        large = lane is not self.small
 
-def _release(lane: _Lane) -> None:
-    lane.busy -= 1
+        def pause() -> None:
+            if abandoned.is_set():
+                raise ScreenAbandoned("the screen's caller stopped waiting")
+            if large and self.yield_seconds:
+                self.small_idle.wait(self.yield_seconds)
+
+        try:
+            with pausing(pause):
+                return fn(*args)
+        finally:
+            if large:
+                trim_heap()
+
+    def _release(self, lane: _Lane) -> None:
+        lane.busy -= 1
+        if lane is self.small and not lane.busy:
+            self.small_idle.set()
 
 
 def _consume(future: "asyncio.Future[Any]") -> None:

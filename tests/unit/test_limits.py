@@ -10,8 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from proxy.config import LimitsConfig, ServerConfig
+from proxy.guardrails.detectors.patterns import pause_point
 from proxy.server.errors import GatewayError
-from proxy.server.limits import KeyLimiter, ScreenLanes, TokenBucket, check_messages, text_chars
+from proxy.server.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages, text_chars,
+                                 trim_heap)
 
 
 class Clock:
@@ -208,6 +210,98 @@ async def test_a_screen_past_its_time_budget_fails_closed_and_keeps_its_slot_unt
     finally:
         gate.set()
         pool.shutdown()
+
+
+async def test_a_large_screen_waits_at_its_pause_points_while_small_screens_run() -> None:
+    small, large = ThreadPoolExecutor(2, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, small_slots=2, large=large, large_slots=1, large_chars=100, yield_seconds=30)
+    gate, steps = threading.Event(), []
+
+    def long_work() -> str:
+        steps.append("first group")
+        pause_point()  # between two groups of windows
+        steps.append("second group")
+        return "screened"
+
+    try:
+        blocked = asyncio.ensure_future(lanes.run(gate.wait, 10, chars=10))  # a small screen in flight
+        await asyncio.sleep(0.05)
+        assert not lanes.small_idle.is_set()
+        screening = asyncio.ensure_future(lanes.run(long_work, chars=500))
+        await asyncio.sleep(0.3)
+        assert steps == ["first group"] and not screening.done()  # it gives way to the small screen
+        gate.set()
+        assert await blocked is True and await asyncio.wait_for(screening, 5) == "screened"
+        assert steps == ["first group", "second group"] and lanes.small_idle.is_set()
+        # a small screen never waits at its own pause points, even while another small one runs
+        gate.clear()
+        blocked = asyncio.ensure_future(lanes.run(gate.wait, 10, chars=10))
+        await asyncio.sleep(0.05)
+        assert await asyncio.wait_for(lanes.run(long_work, chars=10), 5) == "screened"
+        gate.set()
+        await blocked
+    finally:
+        gate.set()
+        small.shutdown(), large.shutdown()
+
+
+async def test_a_large_screen_waits_at_most_yield_seconds_per_pause() -> None:
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, small_slots=2, large=large, large_slots=1, large_chars=100, yield_seconds=0.1)
+    gate = threading.Event()
+
+    def three_pauses() -> str:
+        for _ in range(3):
+            pause_point()
+        return "screened"
+
+    try:
+        blocked = asyncio.ensure_future(lanes.run(gate.wait, 10, chars=10))  # busy for the whole test
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(lanes.run(three_pauses, chars=500), 5) == "screened"
+        assert 0.25 <= asyncio.get_running_loop().time() - started < 2.0  # 3 x 0.1 s, not starved
+        gate.set()
+        await blocked
+    finally:
+        gate.set()
+        small.shutdown(), large.shutdown()
+
+
+async def test_a_timed_out_screen_stops_at_its_next_pause_point_and_frees_its_slot() -> None:
+    pool = ThreadPoolExecutor(1, "small")
+    lanes = ScreenLanes(pool, small_slots=1, timeout=0.2)
+    groups, stopped = [], threading.Event()
+
+    def long_work() -> str:
+        try:
+            for n in range(100):
+                groups.append(n)
+                threading.Event().wait(0.05)  # a group of windows
+                pause_point()
+            return "finished"
+        except ScreenAbandoned:
+            stopped.set()
+            raise
+
+    try:
+        with pytest.raises(GatewayError) as timed_out:
+            await lanes.run(long_work, chars=10)
+        assert timed_out.value.code == "guardrail_timeout"
+        assert await asyncio.get_running_loop().run_in_executor(None, stopped.wait, 5)
+        for _ in range(100):
+            if lanes.small.busy == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert lanes.small.busy == 0 and len(groups) < 20  # stopped after ~5 groups, not 100
+        assert await lanes.run(str.upper, "ok", chars=2) == "OK"
+    finally:
+        pool.shutdown()
+
+
+def test_pause_point_without_a_hook_does_nothing_and_trim_heap_answers() -> None:
+    pause_point()  # no lane installed a hook on this thread
+    assert trim_heap() in (True, False)
 
 
 def test_message_count_and_size_bounds_name_their_setting() -> None:

@@ -139,6 +139,28 @@ def test_threads_use_distinct_analyzers_without_a_shared_lock(detector):
     assert not hasattr(detector, "_lock")
 
 
+def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector):
+    # issue 9: batch_windows bounds the windows spaCy holds at once; the spans do not depend on it
+    text = " ".join(f"Note {i}: write to Maria Lopez at maria{i}@example.com or call 212-555-{1000 + i:04d} "
+                    f"about the invoice for Paris." for i in range(60))
+    calls: list[int] = []
+    with patterns.pausing(lambda: calls.append(1)):
+        grouped = detector.analyze(text)
+    windows = len(detector.windows(text))
+    size = detector.config.batch_windows
+    assert windows > 2 * size and len(calls) == -(-windows // size) - 1
+    one_batch = PiiDetector(_config(analysis_window_chars=400, analysis_overlap_chars=60, context={"enabled": False},
+                                    batch_windows=1000))
+    assert one_batch.analyze(text) == grouped and {s.entity_type for s in grouped} >= {"EMAIL_ADDRESS", "PERSON"}
+
+    def stop() -> None:
+        raise RuntimeError("abandoned")
+
+    with patterns.pausing(stop), pytest.raises(RuntimeError, match="abandoned"):
+        detector.analyze(text + " again")  # a hook that raises stops the analysis at the first pause
+    assert detector.analyze("Write to ada@example.com")[0].entity_type == "EMAIL_ADDRESS"  # hook gone
+
+
 # --- issue 15/13 follow-up: bounded work on digit runs, repeated honorifics, dense spans --------
 
 import random  # noqa: E402

@@ -22,13 +22,22 @@ was not adopted: it is not in requirements.lock, and presidio's PatternRecognize
 with ``regex`` internally, so RE2 would need a recognizer class of our own.
 
 :func:`windows` cuts a long text into overlapping windows so no recognizer (nor spaCy) ever sees
-more than ``window`` characters at once.
+more than ``window`` characters at once. A detector working through the windows of a long text
+calls :func:`pause_point` between groups of them: the thread's pause hook (installed by whoever
+runs the detector, with :func:`pausing`; the server's large-input lane, issue 9 "Bounded work per
+request") may wait there so short requests go first, or raise to abandon a screen nobody awaits.
+Without a hook it does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
+from collections.abc import Callable, Iterator
 from typing import Iterable
+
+_hooks = threading.local()
 
 #: Characters RFC 5322 allows in an unquoted local part (dot-atom ``atext``), as presidio lists them.
 _ATEXT = r"[!#$%&'*+\-/=?^_`{|}~\w]"
@@ -180,3 +189,23 @@ def windows(text: str, window: int, overlap: int) -> list[tuple[int, int]]:
             return bounds
         start = _snap_back(text, end - overlap, end - overlap - overlap // 2)
 
+
+
+def pause_point() -> None:
+    """Call this thread's pause hook (:func:`pausing`), if any: a detector calls it between groups of
+    windows of a long text. Whatever the hook raises propagates (the detector's work is abandoned)."""
+    hook = getattr(_hooks, "hook", None)
+    if hook is not None:
+        hook()
+
+
+@contextlib.contextmanager
+def pausing(hook: Callable[[], None]) -> Iterator[None]:
+    """Within the block, :func:`pause_point` on this thread calls ``hook()`` (the previous hook is
+    restored after it). ``hook`` may block (e.g. while higher-priority work runs) or raise."""
+    previous = getattr(_hooks, "hook", None)
+    _hooks.hook = hook
+    try:
+        yield
+    finally:
+        _hooks.hook = previous

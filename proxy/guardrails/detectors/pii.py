@@ -132,6 +132,14 @@ class PiiDetectorConfig(BaseModel):
             texts are analysed in overlapping windows (issue 15: bounded regex work).
         analysis_overlap_chars: characters shared by consecutive windows; an entity up to this
             long is always seen whole. Needs ``2 * overlap < window``.
+        batch_windows: windows spaCy processes at once (its ``pipe`` ``batch_size``). A long
+            text's analysis holds about this many windows' docs and layer activations at a time,
+            so it bounds the detector's peak memory (issue 9 "Memory"): with spaCy's default (the
+            model's 256, i.e. all of a 150 KB text's ~80 windows at once) one 150 KB prompt raised
+            the peak RSS of a screening thread by ~500 MB and left ~300 MB in the allocator; with 4,
+            by ~65 MB and ~50 MB (in-process, one thread). Also the most windows parsed between two
+            :func:`~proxy.guardrails.detectors.patterns.pause_point` calls. The spans do not depend
+            on it (spaCy parses each doc on its own; a test compares them).
         address_blocks: add :class:`~.privacy_address.AddressBlockRecognizer` (the name and place
             lines of a multi-line postal address).
         min_digits: per entity type, the fewest digits a span must hold to be reported (a
@@ -171,6 +179,7 @@ class PiiDetectorConfig(BaseModel):
     allow_list: list[str] = Field(default_factory=list)
     analysis_window_chars: int = Field(default=2000, ge=100, le=100_000)
     analysis_overlap_chars: int = Field(default=200, ge=0)
+    batch_windows: int = Field(default=4, ge=1, le=1000)
     context: ContextConfig = Field(default_factory=ContextConfig)
     address_blocks: bool = True
     min_digits: dict[str, int] = Field(default_factory=dict)
@@ -427,9 +436,10 @@ class PiiDetector:
         return not needed or sum(c.isdigit() for c in text[span.start:span.end]) >= needed
 
     def _nlp_artifacts(self, pieces: list[str]):
-        """(piece, presidio ``NlpArtifacts``, mood, NER pending) per piece, in order; one spaCy
-        ``pipe`` pass over the pieces holding a letter, as presidio's ``analyze_iterator`` (without
-        the NER component when ``ner_gate`` is on: NER pending, see :meth:`_with_ner`).
+        """(piece, presidio ``NlpArtifacts``, mood, NER pending) per piece, in order; spaCy ``pipe``
+        passes over the pieces holding a letter, as presidio's ``analyze_iterator`` (without
+        the NER component when ``ner_gate`` is on: NER pending, see :meth:`_with_ner`), in groups
+        of ``batch_windows`` pieces (:meth:`_parsed`: bounded memory, and a pause point between groups).
 
         A piece without any letter (digit runs, separators: issue 15's ``"1 " * 6000``) is only
         tokenised: spaCy's tagger, parser and NER cost ~90% of such a window and can add nothing
@@ -440,11 +450,7 @@ class PiiDetector:
 
         nlp_engine, language = self.analyzer().analyzer_engine.nlp_engine, self.config.language
         letters = [p for p in pieces if _LETTER.search(p)]
-        if self._ner_gate:
-            docs = nlp_engine.get_nlp(language).pipe(letters, disable=["ner"])
-            full = ((doc.text, nlp_engine._doc_to_nlp_artifact(doc, language)) for doc in docs)
-        else:
-            full = nlp_engine.process_batch(texts=letters, language=language)
+        full = self._parsed(nlp_engine, language, letters)
         for piece in pieces:
             if _LETTER.search(piece):
                 text, artifacts = next(full)
@@ -454,6 +460,21 @@ class PiiDetector:
             artifacts = NlpArtifacts(entities=[], tokens=doc, tokens_indices=[t.idx for t in doc],
                                      lemmas=[t.text for t in doc], nlp_engine=nlp_engine, language=language)
             yield piece, artifacts, letterless_mood(doc), False
+
+    def _parsed(self, nlp_engine, language: str, letters: list[str]):
+        """(text, ``NlpArtifacts``) of each of ``letters``, parsed ``batch_windows`` at a time (one spaCy
+        ``pipe`` call per group; without NER when ``ner_gate`` is on), with a
+        :func:`~proxy.guardrails.detectors.patterns.pause_point` before each group."""
+        size = self.config.batch_windows
+        for start in range(0, len(letters), size):
+            if start:
+                patterns.pause_point()
+            group = letters[start:start + size]
+            if self._ner_gate:
+                for doc in nlp_engine.get_nlp(language).pipe(group, disable=["ner"], batch_size=size):
+                    yield doc.text, nlp_engine._doc_to_nlp_artifact(doc, language)
+            else:
+                yield from nlp_engine.process_batch(texts=group, language=language, batch_size=size)
 
     def _with_ner(self, artifacts):
         """``artifacts`` of a doc parsed without NER, after running the pipeline's NER component on it
