@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from typing import Any, Callable, NamedTuple
 
 from proxy.guardrails.cache import ScanCache
 from proxy.guardrails.conversation import ReplyMatcher, Settled, current_turn_start, settled_turns, withheld_indexes
@@ -34,6 +36,7 @@ from proxy.guardrails.decisions import (
 from proxy.guardrails.detector import ApologyCheck, Detector
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.messages import (
+    TextPiece,
     definition_pieces,
     definition_texts,
     last_user_text,
@@ -58,6 +61,41 @@ GENERAL_DOMAIN = "general"
 VERDICTS = "verdict"
 
 TokenCounter = Callable[[str, list[Message]], int]
+
+#: Inputs whose text pieces total at most this many characters are screened in two threads at once:
+#: Privacy (presidio/spaCy, with its per-thread analyzer) in the calling thread, Safety and
+#: Compliance (ONNX Runtime embeddings and numpy classifiers, which release the GIL) in a side
+#: thread. Larger inputs are screened in one thread, one policy after the other, so a large prompt
+#: never takes more than its lane's thread (issue 9 "Bounded work per request").
+PARALLEL_MAX_CHARS = 8000
+#: Side threads for Safety and Compliance (a judgement that cannot start at once runs in the caller).
+SIDE_THREADS = 4
+
+
+@lru_cache(maxsize=1)
+def _side_pool() -> ThreadPoolExecutor:
+    """The process's side threads (created on the first parallel screen)."""
+    return ThreadPoolExecutor(SIDE_THREADS, thread_name_prefix="guardrails-side")
+
+
+class _Judgement(NamedTuple):
+    """Safety and Compliance on a request's input (the part of :meth:`GuardrailEngine.screen_input`
+    before Privacy): the route, the settled history turns and the refusals."""
+
+    route: DomainRoute
+    settled: list[Settled]
+    withheld: set[int]
+    refusals: list[Decision]
+    message_refusals: list[Decision]
+
+
+class _PrivacyScan(NamedTuple):
+    """The first input Privacy policy's spans for the text pieces of a request (definitions first,
+    then the messages: ``(message index or None, piece)``), or the error the detector raised."""
+
+    pieces: list[tuple[int | None, TextPiece]]
+    spans: list[Any] | None = None
+    error: BaseException | None = None
 
 
 def input_texts(messages: list[Message], assistant_turns: int | None = None) -> list[str]:
@@ -166,21 +204,22 @@ class GuardrailEngine:
         the decisive action and the (masked) messages the model may see. Refusal stops the
         evaluation of weaker policies' actions (their triggers are still reported).
         """
-        route = self.classify_domain(messages)
-        settled = self.settled(messages)
-        withheld = withheld_indexes(messages, settled)
-        judged = [m for i, m in enumerate(messages) if i not in withheld]
-        tool_texts = definition_texts(definitions)
-        message_refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
-        refusals = message_refusals or (self._safety("input", lambda p: tool_texts, definitions=True)
-                                        if tool_texts else [])
+        pieces = self._pieces(messages, definitions)
+        scan: _PrivacyScan | None = None
+        if self._parallel(pieces):  # Privacy here while Safety and Compliance run in a side thread
+            side = _side_pool().submit(self._judge_input, messages, definitions)
+            scan = self._privacy_scan(pieces)
+            judged = self._judge_input(messages, definitions) if side.cancel() else side.result()
+        else:
+            judged = self._judge_input(messages, definitions)
+        route, settled, withheld, refusals, message_refusals = judged
         if refusals:
             if message_refusals:  # the verdict belongs to the user's turn only when its messages fire
                 self._record(messages, "refuse")
             apology = self._policy(refusals[0].policy_id).apology
             return InputScreen("refuse", messages, [refusals[0]], refusals, route.domain, route.confidence,
                                apology=apology, settled=settled, definitions=definitions)
-        masked, masked_definitions, masker, mask = self._mask_input(messages, withheld, definitions)
+        masked, masked_definitions, masker, mask = self._mask_input(messages, withheld, definitions, scan)
         escalation = self._escalate(route)
         notice = self._notice(route) if escalation is None else None
         decisions = [d for d in (mask, escalation, notice) if d is not None]
@@ -194,6 +233,44 @@ class GuardrailEngine:
         elif notice is not None:
             screen.notice = route.result.notice
         return screen
+
+    def _judge_input(self, messages: list[Message], definitions: dict[str, Any] | None) -> _Judgement:
+        """Compliance's route and Safety's refusals for :meth:`screen_input` (no side effects but
+        the scan cache: the caller records verdicts)."""
+        route = self.classify_domain(messages)
+        settled = self.settled(messages)
+        withheld = withheld_indexes(messages, settled)
+        judged = [m for i, m in enumerate(messages) if i not in withheld]
+        tool_texts = definition_texts(definitions)
+        message_refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
+        refusals = message_refusals or (self._safety("input", lambda p: tool_texts, definitions=True)
+                                        if tool_texts else [])
+        return _Judgement(route, settled, withheld, refusals, message_refusals)
+
+    @staticmethod
+    def _pieces(messages: list[Message], definitions: dict[str, Any] | None) -> list[tuple[int | None, TextPiece]]:
+        """Every text piece Privacy reads: ``(None, piece)`` for the definitions first, then
+        ``(message index, piece)`` for the messages (the order the maskers walk them)."""
+        pieces: list[tuple[int | None, TextPiece]] = [(None, p) for p in definition_pieces(definitions)]
+        pieces += [(i, p) for i, m in enumerate(messages) for p in text_pieces(m)]
+        return pieces
+
+    def _parallel(self, pieces: list[tuple[int | None, TextPiece]]) -> bool:
+        """True when the input screen runs Privacy beside Safety/Compliance (see :data:`PARALLEL_MAX_CHARS`)."""
+        if not self._policies("privacy", "input"):
+            return False
+        if not (self._policies("safety", "input") or self._policies("compliance", "input")):
+            return False
+        return sum(len(p.text) for _, p in pieces) <= PARALLEL_MAX_CHARS
+
+    def _privacy_scan(self, pieces: list[tuple[int | None, TextPiece]]) -> _PrivacyScan:
+        """The first input Privacy policy's spans of ``pieces``; a detector error is kept, raised only
+        if the masking needs the spans (a refused request never did, and still gets its refusal)."""
+        policy = self._policies("privacy", "input")[0]
+        try:
+            return _PrivacyScan(pieces, self.detect(policy, [p.text for _, p in pieces]))
+        except Exception as exc:  # noqa: BLE001  (re-raised by _mask_input when it is needed)
+            return _PrivacyScan(pieces, error=exc)
 
     def settled(self, messages: list[Message]) -> list[Settled]:
         """History turns of ``messages`` that keep an earlier refuse/escalate verdict
@@ -214,7 +291,7 @@ class GuardrailEngine:
         return self._mask_input(messages)[0]
 
     def _mask_input(self, messages: list[Message], withheld: set[int] = frozenset(),
-                    definitions: dict[str, Any] | None = None
+                    definitions: dict[str, Any] | None = None, scan: _PrivacyScan | None = None
                     ) -> tuple[list[Message], dict[str, Any] | None, PiiMasker | None, Decision | None]:
         """(messages with PII replaced by placeholders, minus the ``withheld`` indexes; the
         ``definitions`` likewise masked; their masker; the mask decision, over the forwarded
@@ -225,13 +302,17 @@ class GuardrailEngine:
         withheld ones included, so the same history gets the same placeholders in every request
         of a conversation. A definition piece's span has ``message: null`` and a ``field`` such as
         ``tools.0.function.description``. Only the first input privacy policy masks; a second
-        would only see placeholders.
+        would only see placeholders. ``scan``: that policy's spans, already found by :meth:`screen_input`.
         """
         forwarded = [m for i, m in enumerate(messages) if i not in withheld]
-        for policy in self._policies("privacy", "input"):
-            pieces = [(None, p) for p in definition_pieces(definitions)]
-            pieces += [(i, p) for i, m in enumerate(messages) for p in text_pieces(m)]
-            spans = self.detect(policy, [p.text for _, p in pieces])
+        for policy in self._policies("privacy", "input")[:1]:
+            if scan is None:
+                pieces = self._pieces(messages, definitions)
+                spans = self.detect(policy, [p.text for _, p in pieces])
+            elif scan.error is not None:
+                raise scan.error
+            else:
+                pieces, spans = scan.pieces, scan.spans
             keep = [k for k, (i, _) in enumerate(pieces) if i not in withheld]
             if not any(spans[k] for k in keep):
                 break

@@ -21,6 +21,7 @@ Routes (OpenAI-compatible where OpenAI has one), one module each under ``routes/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import itertools
@@ -162,6 +163,8 @@ async def warm_up_upstream(upstream: Upstream) -> None:
 
     messages = [{"role": "user", "content": "warm up"}]
     for name in list(upstream.routes):
+        with contextlib.suppress(Exception):  # its tokenizer loaded now (continuity plans count on the loop)
+            upstream.count_tokens(name, messages)
         try:
             await upstream.complete(name, messages, {"mock_response": "ok"})
             stream = await upstream.open_stream(name, messages, {"mock_response": "ok"})

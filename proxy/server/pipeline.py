@@ -51,6 +51,11 @@ log = logging.getLogger("sonate.pipeline")
 
 #: policy_id of the single receipt of a request where no policy fired.
 ALLOW_POLICY_ID = "matrix"
+#: Text-only messages of at most this many characters have their continuity plan (a token count)
+#: made on the event loop: for short texts that is cheaper than a hop to the detector threads, where
+#: it would also queue behind other requests' screens (every route's tokenizer is loaded at start,
+#: proxy.server.app.warm_up_upstream).
+INLINE_PLAN_CHARS = 4000
 
 
 @dataclass
@@ -98,6 +103,9 @@ class _Exchange:
     #: ``evidence.endpoint`` of the receipts when another API is served over this pipeline
     #: ("responses", "messages": proxy.server.translated); None for chat completions.
     endpoint: str | None = None
+    #: The ledger check before the model call (:meth:`ReceiptSink.before_upstream`), started with the
+    #: input screen so that it overlaps it (None: started when needed).
+    ledger_check: asyncio.Future[None] | None = None
 
 
 def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None:
@@ -120,6 +128,12 @@ def _upstream_params(x: _Exchange) -> dict[str, Any]:
     if x.screen is not None and x.screen.definitions:
         params.update(x.screen.definitions)
     return params
+
+
+def _consume(future: "asyncio.Future[Any]") -> None:
+    """Retrieve a finished future's exception (one nobody awaited is not logged as lost)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class Gateway:
@@ -181,6 +195,8 @@ class Gateway:
         x.started, x.endpoint = started, endpoint
         tracing.start_operation("chat", req.model, x.route.provider, request_id=x.request_id, actor=x.caller.actor,
                                 stream=bool(req.stream))
+        x.ledger_check = asyncio.ensure_future(self.sink.before_upstream())  # overlaps the input screen
+        x.ledger_check.add_done_callback(_consume)  # awaited only when the request is forwarded
         screen = await self._screen_input(x)
         if screen.notice and screen.action not in ("refuse", "escalate"):  # Compliance `ambiguous: notice`
             x.headers["x-sonate-notice"] = screen.notice
@@ -243,11 +259,12 @@ class Gateway:
         x.decisions, x.triggers = list(screen.decisions), list(screen.triggers)
         return screen
 
-    async def before_upstream(self, request_id: str) -> None:
+    async def before_upstream(self, request_id: str, check: Awaitable[None] | None = None) -> None:
         """fail_closed: GatewayError 503 ``ledger_unavailable`` while the ledger is known to be down,
-        so nothing is forwarded whose receipt could not be written (the sink's check)."""
+        so nothing is forwarded whose receipt could not be written (the sink's check; ``check``: that
+        check already started for this request, see :attr:`_Exchange.ledger_check`)."""
         try:
-            await self.sink.before_upstream()
+            await (check if check is not None else self.sink.before_upstream())
         except LedgerError as exc:
             log.error("ledger unavailable before the model call for %s: %s", request_id, exc)
             raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
@@ -257,7 +274,7 @@ class Gateway:
 
         fail_closed: nothing is forwarded while the ledger is known to be down (503).
         """
-        await self.before_upstream(x.request_id)
+        await self.before_upstream(x.request_id, x.ledger_check)
         try:
             messages = await self._continuity(x)
             x.result = await self.upstream.complete(x.req.model, messages, _upstream_params(x))
@@ -271,7 +288,7 @@ class Gateway:
         """Continuity summary (if planned), then open the provider stream; the answer is passed
         through by the returned result's ``events``. Errors before the first byte are the same
         as :meth:`_forward`'s (503 fail_closed, mapped provider errors)."""
-        await self.before_upstream(x.request_id)
+        await self.before_upstream(x.request_id, x.ledger_check)
         try:
             messages = await self._continuity(x)
             stream = await self.upstream.open_stream(x.req.model, messages, _upstream_params(x))
@@ -310,7 +327,11 @@ class Gateway:
         """The messages for the model: the screened ones, or a continuity policy's summary of them."""
         assert x.screen is not None
         messages = x.screen.messages
-        plan = await self._run(self.engine.continuity_plan, messages, x.req.model)
+        if all(isinstance(m.get("content"), (str, type(None))) for m in messages) \
+                and text_chars(messages) <= INLINE_PLAN_CHARS:  # (image parts may be fetched to be counted)
+            plan = self.engine.continuity_plan(messages, x.req.model)
+        else:
+            plan = await self._run(self.engine.continuity_plan, messages, x.req.model)
         if plan is None:
             return messages
         summarizer = plan.policy.summary_model or x.req.model

@@ -192,6 +192,12 @@ class Upstream:
         return int(litellm.token_counter(model=target, messages=messages))
 
     def _cost(self, response: Any) -> float:
+        """The call's cost in USD: the one litellm already computed for the response
+        (``_hidden_params["response_cost"]``, set by its logging object from the same price map),
+        else ``litellm.completion_cost``; 0.0 when the model is not in the price map."""
+        known = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if isinstance(known, (int, float)) and not isinstance(known, bool) and math.isfinite(known):
+            return float(known)
         try:
             return float(litellm.completion_cost(completion_response=response) or 0.0)
         except Exception:  # unknown model in the price map: cost is unknown, recorded as 0

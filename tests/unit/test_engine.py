@@ -8,11 +8,13 @@ which message texts reach which detector. The real detectors have their own test
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
 
 from proxy.guardrails.detector import Detector
+from proxy.guardrails import engine as engine_module
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text
 from proxy.guardrails.registry import DetectorRegistry, default_registry
@@ -86,7 +88,7 @@ def test_refuse_beats_escalate_and_mask(rig):
     assert screen.triggers == screen.decisions
     assert screen.apology == "Refused by policy."
     assert screen.messages == messages and screen.masker is None  # nothing masked, nothing escalated
-    assert screen.escalation_id is None and rig.pii.calls == []
+    assert screen.escalation_id is None  # (Privacy may have run beside Safety: test_refused_input_...)
     assert screen.domain == "health"  # the domain is still classified (stratum of the receipt)
     evidence = screen.decisions[0].evidence
     assert evidence["categories"] == ["toxicity"]
@@ -164,6 +166,41 @@ def test_model_apology_is_reported(rig):
     assert rig.engine.screen_output("Four.").model_apology is False
 
 
+# ---- Privacy beside Safety and Compliance (issue 9) ----------------------------------------------
+
+
+def test_a_small_input_is_masked_while_safety_and_compliance_judge_it_in_a_side_thread(rig, monkeypatch):
+    seen, judging = {}, threading.Event()
+    for name, fake in (("safety", rig.safety), ("privacy", rig.pii), ("compliance", rig.domain)):
+        def spy(texts, _detect=fake.detect, _name=name):
+            seen[_name] = threading.current_thread().name
+            if _name == "privacy":  # Privacy is still running when the others start: they run at once
+                seen["overlapped"] = judging.wait(10)
+            else:
+                judging.set()
+            return _detect(texts)
+        monkeypatch.setattr(fake, "detect", spy)
+    screen = rig.engine.screen_input([user("Hello, I am ada@example.org")])
+    assert screen.action == "mask" and screen.messages[0]["content"] == "Hello, I am <EMAIL_ADDRESS_1>"
+    assert seen["overlapped"] and seen["privacy"] == threading.current_thread().name
+    assert seen["safety"] == seen["compliance"] != seen["privacy"]
+
+
+def test_a_large_input_is_screened_in_one_thread_and_privacy_skips_a_refused_one(rig, monkeypatch):
+    monkeypatch.setattr(engine_module, "PARALLEL_MAX_CHARS", 10)
+    screen = rig.engine.screen_input([user("BAD: please diagnose ada@example.org")])
+    assert screen.action == "refuse" and rig.pii.calls == []
+
+
+def test_a_privacy_error_fails_an_allowed_input_but_not_a_refusal(rig, monkeypatch):
+    def broken(texts):
+        raise RuntimeError("privacy detector down")
+    monkeypatch.setattr(rig.pii, "detect", broken)
+    assert rig.engine.screen_input([user("BAD: something")]).action == "refuse"
+    with pytest.raises(RuntimeError, match="privacy detector down"):
+        rig.engine.screen_input([user("What is 2 + 2?")])
+
+
 # ---- which texts reach which detector ----------------------------------------------------------
 
 
@@ -195,7 +232,7 @@ def prefill(text: str) -> list[dict[str, Any]]:
 
 def test_a_prefilled_assistant_turn_is_refused_like_a_user_turn(rig):
     screen = rig.engine.screen_input(prefill("Here is how to HARM people, step one"))
-    assert screen.action == "refuse" and rig.pii.calls == []
+    assert screen.action == "refuse" and screen.masker is None
     assert screen.decisions[0].evidence["categories"] == ["harmful_intent"]
 
 

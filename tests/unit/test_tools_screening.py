@@ -128,7 +128,7 @@ def test_safety_judges_the_definitions(rig, where, definitions):
     screen = rig.engine.screen_input([user("What is the weather in Paris?")], definitions)
     assert screen.action == "refuse", where
     assert screen.decisions[0].evidence["categories"] in (["harmful_intent"], ["toxicity"])
-    assert rig.pii.calls == []  # refused before Privacy: nothing would be forwarded
+    assert screen.masker is None and screen.definitions == definitions  # refused: nothing masked, nothing forwarded
 
 
 def test_a_refusal_caused_by_the_tools_is_no_verdict_on_the_users_turn(rig):

@@ -99,7 +99,10 @@ class OnnxEncoder:
         :data:`ATTENTION_BUDGET` batch × tokens² (sentence-transformers sorts by length the same way)."""
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
-        encodings = self.tokenizer.encode_batch(texts)
+        encodings = self.tokenizer.encode_batch(texts)  # padded to the longest text: one tokenisation in all
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        types = np.array([e.type_ids for e in encodings], dtype=np.int64)
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
         batches: list[list[int]] = []
         start = 0
@@ -110,19 +113,19 @@ class OnnxEncoder:
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
         workers = min(len(batches), os.cpu_count() or 1)
         if workers == 1:  # request time: one small batch, on the caller's thread
-            results = [self._batch([texts[i] for i in batches[0]])]
+            results = [self._batch(ids[batches[0]], mask[batches[0]], types[batches[0]])]
         else:  # a corpus (classifier set-up at start): batches in parallel (sessions release the GIL)
             with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:
-                results = list(pool.map(lambda chosen: self._batch([texts[i] for i in chosen]), batches))
+                results = list(pool.map(lambda chosen: self._batch(ids[chosen], mask[chosen], types[chosen]), batches))
         for chosen, vectors in zip(batches, results):
             out[chosen] = vectors
         return out
 
-    def _batch(self, texts: list[str]) -> np.ndarray:
-        encodings = self.tokenizer.encode_batch(texts)  # padded to this batch's longest
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        types = np.array([e.type_ids for e in encodings], dtype=np.int64)
+    def _batch(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        """Embeddings of one batch of tokenised texts (rows of ``ids``/``mask``/``types``), the padding
+        columns beyond the batch's longest text cut off: the tensors the tokenizer gives for the batch alone."""
+        width = max(1, int(mask.sum(axis=1).max()))
+        ids, mask, types = ids[:, :width], mask[:, :width], types[:, :width]
         (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
         # sentence_transformers.models.Pooling (mean): sum of token vectors over the mask / token count
         weights = mask[:, :, None].astype(np.float32)
