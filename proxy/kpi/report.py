@@ -8,7 +8,9 @@ evidence and the trusted public keys. Definitions (methodology; ``docs/methodolo
   ``guardrail_action`` is not a human action (:data:`HUMAN_ACTIONS`), with ``ts`` in
   ``[start, end)``, served by chat completions or the Responses / Messages APIs
   (:data:`CHAT_ENDPOINTS`); receipts of other endpoints (``evidence.endpoint``, e.g. ``"embeddings"``)
-  are no chat request and no interaction (they still count in LVP's sample of receipts). Its stratum is the receipt's ``stratum`` (domain, complexity, provider).
+  are no chat request and no interaction (they still count in LVP's sample of receipts). Its stratum
+  is the receipt's ``stratum`` (domain, complexity, provider); a missing or unknown complexity
+  counts as ``standard`` in every figure.
 - **FAR-A** = interactions whose apology (a refusal, or ``evidence.model_apology``) was
   adjudicated *unnecessary* / interactions. Apologies not yet adjudicated count as necessary;
   the adjudication coverage is disclosed next to the figure.
@@ -165,9 +167,24 @@ def _interactions(receipts: Sequence[dict[str, Any]], start: str, end: str) -> d
         stratum = r.get("stratum") or {}
         entry = out.setdefault(r["request_id"], _Interaction(r["request_id"], {
             "domain": str(stratum.get("domain") or r.get("intent") or "general"),
-            "complexity": str(stratum.get("complexity") or "standard"),
+            "complexity": _complexity(stratum.get("complexity")),
             "provider": str(stratum.get("provider") or r.get("provider") or "unknown")}))
         entry.receipts.append(r)
+    return out
+
+
+def _complexity(value: Any) -> str:
+    """A receipt's complexity stratum: one of :data:`~proxy.kpi.strata.COMPLEXITIES`; a missing or
+    unknown value counts as ``standard`` everywhere in the report (FAR-A, TIS and per_stratum_n alike)."""
+    return value if isinstance(value, str) and value in COMPLEXITIES else "standard"
+
+
+def _by_request(cases: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Escalation cases grouped by request_id, in input order (a request may have several)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for case in cases:
+        if "request_id" in case:
+            out.setdefault(case["request_id"], []).append(case)
     return out
 
 
@@ -206,7 +223,7 @@ class _Lookups:
     """What the per-interaction columns look up besides the interaction's own receipts."""
 
     items: dict[str, dict[str, Any]]       # request_id -> adjudication item
-    cases: dict[str, dict[str, Any]]       # request_id -> escalation case
+    cases: dict[str, list[dict[str, Any]]]  # request_id -> its escalation cases
     adjudicated: set[tuple[str, str]]      # (adjudication_id, stage) with an ``adjudicate`` receipt
     resolved: set[str]                     # escalation ids with a ``resolve`` receipt
     lvp: dict[str, list[bool]]             # request_id -> LVP re-verification results
@@ -217,7 +234,7 @@ class _Lookups:
         """Index the inputs' review items, cases and human receipts; draw the LVP sample."""
         adjudicated, resolved = _human_receipt_index(inputs.receipts)
         return cls(items={i["request_id"]: i for i in inputs.review_items if "request_id" in i},
-                   cases={c["request_id"]: c for c in inputs.cases if "request_id" in c},
+                   cases=_by_request(inputs.cases),
                    adjudicated=adjudicated, resolved=resolved,
                    lvp=_lvp_sample(inputs.receipts, inputs.start, inputs.end, inputs.lvp_sample, inputs.seed,
                                    inputs.public_keys),
@@ -259,10 +276,10 @@ def _receipted_actions(inter: _Interaction, item: dict[str, Any] | None, look: _
         stages = list((item.get("passes") or {}).keys()) + (["lead"] if item.get("lead") else [])
         n_actions += len(stages)
         n_receipted += sum((item["id"], s) in look.adjudicated for s in stages)
-    case = look.cases.get(inter.request_id)
-    if case and case.get("status") == "resolved":
-        n_actions += 1
-        n_receipted += case["id"] in look.resolved
+    for case in look.cases.get(inter.request_id, []):  # each resolution is a human action
+        if case.get("status") == "resolved":
+            n_actions += 1
+            n_receipted += case["id"] in look.resolved
     return n_actions, n_receipted
 
 
@@ -513,8 +530,7 @@ def build_report(inputs: ReportInputs) -> dict[str, Any]:
     if inputs.resamples < BOOTSTRAP_RESAMPLES:
         raise ValueError(f"resamples must be >= {BOOTSTRAP_RESAMPLES}")
     m, strata, info = _matrix(inputs)
-    index = np.array([COMPLEXITIES.index(s["complexity"]) if s["complexity"] in COMPLEXITIES else 1
-                      for s in strata], dtype=int)
+    index = np.array([COMPLEXITIES.index(s["complexity"]) for s in strata], dtype=int)
     window_items = [i for i in inputs.review_items if _in_window(i.get("ts", ""), inputs.start, inputs.end)]
     statuses = Counter(i.get("status") for i in window_items)
     notes = []

@@ -95,6 +95,12 @@ async def _latest_checkpoint(store: LedgerStore) -> str | None:
         return None
 
 
+def _has_height(receipt: Any) -> bool:
+    """True when ``receipt`` is an object whose ``ledger_height`` is a non-negative integer."""
+    value = receipt.get("ledger_height") if isinstance(receipt, dict) else None
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 async def _inclusion_failures(store: LedgerStore, receipt: dict[str, Any], height: int, note: str,
                               tree_size: int, public_keys: Mapping[str, bytes]) -> list[Failure]:
     from proxy.tlog.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
@@ -140,8 +146,14 @@ async def audit_heights(store: LedgerStore, public_keys: Mapping[str, bytes],
         previous = await store.get_by_height(height - 1) if height > 0 else None
         fails = verify_receipt(receipt, dict(public_keys) if not isinstance(public_keys, dict) else public_keys,
                                previous=previous)
+        if not isinstance(receipt, dict):  # JSON, but no object: verify_receipt's failures are all it can have
+            results.append(AuditResult(height, classify(fails), fails))
+            continue
         if height > 0 and previous is None:
             fails.append(Failure(height, receipt.get("receipt_id"), "height", f"height {height - 1} is missing"))
+        elif height > 0 and not _has_height(previous):  # verify_receipt skips a link it cannot read
+            fails.append(Failure(height, receipt.get("receipt_id"), "prev_hash",
+                                 f"height {height - 1} holds no readable receipt: the link cannot be checked"))
         if receipt.get("ledger_height") != height:
             fails.append(Failure(height, receipt.get("receipt_id"), "height",
                                  f"stored at height {height} but says {receipt.get('ledger_height')!r}"))

@@ -263,14 +263,19 @@ async def verify_store(
     Reads ``page`` receipts at a time. Checks the link into ``start`` from
     the receipt before it, and, when the run reaches the head, that the head
     names the last receipt's height and entry hash and that nothing is stored
-    above it. Returns ``(receipts checked, failures)``. Raises
+    above it (a store without a head but with a receipt at ``start`` fails ``head``). Returns ``(receipts checked, failures)``. Raises
     :class:`proxy.storage.base.LedgerUnavailable` if the store is down,
     ``ValueError`` for a negative ``start`` or ``page`` < 1.
     """
     if start < 0 or page < 1:
         raise ValueError("start must be >= 0 and page >= 1")
     head = await store.head()
-    top = -1 if head is None else head.height
+    if head is None:  # an empty ledger, unless receipts were stored without a head (its head was deleted)
+        stray = await store.get_by_height(start)
+        if stray is not None and await store.head() is None:  # (not a first append landing meanwhile)
+            return 0, [Failure(start, _receipt_id(stray), "head", "receipts are stored but the ledger has no head")]
+        return 0, []
+    top = head.height
     stop = top + 1 if end is None else min(end, top + 1)
     previous = None
     early: list[Failure] = []
@@ -286,7 +291,7 @@ async def verify_store(
             last = receipt
     verifier.finish(stop)
     failures = early + verifier.failures
-    if head is not None and stop == top + 1 and start <= top:
+    if stop == top + 1 and start <= top:
         last_hash = _entry_hash_or_none(last)
         if _height(last) != head.height or last_hash != head.entry_hash:
             failures.append(Failure(head.height, _receipt_id(last), "head",

@@ -20,7 +20,7 @@ from proxy.receipts.audit import audit_heights, classify, sample_heights
 from proxy.receipts.canonical import canonical
 from proxy.receipts.receipt import seal
 from proxy.tlog.tree import publish_checkpoint
-from proxy.receipts.verify import Failure
+from proxy.receipts.verify import Failure, verify_store
 from proxy.server.tasks import LedgerAuditor
 from tests.support.redis_server import redis_url
 from tests.support.faults import metric_value
@@ -260,3 +260,27 @@ async def test_the_genesis_receipt_has_no_predecessor_to_read(ledger_env) -> Non
     raw.set(f"{{{namespace}}}:r:-1", raw.get(f"{{{namespace}}}:r:0"))
     [result] = await audit_heights(store, _keys(signer), [0])
     assert result.result == "pass", result.failures
+
+
+@pytest.mark.parametrize("stored", [[1, 2], "a string", 42, None])
+async def test_a_stored_receipt_that_is_json_but_no_object_fails_its_height_and_the_round_goes_on(
+        ledger_env, stored) -> None:
+    """An attacker's non-object JSON at one height fails that height; its neighbours are still audited."""
+    store, signer, raw, namespace = ledger_env
+    raw.set(f"{{{namespace}}}:r:4", json.dumps(stored))
+    results = await audit_heights(store, _keys(signer), [3, 4, 5])
+    assert [r.height for r in results] == [3, 4, 5]
+    assert results[0].result == "pass"
+    assert results[1].result != "pass" and results[1].failures
+    assert results[2].result == "fail_chain"  # its predecessor is no receipt: the link cannot hold
+
+
+async def test_verify_store_fails_a_ledger_whose_head_was_deleted(ledger_env) -> None:
+    """Receipts with no head are no empty ledger: verify_store reports the missing head."""
+    store, signer, raw, namespace = ledger_env
+    assert await verify_store(store, _keys(signer)) == (SIZE, [])
+    first = _stored(raw, namespace, 0)
+    raw.delete(f"{{{namespace}}}:head")
+    count, failures = await verify_store(store, _keys(signer))
+    assert count == 0 and [(f.height, f.receipt_id, f.check) for f in failures] == [(0, first["receipt_id"], "head")]
+    assert (await verify_store(store, _keys(signer), start=3))[1][0].height == 3

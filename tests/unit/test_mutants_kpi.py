@@ -476,7 +476,8 @@ def test_interactions_are_chat_requests_in_the_window_with_defaulted_strata(scen
     to intent / receipt provider, then general / standard / unknown."""
     d = scenario_report["disclosure"]
     assert d["n_interactions"] == 15
-    assert d["per_stratum_n"] == {"complexity": {"simple": 1, "standard": 3, "advanced": 10, "critical": 0},
+    # q7's unknown complexity counts as standard here as in FAR-A and TIS (per_stratum_n adds up to n)
+    assert d["per_stratum_n"] == {"complexity": {"simple": 1, "standard": 4, "advanced": 10, "critical": 0},
                                   "domain": {"code": 10, "general": 3, "health": 1, "legal": 1},
                                   "provider": {"anthropic": 1, "openai": 11, "unknown": 3}}
     assert d["provider_mix"]["anthropic"] == {"n": 1, "share": pytest.approx(1 / 15), "below_min_share": True}
@@ -761,6 +762,10 @@ def test_rc_counts_the_lead_verdict_as_a_human_action() -> None:
     rc = report["kpis"]["tis"]["components"]["rc"]
     assert (rc["successes"], rc["n"]) == (3, 5)
     assert report["kpis"]["far_a"]["overall"]["successes"] == 1
+    # two resolved cases of one request are two human actions (the second does not replace the first)
+    report = build_report(_empty(receipts=[receipt, *human, resolution], review_items=[item], cases=[case, case_8]))
+    rc = report["kpis"]["tis"]["components"]["rc"]
+    assert (rc["successes"], rc["n"]) == (4, 6)
 
 
 def test_pfi_weights_and_rates_are_finite_non_negative_numbers_not_booleans() -> None:

@@ -504,3 +504,12 @@ def test_encode_value_gives_rfc8785_bytes_for_any_json_value() -> None:
               {"\ue000": 1, "\U0001f600": 2, "a": [0.5]}, "\u2028 \x7f", 2**53 - 1, -(2**53 - 1), None, False]
     for value in values:
         assert encode_value(value) == canonical(value), value
+
+
+@pytest.mark.parametrize("field", ["receipt_id", "inputs_hash", "outputs_hash", "key_id", "prev_hash", "ed25519_sig"])
+def test_pattern_fields_must_match_whole_and_be_strings(field) -> None:
+    """A trailing newline, a prefix of the value, or a non-string fails the field's pattern check."""
+    sealed = seal(_unsealed(), ledger_height=0, prev_hash=GENESIS_PREV_HASH, signer=Signer.generate())
+    value = sealed[field]
+    for bad in (value + "\n", value[:-1], "x" + value, None, 7):
+        assert [f for f, _ in schema_problems({**sealed, field: bad}, check_floats=False)] == [field], (field, bad)
