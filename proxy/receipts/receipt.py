@@ -215,7 +215,7 @@ def seal(receipt: dict[str, Any], *, ledger_height: int, prev_hash: str, signer:
         raise ValueError("; ".join(f"{field}: {problem}" for field, problem in problems))
     if not _is_int(ledger_height) or ledger_height < 0:
         raise ValueError(f"ledger_height must be an integer >= 0, got {ledger_height!r}")
-    if not isinstance(prev_hash, str) or not _HASH.match(prev_hash):
+    if not isinstance(prev_hash, str) or not _HASH.fullmatch(prev_hash):
         raise ValueError(f"prev_hash must be sha256: + 64 lowercase hex, got {prev_hash!r}")
     sealed = {**body, "key_id": signer.key_id, "ledger_height": ledger_height, "prev_hash": prev_hash}
     sealed["ed25519_sig"] = signer.sign(signing_payload(sealed))

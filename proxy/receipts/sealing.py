@@ -36,7 +36,7 @@ from proxy.receipts.receipt import CHAIN_FIELDS, schema_problems
 
 __all__ = ["PreparedReceipt", "SealedReceipt", "encode_value"]
 
-_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class _Signer(Protocol):
@@ -164,7 +164,7 @@ class PreparedReceipt:
         """
         if isinstance(ledger_height, bool) or not isinstance(ledger_height, int) or ledger_height < 0:
             raise ValueError(f"ledger_height must be an integer >= 0, got {ledger_height!r}")
-        if not isinstance(prev_hash, str) or not _HASH.match(prev_hash):
+        if not isinstance(prev_hash, str) or not _HASH.fullmatch(prev_hash):
             raise ValueError(f"prev_hash must be sha256: + 64 lowercase hex, got {prev_hash!r}")
         chain = {"key_id": signer.key_id, "ledger_height": ledger_height, "prev_hash": prev_hash}
         members = dict(self._members)

@@ -284,3 +284,15 @@ async def test_verify_store_fails_a_ledger_whose_head_was_deleted(ledger_env) ->
     count, failures = await verify_store(store, _keys(signer))
     assert count == 0 and [(f.height, f.receipt_id, f.check) for f in failures] == [(0, first["receipt_id"], "head")]
     assert (await verify_store(store, _keys(signer), start=3))[1][0].height == 3
+
+
+async def test_a_missing_receipt_and_a_malformed_checkpoint_say_why(ledger_env) -> None:
+    """The failure details an auditor reads: a hole below the head, and a latest checkpoint that does not parse."""
+    store, signer, raw, namespace = ledger_env
+    raw.delete(f"{{{namespace}}}:r:5")
+    raw.hset(f"{{{namespace}}}:cp", "100", "not a checkpoint\n")
+    raw.zadd(f"{{{namespace}}}:cp:sizes", {"100": 100})
+    below, missing = await audit_heights(store, _keys(signer), [4, 5])
+    assert missing.failures == [Failure(5, None, "height", "no receipt stored at this height (below the head)")]
+    assert below.failures == [Failure(4, _stored(raw, namespace, 4)["receipt_id"], "checkpoint",
+                                      "the latest checkpoint is malformed")]

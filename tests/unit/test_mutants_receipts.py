@@ -31,6 +31,7 @@ from proxy.receipts.keyring import Keyring, generate_key, read_keyring, reconcil
 from proxy.receipts.receipt import CHAIN_FIELDS, GENESIS_PREV_HASH, new_receipt, schema_problems, seal, utc_timestamp
 from proxy.receipts.sealing import PreparedReceipt, encode_value
 from proxy.receipts.signing import KeyFileError, Signer, load_public_keys, replace_key_file
+from proxy.receipts.verify import Failure
 from proxy.receipts.receipt import entry_hash
 from tests.support.ledger import make_receipt, sqlite_url
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
@@ -513,3 +514,54 @@ def test_pattern_fields_must_match_whole_and_be_strings(field) -> None:
     value = sealed[field]
     for bad in (value + "\n", value[:-1], "x" + value, None, 7):
         assert [f for f, _ in schema_problems({**sealed, field: bad}, check_floats=False)] == [field], (field, bad)
+
+
+def test_bundle_failures_name_the_fields_and_say_why_in_full() -> None:
+    """The details a verifier prints: field lists in document order (unknown ones sorted), joined by ", ",
+    the proof's two lists joined by "; ", and key errors without the loader's "public keys: " prefix."""
+    assert verify_bundle([]) == [Failure(None, None, "bundle", "a bundle must be a JSON object", where="bundle")]
+    document, keys = _valid_bundle()
+    del document["checkpoint"], document["receipt"]
+    document.update(zeta=1, alpha=2)
+    assert verify_bundle(document, keys) == [
+        Failure(None, None, "bundle", "missing field(s): receipt, checkpoint", where="bundle"),
+        Failure(None, None, "bundle", "unknown field(s): alpha, zeta", where="bundle")]
+    document, keys = _valid_bundle()
+    proof = document["inclusion_proof"]
+    del proof["leaf_index"], proof["hashes"]
+    proof.update(z=0, a=0)
+    assert verify_bundle(document, keys) == [
+        Failure(None, None, "inclusion", "missing field(s): leaf_index, hashes; unknown field(s): a, z",
+                where="inclusion proof")]
+    document, keys = _valid_bundle()
+    document["checkpoint"] = None
+    assert verify_bundle(document, keys) == [
+        Failure(None, None, "checkpoint", "checkpoint must be the signed note text", where="checkpoint")]
+    document, _ = _valid_bundle()
+    document["public_keys"] = [{"key_id": "ed25519:00"}]
+    assert verify_bundle(document) == [
+        Failure(None, None, "public_keys", "unsupported alg None", where="bundle public_keys")]
+
+
+def test_prepared_receipts_refuse_bad_heights_and_prev_hashes_as_seal_does() -> None:
+    """PreparedReceipt.seal checks its arguments like seal(): ValueError naming the argument, never TypeError."""
+    prepared, signer = PreparedReceipt(_unsealed()), Signer.generate()
+    for height in (-1, True, False, "1", 1.0, None):
+        with pytest.raises(ValueError, match="^ledger_height must be an integer >= 0"):
+            prepared.seal(height, GENESIS_PREV_HASH, signer)
+    for prev_hash in ("sha256:abc", "sha256:" + "A" * 64, GENESIS_PREV_HASH + "\n0", None, 5, b"sha256:" + b"0" * 64):
+        with pytest.raises(ValueError, match="^prev_hash must be sha256: "):
+            prepared.seal(1, prev_hash, signer)
+    sealed = prepared.seal(0, GENESIS_PREV_HASH, signer)
+    assert sealed.encoded == canonical(seal(prepared.body, ledger_height=0, prev_hash=GENESIS_PREV_HASH, signer=signer))
+
+
+@pytest.mark.parametrize("suffix", ["x", "\n", "0"])
+def test_seal_and_prepared_seal_refuse_a_prev_hash_with_anything_after_the_hash(suffix) -> None:
+    """prev_hash must be exactly sha256: + 64 hex: a longer string (even one trailing newline) is a
+    ValueError, never a receipt that then fails its own schema check."""
+    signer = Signer.generate()
+    with pytest.raises(ValueError, match="prev_hash"):
+        seal(_unsealed(), ledger_height=1, prev_hash=GENESIS_PREV_HASH + suffix, signer=signer)
+    with pytest.raises(ValueError, match="^prev_hash must be sha256: "):
+        PreparedReceipt(_unsealed()).seal(1, GENESIS_PREV_HASH + suffix, signer)

@@ -771,3 +771,37 @@ def test_published_key_document_is_read_as_json_bytes(tmp_path: Path) -> None:
     path.write_bytes(json.dumps({"keys": [public_key_entry(signer)]}).encode("utf-8-sig"))
     assert load_public_keys(path) == {signer.key_id: signer.public_key}
     assert load_public_keys(str(path)) == {signer.key_id: signer.public_key}
+
+
+# ---------------------------------------------------------------- surviving mutants (mutation/baseline.md)
+
+
+def test_the_receipt_before_the_run_is_remembered_only_by_a_non_empty_id(signer: Signer, keys: dict[str, bytes]) -> None:
+    """An empty receipt_id on the receipt before the run is no id: a run receipt with an empty id is not its
+    duplicate (both fail the schema; inside a run the verifier records whatever string id it meets)."""
+    previous, receipt = _chain(signer, 2)
+    previous = {**previous, "receipt_id": ""}
+    blank = {**_resealed(receipt, signer), "receipt_id": ""}
+    verifier = ChainVerifier(keys, previous=previous)
+    fails = verifier.feed(blank)
+    assert [f.check for f in fails] == ["schema", "signature", "prev_hash"]
+    assert all((f.height, f.receipt_id) == (1, "") for f in fails)
+    assert "duplicate" not in {f.check for f in verifier.failures}
+
+
+async def test_verify_store_with_a_head_but_no_receipt_in_its_range_names_no_last_receipt(
+    redis_store: LedgerStore, signer: Signer, keys: dict[str, bytes]
+) -> None:
+    """Every receipt deleted, the head kept: the run finds nothing, so no last receipt, hash or height."""
+    await Ledger(redis_store, signer).append([make_receipt() for _ in range(3)])
+    head = await redis_store.head()
+    client = aioredis.Redis.from_url(redis_url())
+    try:
+        await client.delete(*(redis_store.key("r", h) for h in range(3)))
+    finally:
+        await client.aclose()
+    count, failures = await verify_store(redis_store, keys)
+    assert (count, _checks(failures)) == (0, [(2, None, "height"), (2, None, "head")])
+    assert failures[0].detail == "missing: height 0..2 not found"
+    assert failures[1].detail.startswith(f"head says {head.entry_hash} at 2, last receipt is ")
+    assert failures[1].detail.endswith(" at None")
