@@ -152,7 +152,13 @@ class DomainClassifier:
         )
 
     def probabilities(self, texts: list[str]) -> np.ndarray:
-        """Domain probabilities, shape (len(texts), n_domains), columns in ``self.domains`` order."""
+        """Domain probabilities, shape (len(texts), n_domains), columns in ``self.domains`` order.
+
+        A text longer than the embedding model reads (256 word pieces) is routed by its truncated
+        whole. Routing by its most regulated sentence window (as Safety scores windows) escalated 59
+        of 66 long benign texts that the whole did not (bench/long_inputs.py; 11 even at a window
+        threshold of 0.995): a long text nearly always holds one sentence about law, health or money.
+        """
         if not texts:
             return np.zeros((0, len(self.domains)))
         return self.weights.proba(embeddings.embed(texts).astype(np.float64))

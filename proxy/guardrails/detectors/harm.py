@@ -19,6 +19,10 @@ Scores (x = the L2-normalised embedding):
   Platt scaling ``p = sigmoid(platt_a * f(x) + platt_b)`` (Platt 1999), fitted on
   cross-validated decision values;
 - linear: ``p = sigmoid(x · coef + intercept)``.
+
+A text longer than the embedding model reads (256 word pieces) is also scored window by window
+(:mod:`proxy.guardrails.detectors.windows`); its probability is the maximum of its truncated whole
+and the windows that reach a stricter window threshold.
 """
 
 from __future__ import annotations
@@ -26,14 +30,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from proxy.guardrails.detectors import embeddings
+from proxy.guardrails.detectors import embeddings, windows
 
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
 DEFAULT_ARTEFACT = "harm-minilm-svm-v4"
+#: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
+DEFAULT_WINDOW_THRESHOLD = 0.996
 
 _log = logging.getLogger(__name__)
 
@@ -152,18 +159,68 @@ class HarmClassifier:
         a, b = self.platt
         return _sigmoid(a * decision + b)
 
-    def predict_proba(self, texts: list[str]) -> np.ndarray:
-        """Probability that each text expresses intent to cause harm.
+    def predict_proba(self, texts: list[str], window_threshold: float | None = DEFAULT_WINDOW_THRESHOLD) -> np.ndarray:
+        """Probability that each text expresses intent to cause harm (see :meth:`predict_proba_located`).
 
         Args:
-            texts: n strings (any length; the embedding model truncates at 256 word pieces).
+            texts: n strings of any length.
+            window_threshold: as in :meth:`predict_proba_located`.
 
         Returns:
             float64 array (n,), each in [0, 1]; empty input gives shape (0,).
         """
+        return self.predict_proba_located(texts, window_threshold)[0]
+
+    def predict_proba_located(
+        self, texts: list[str], window_threshold: float | None = DEFAULT_WINDOW_THRESHOLD,
+    ) -> tuple[np.ndarray, list[dict[str, int] | None]]:
+        """Probability that each text expresses intent to cause harm, and where a long text scored it.
+
+        A text that fits the embedding model (256 word pieces) is embedded whole, as it always was.
+        A longer one scores the maximum over its truncated whole (what the model alone reads) and
+        those of its :func:`~proxy.guardrails.detectors.windows.windows` (its sentences) that reach
+        ``window_threshold``, so a request after or inside long harmless prose is judged on its own.
+        A window below it is not counted: a long text has ~one window per 60 characters, and ordinary
+        sentences score up to 0.996 alone ("Generate a bank statement for an online transaction of
+        $100."), so windows counted at the whole's threshold (0.74) refused 40 of 66 long benign texts
+        (bench/long_inputs.py). The windows of all texts are embedded in one batch.
+
+        Args:
+            texts: n strings of any length.
+            window_threshold: the probability from which a window counts (policies/safety.yaml
+                ``detector.harmful_intent.window_threshold``); None: long texts are judged by their
+                truncated whole only (no windows are embedded).
+
+        Returns:
+            ``(probabilities, located)``: float64 array (n,), each in [0, 1] (shape (0,) for no
+            texts); ``located[i]`` is None for a text judged whole, else ``{"start", "end"}``
+            (character offsets of the window that gave the maximum; ``start`` 0 and ``end`` the
+            text's length when the truncated whole did), ``"windows"`` (how many were scored) and
+            ``"window_max"`` (the highest window probability, counted or not, as a 4-decimal string).
+        """
+        texts = list(texts)
         if not texts:
-            return np.zeros(0, dtype=np.float64)
-        return self.predict_proba_embeddings(embeddings.embed(list(texts)))
+            return np.zeros(0, dtype=np.float64), []
+        probabilities = self.predict_proba_embeddings(embeddings.embed(texts))
+        located: list[dict[str, int] | None] = [None] * len(texts)
+        if window_threshold is None:
+            return probabilities, located
+        cut = [(i, w) for i, text in enumerate(texts) for w in windows.windows(text)]
+        if not cut:
+            return probabilities, located
+        scored = self.predict_proba_embeddings(embeddings.embed([texts[i][w.start:w.end] for i, w in cut]))
+        for i, count in Counter(i for i, _ in cut).items():
+            located[i] = {"start": 0, "end": len(texts[i]), "windows": count}
+        highest = np.zeros(len(texts))
+        for (i, window), probability in zip(cut, scored):
+            highest[i] = max(highest[i], probability)
+            if probability >= window_threshold and probability > probabilities[i]:
+                probabilities[i] = probability
+                located[i].update(start=window.start, end=window.end)
+        for i, where in enumerate(located):
+            if where is not None:
+                where["window_max"] = f"{highest[i]:.4f}"  # a string: receipts hold no floats
+        return probabilities, located
 
 
 def artefact_paths(artefact: str | Path, artefact_dir: Path = ARTEFACT_DIR) -> tuple[Path, Path]:

@@ -25,6 +25,7 @@ Models load once in :func:`load_safety_detector`; ``SafetyDetector.score`` never
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.guard import GuardConfig, LlmGuard, load_guard
-from proxy.guardrails.detectors.harm import DEFAULT_ARTEFACT, HarmClassifier, load_harm_classifier
+from proxy.guardrails.detectors.harm import (
+    DEFAULT_ARTEFACT,
+    DEFAULT_WINDOW_THRESHOLD,
+    HarmClassifier,
+    load_harm_classifier,
+)
 from proxy.guardrails.detectors.toxicity import (
     FALLBACKS,
     ToxicityDetector,
@@ -62,11 +68,14 @@ class ToxicityConfig(BaseModel):
 
 
 class HarmfulIntentConfig(BaseModel):
-    """Which harm-classifier artefact to load (name in the shipped artefacts dir, or a path)."""
+    """Which harm-classifier artefact to load (name in the shipped artefacts dir, or a path), and the
+    probability from which a window of a long text counts (None: long texts judged by their
+    truncated whole only; :meth:`~proxy.guardrails.detectors.harm.HarmClassifier.predict_proba_located`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     artefact: str = DEFAULT_ARTEFACT
+    window_threshold: Decimal | None = Field(Decimal(str(DEFAULT_WINDOW_THRESHOLD)), ge=0, le=1)
 
 
 class SafetyDetectorConfig(BaseModel):
@@ -77,6 +86,16 @@ class SafetyDetectorConfig(BaseModel):
     toxicity: ToxicityConfig = ToxicityConfig()
     harmful_intent: HarmfulIntentConfig = HarmfulIntentConfig()
     guard: GuardConfig = GuardConfig()
+
+
+class Scores(dict):
+    """One text's scores, category -> probability, plus ``located``: category -> ``{"start", "end",
+    "windows"}`` (character offsets of the window of a long text that gave the score; empty for a
+    text judged whole). Receipts carry ``located`` of the worst text as evidence."""
+
+    def __init__(self, scores: dict[str, float], located: dict[str, dict[str, int]]) -> None:
+        super().__init__(scores)
+        self.located = located
 
 
 class SafetyDetector:
@@ -98,10 +117,13 @@ class SafetyDetector:
     Thread-safe; CPU-bound (run it in an executor from async code).
     """
 
-    def __init__(self, toxicity: ToxicityDetector, harm: HarmClassifier, guard: LlmGuard | None = None) -> None:
-        """Combine loaded detectors (use :func:`load_safety_detector`)."""
+    def __init__(self, toxicity: ToxicityDetector, harm: HarmClassifier, guard: LlmGuard | None = None,
+                 window_threshold: float | None = DEFAULT_WINDOW_THRESHOLD) -> None:
+        """Combine loaded detectors (use :func:`load_safety_detector`); ``window_threshold``: from which
+        harm probability a window of a long text counts (None: no windows)."""
         self.toxicity = toxicity
         self.harm = harm
+        self.window_threshold = window_threshold
         self.guard = guard
         self.name = f"{toxicity.name}+{harm.name}"
         self.version = f"{toxicity.version}+{harm.version}"
@@ -128,19 +150,23 @@ class SafetyDetector:
             texts: n strings.
 
         Returns:
-            n dicts, category -> probability (float in [0, 1]); keys are ``self.categories``
-            (always including ``"toxicity"`` and ``"harmful_intent"``).
+            n :class:`Scores` (dicts), category -> probability (float in [0, 1]); keys are
+            ``self.categories`` (always including ``"toxicity"`` and ``"harmful_intent"``). A text
+            longer than the embedding model reads carries ``located["harmful_intent"]``: the window
+            that gave its harm probability (:meth:`HarmClassifier.predict_proba_located`).
         """
         texts = list(texts)
         if not texts:
             return []
         columns = dict(self.toxicity.score(texts))
-        columns[HARMFUL_INTENT] = self.harm.predict_proba(texts)
+        columns[HARMFUL_INTENT], located = self.harm.predict_proba_located(texts, self.window_threshold)
         if self.guard is not None:
             columns[FIRST_STAGE] = columns[HARMFUL_INTENT].copy()
             columns[HARMFUL_INTENT] = self._second_stage(texts, columns[FIRST_STAGE])
         clipped = {k: np.clip(np.asarray(v, dtype=np.float64), 0.0, 1.0) for k, v in columns.items()}
-        return [{k: float(v[i]) for k, v in clipped.items()} for i in range(len(texts))]
+        return [Scores({k: float(v[i]) for k, v in clipped.items()},
+                       {HARMFUL_INTENT: located[i]} if located[i] is not None else {})
+                for i in range(len(texts))]
 
     def _second_stage(self, texts: list[str], first: np.ndarray) -> np.ndarray:
         """Harm scores after consulting the guard for each text whose probability is in its band."""
@@ -216,6 +242,7 @@ def load_safety_detector(
     harm = load_harm_classifier(config.harmful_intent.artefact)
     toxicity = _load_toxicity(config.toxicity, log)
     embeddings.warm_up()  # the embedding model loads now, not on the first request
-    detector = SafetyDetector(toxicity, harm, load_guard(config.guard))
+    window = config.harmful_intent.window_threshold
+    detector = SafetyDetector(toxicity, harm, load_guard(config.guard), None if window is None else float(window))
     log.info("safety detector: %s (%s)", detector.name, detector.version)
     return detector
