@@ -9,6 +9,7 @@ is not (or when no results exist), 0 otherwise.
     python scripts/mutation_report.py --workdir /tmp/sonate-mutation --baseline mutation/baseline.md
     python scripts/mutation_report.py ... --update   # rewrite the baseline's survivor table,
                                                      # keeping reasons, marking new ones UNJUSTIFIED
+    python scripts/mutation_report.py --workdir A --workdir B ...   # merge workspaces (one per package)
 
 Baseline rows: ``| mutant | file:line | mutation | reason |`` (markdown table); a reason of
 ``UNJUSTIFIED`` or empty does not count.
@@ -144,15 +145,26 @@ def write_table(baseline: Path, survivors: list[Survivor], reasons: dict[str, st
 def main(argv: list[str] | None = None) -> int:
     """Print scores and unjustified survivors; 1 when any survivor lacks a reason."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, required=True, action="append",
+                        help="a scratch workspace of scripts/mutation.sh; repeat to merge several (e.g. one per package)")
     parser.add_argument("--baseline", type=Path, required=True)
     parser.add_argument("--update", action="store_true", help="rewrite the baseline's survivor table")
     args = parser.parse_args(argv)
     baseline = args.baseline.resolve()
-    if not (args.workdir / "mutants").is_dir():
-        print(f"no mutmut results in {args.workdir}/mutants: run scripts/mutation.sh", file=sys.stderr)
-        return 1
-    counts, survivors = collect(args.workdir)
+    counts: dict[str, Counter] = {}
+    survivors: list[Survivor] = []
+    for workdir in [w.resolve() for w in args.workdir]:
+        if not (workdir / "mutants").is_dir():
+            print(f"no mutmut results in {workdir}/mutants: run scripts/mutation.sh", file=sys.stderr)
+            return 1
+        found, lost = collect(workdir)
+        for package, tally in found.items():
+            counts.setdefault(package, Counter())
+            if sum(tally.values()) - tally["not checked"] > sum(counts[package].values()) - counts[package]["not checked"]:
+                counts[package] = tally  # the workspace that checked the package (the others left it unchecked)
+        known = {s.name for s in survivors}
+        survivors += [s for s in lost if s.name not in known]
+    survivors.sort(key=lambda s: s.name)
     reasons = read_reasons(baseline)
     print("mutation score (killed/total; timeouts count as killed):")
     print("\n".join(score_lines(counts)))

@@ -150,3 +150,34 @@ def test_decisions_are_immutable(stage: str) -> None:
     decision = safety_decision(policy, stage, {"toxicity": 0.2}, _Detector())
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.action = "allow"  # type: ignore[misc]
+
+
+# ---- where a long text's worst score was found (windows, proxy.guardrails.detectors.windows) --------
+
+
+def _scores(value: float, where: dict | None = None):
+    from proxy.guardrails.detectors.safety import Scores
+
+    return Scores({"harmful_intent": value, "toxicity": 0.0}, {"harmful_intent": where} if where else {})
+
+
+def test_worst_scores_keeps_the_location_of_the_text_that_gave_the_worst_score() -> None:
+    here, there = {"start": 5, "end": 9, "windows": 3}, {"start": 1, "end": 2, "windows": 4}
+    worst = worst_scores([_scores(0.2), _scores(0.9, here), _scores(0.5, there)])
+    assert worst == {"harmful_intent": 0.9, "toxicity": 0.0} and worst.located == {"harmful_intent": here}
+    # a later, higher score found in a text judged whole clears the earlier location
+    assert worst_scores([_scores(0.9, here), _scores(0.95)]).located == {}
+    # an equal score later does not replace the first text that reached it
+    assert worst_scores([_scores(0.9), _scores(0.9, here)]).located == {}
+    assert worst_scores([{"harmful_intent": 0.3}]).located == {}  # plain dicts carry no location
+
+
+def test_a_refusal_names_the_window_of_each_fired_category_only() -> None:
+    policy = SafetyPolicy(id="safety", kind="safety", stages=["input"],
+                          thresholds={"harmful_intent": "0.5", "toxicity": "0.5"})
+    here = {"start": 5, "end": 9, "windows": 3}
+    decision = safety_decision(policy, "input", worst_scores([_scores(0.9, here)]), _Detector())
+    assert decision.evidence["located"] == {"harmful_intent": here}
+    fired_elsewhere = worst_scores([_scores(0.2, here), {"toxicity": 0.8}])  # located, but harm did not fire
+    assert "located" not in safety_decision(policy, "input", fired_elsewhere, _Detector()).evidence
+    assert "located" not in safety_decision(policy, "input", {"harmful_intent": 0.9}, _Detector()).evidence
