@@ -121,6 +121,11 @@ def read_reasons(baseline: Path) -> dict[str, str]:
     return {m["name"]: m["reason"].strip() for m in rows if m}
 
 
+def _checked(tally: Counter) -> int:
+    """How many mutants of a tally have a result."""
+    return sum(tally.values()) - tally["not checked"]
+
+
 def score_lines(counts: dict[str, Counter]) -> list[str]:
     """One line per package: killed/total, percent, and the other statuses."""
     lines = []
@@ -158,10 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no mutmut results in {workdir}/mutants: run scripts/mutation.sh", file=sys.stderr)
             return 1
         found, lost = collect(workdir)
-        for package, tally in found.items():
-            counts.setdefault(package, Counter())
-            if sum(tally.values()) - tally["not checked"] > sum(counts[package].values()) - counts[package]["not checked"]:
-                counts[package] = tally  # the workspace that checked the package (the others left it unchecked)
+        for package, tally in found.items():  # each package from the workspace that checked most of it
+            if package not in counts or _checked(tally) > _checked(counts[package]):
+                counts[package] = tally
         known = {s.name for s in survivors}
         survivors += [s for s in lost if s.name not in known]
     survivors.sort(key=lambda s: s.name)
