@@ -104,6 +104,18 @@ async def test_bounds_of_one_are_allowed_and_zero_is_refused(store: LedgerStore,
     _assert_chained([r for sealed in results for r in sealed])
 
 
+def _always_losing(rival: "RivalWriter", signer: Signer, attempts: list[int]):
+    """A ``signer_source`` that lets the rival append before every attempt (so each compare-and-set
+    loses) and counts the attempts in ``attempts``."""
+
+    def source() -> Signer:
+        attempts.append(1)
+        rival.append_one()
+        return signer
+
+    return source
+
+
 @sqlite_only
 async def test_max_attempts_one_gives_up_after_the_first_lost_race(
     ledger_url: str, store: LedgerStore, signer: Signer
@@ -111,12 +123,7 @@ async def test_max_attempts_one_gives_up_after_the_first_lost_race(
     """With max_attempts=1 one lost compare-and-set is final: LedgerConflict, nothing of the caller's written."""
     rival = RivalWriter(ledger_url, signer)
     attempts: list[int] = []
-
-    def source() -> Signer:
-        attempts.append(1)
-        rival.append_one()
-        return signer
-
+    source = _always_losing(rival, signer, attempts)
     try:
         ledger = Ledger(store, signer, max_attempts=1, signer_source=source)
         mine = make_receipt()
@@ -134,12 +141,7 @@ async def test_default_max_attempts_is_fifty(ledger_url: str, store: LedgerStore
     """The head moves before every compare-and-set: a default ledger seals and loses exactly 50 times, then gives up."""
     rival = RivalWriter(ledger_url, signer)
     attempts: list[int] = []
-
-    def source() -> Signer:
-        attempts.append(1)
-        rival.append_one()
-        return signer
-
+    source = _always_losing(rival, signer, attempts)
     try:
         ledger = Ledger(store, signer, signer_source=source)
         mine = make_receipt()
