@@ -466,8 +466,10 @@ def _scenario(**overrides: object) -> ReportInputs:
     return ReportInputs(**fields)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def scenario_report() -> dict:
+    # Function scope on purpose (0.2 s a build): mutmut attributes the functions a module-scoped
+    # fixture calls only to the first test using it, and would never run the others on their mutants.
     return build_report(_scenario())
 
 
@@ -862,3 +864,215 @@ def test_a_provider_at_exactly_the_minimum_share_is_not_below_it() -> None:
     d = build_report(_empty(receipts=receipts))["disclosure"]
     assert d["provider_mix"]["small"] == {"n": 3, "share": 0.15, "below_min_share": False}
     assert d["providers_below_min_share"] == []
+
+
+# -- report format: FAR-H fields, evaluation trends (read by `sonate report` consumers) ---------
+
+
+def test_far_h_block_has_the_published_fields_and_unit() -> None:
+    """The FAR-H KPI names its unit ("percent of claims checked") and carries exactly these keys."""
+    farh = check_farh(_farh(per_tier={"general": {"checked": 60, "failed": 0}}, window={"start": "a", "end": "b"},
+                            methodology_version="v0"))
+    fh = build_report(_empty(farh=farh))["kpis"]["far_h"]
+    assert fh["unit"] == "percent of claims checked"
+    assert sorted(fh) == ["kpi", "overall", "per_domain", "per_tier", "source_methodology_version", "source_window",
+                          "unit"]
+
+
+def test_evaluation_trends_are_the_window_runs_oldest_first() -> None:
+    """Runs generated in ``[start, end)`` only (none without a generation time), in store order;
+    a run without a summary is skipped; the block is ``{"conversation": {"metrics", "runs"}}``."""
+    from proxy.evaluation.conversation.results import TREND_METRICS
+
+    def run(run_id: str, generated: object = None, **summary: object) -> dict:
+        out: dict = {"run_id": run_id, "summary": {"turns": 4, **summary}}
+        if generated is not None:
+            out["generated"] = generated
+        return out
+
+    runs = [run("before", "2026-10-31T23:59:59.999Z", grice=0.1),
+            run("first", _START, grice=0.5, memory=0.7),
+            run("no_time", silhouette=0.2),
+            {"run_id": "null_time", "generated": None, "summary": {"turns": 1}},
+            {"run_id": "no_summary", "generated": "2026-11-03T00:00:00.000Z"},
+            run("second", "2026-11-07T23:59:59.999Z", ssa=0.9),
+            run("at_end", _END, grice=0.3)]
+    report = build_report(_empty(evaluations=runs))
+    blank = dict.fromkeys(TREND_METRICS)
+    assert report["evaluation_trends"] == {"conversation": {"metrics": list(TREND_METRICS), "runs": [
+        {"run_id": "first", "generated": _START, "turns": 4, **blank, "grice": 0.5, "memory": 0.7},
+        {"run_id": "second", "generated": "2026-11-07T23:59:59.999Z", "turns": 4, **blank, "ssa": 0.9}]}}
+    assert list(report["evaluation_trends"]["conversation"]["metrics"]) == list(TREND_METRICS) != []
+    none_in_window = build_report(_empty(evaluations=[runs[0]]))
+    assert none_in_window["evaluation_trends"] == {"conversation": {"metrics": list(TREND_METRICS), "runs": []}}
+
+
+# -- adjudication records: the pass, the agreed and the resolved final outcome -------------------
+
+
+def test_pass_b_first_awaits_a_and_every_pass_keeps_its_time() -> None:
+    """Pass B given first leaves the item awaiting A; a pass is exactly reviewer, verdict, ts,
+    nonce and commitment."""
+    from proxy.kpi.adjudication import verdict_commitment
+
+    item, name = record_pass(_item(), reviewer="bob", verdict=_verdict(True), ts="t1", requested_pass="B",
+                             nonce=_NONCE_B)
+    assert name == "B" and item["status"] == "awaiting_a"
+    dumped = _verdict(True).model_dump()
+    assert item["passes"] == {"B": {"reviewer": "bob", "verdict": dumped, "ts": "t1", "nonce": _NONCE_B,
+                                    "commitment": verdict_commitment(dumped, _NONCE_B)}}
+    item, name = record_pass(item, reviewer="ann", verdict=_verdict(True), ts="t2", nonce=_NONCE_A)
+    assert name == "A" and item["status"] == "agreed" and item["passes"]["A"]["ts"] == "t2"
+
+
+def _agree(expected_a: str | None, expected_b: str | None) -> dict:
+    """The final outcome of two agreeing passes naming ``expected_policy_id`` A and B."""
+    def verdict(expected: str | None) -> Verdict:
+        return Verdict(breach=True, intent_permissible=True, content_harmful=False, expected_policy_id=expected)
+    item, _ = record_pass(_item(), reviewer="ann", verdict=verdict(expected_a), ts="t1", nonce=_NONCE_A)
+    item, _ = record_pass(item, reviewer="bob", verdict=verdict(expected_b), ts="t2", nonce=_NONCE_B)
+    assert item["status"] == "agreed"
+    return item["final"]
+
+
+def test_agreed_final_names_the_expected_policy_of_pass_a_else_pass_b() -> None:
+    """``final`` = the outcome + expected_policy_id (A's, else B's), decided_by agreement, ts of
+    the second pass."""
+    assert _agree(None, "privacy.pii") == {"label": "correct", "unnecessary_apology": False, "false_positive": False,
+                                           "false_negative": False, "expected_policy_id": "privacy.pii",
+                                           "decided_by": "agreement", "ts": "t2"}
+    assert _agree("safety.harm", None)["expected_policy_id"] == "safety.harm"
+    assert _agree("safety.harm", "privacy.pii")["expected_policy_id"] == "safety.harm"
+    assert _agree(None, None)["expected_policy_id"] is None
+
+
+def test_resolved_final_is_the_leads_outcome_with_its_expected_policy() -> None:
+    from proxy.kpi.adjudication import resolve
+
+    item, _ = record_pass(_item(), reviewer="ann", verdict=_verdict(True), ts="t1", nonce=_NONCE_A)
+    item, _ = record_pass(item, reviewer="bob", verdict=_verdict(False), ts="t2", nonce=_NONCE_B)
+    lead = Verdict(breach=True, intent_permissible=False, content_harmful=True, expected_policy_id="safety.harm")
+    assert resolve(item, lead="lea", verdict=lead, ts="t3")["final"] == {
+        "label": "correct", "unnecessary_apology": False, "false_positive": False, "false_negative": False,
+        "expected_policy_id": "safety.harm", "decided_by": "lead", "ts": "t3"}
+
+
+_PROPORTION = ["ci_display", "ci_high", "ci_low", "display", "n", "published", "rate", "successes"]
+_INDEX = ["ci_display", "ci_high", "ci_low", "display", "n", "published", "value"]
+
+
+def test_report_format_keys_at_every_level(scenario_report: dict) -> None:
+    """The ``sonate.report/v1`` structure consumers read: every object's keys, the units and the
+    TIS formula string."""
+    r = scenario_report
+    assert sorted(r) == ["adjudication", "confidence", "disclosure", "format", "generated_at", "kpis", "lvp",
+                         "methodology", "methodology_version", "notes", "resamples", "sources", "window"]
+    d = r["disclosure"]
+    assert sorted(d) == ["n_interactions", "per_stratum_n", "provider_min_share", "provider_mix",
+                         "providers_below_min_share", "window"]
+    assert d["window"] == {"start": _START, "end": _END, "end_exclusive": True}
+    assert sorted(d["per_stratum_n"]) == ["complexity", "domain", "provider"]
+    assert sorted(d["provider_mix"]["openai"]) == ["below_min_share", "n", "share"]
+    fa = r["kpis"]["far_a"]
+    assert sorted(fa) == ["kpi", "meets_target", "normalized", "overall", "per_complexity", "per_domain",
+                          "per_provider", "target", "unit"]
+    assert fa["kpi"] == "FAR-A" and fa["unit"] == "percent of interactions"
+    assert sorted(fa["overall"]) == _PROPORTION
+    assert sorted(fa["per_complexity"]["simple"]) == sorted(_PROPORTION + ["pooled", "shrinkage"])
+    assert sorted(fa["normalized"]) == ["ci_display", "ci_high", "ci_low", "display", "interval", "value"]
+    assert fa["normalized"]["interval"] == "bootstrap normal"
+    assert sorted(fa["per_domain"]["health"]) == sorted(fa["per_provider"]["openai"]) == _PROPORTION
+    assert sorted(fa["target"]) == ["op", "unit", "value"]
+    t = r["kpis"]["tis"]
+    assert sorted(t) == ["components", "formula", "kpi", "meets_target", "normalized", "overall", "per_complexity",
+                         "target"]
+    assert t["kpi"] == "TIS" and t["formula"] == "0.35*LVP + 0.20*RC + 0.25*GA + 0.20*AD"
+    assert sorted(t["overall"]) == sorted(t["normalized"]) == _INDEX
+    assert sorted(t["components"]) == ["ad", "ga", "lvp", "rc"]
+    for block in t["components"].values():
+        assert sorted(block) == sorted(_PROPORTION + ["value", "weight"])
+    assert sorted(t["per_complexity"]["critical"]) == sorted(_INDEX + ["pooled"])
+    a = r["adjudication"]
+    assert sorted(a) == ["agreement", "allowed_eligible_for_sample", "apologies", "apologies_adjudicated", "by_status",
+                         "false_negative_scale", "false_negatives_in_sample", "items_in_window", "sample_adjudicated",
+                         "triggers", "triggers_adjudicated"]
+    assert sorted(a["agreement"]["all"]) == ["ac1", "display", "n", "observed_agreement"]
+    assert sorted(r["lvp"]) == ["sample_size_requested", "sampled", "seed"]
+
+
+def test_new_item_is_exactly_the_published_item_record() -> None:
+    """Every field of a new item: the final receipt's ids, action, stratum, model and provider; the
+    policies that triggered (refuse/mask/escalate/summarize only); the apology's source."""
+    from proxy.kpi.adjudication import new_item
+
+    receipts = [{**_RECEIPT, "receipt_id": "r0", "guardrail_action": "mask", "policy_id": "privacy.pii"},
+                {**_RECEIPT, "receipt_id": "r1", "guardrail_action": "allow", "policy_id": "matrix",
+                 "stratum": {"domain": "code", "complexity": "simple"}, "model": "m1", "provider": "openai"}]
+    item = new_item(receipts, messages=[{"role": "user", "content": "hi"}], response="ok", model_apology=True,
+                    sampled=True, created="c")
+    assert item == {"id": "adj_1", "status": "pending", "created": "c", "reasons": ["apology", "trigger"],
+                    "apology_source": "model", "request_id": "req_1", "receipt_id": "r1", "receipt_ids": ["r0", "r1"],
+                    "ts": _RECEIPT["ts"], "policy_id": "matrix", "guardrail_action": "allow",
+                    "triggered_policies": ["privacy.pii"], "domain": "code",
+                    "stratum": {"domain": "code", "complexity": "simple"}, "model": "m1", "provider": "openai",
+                    "messages": [{"role": "user", "content": "hi"}], "response": "ok", "passes": {}}
+    no_apology = new_item(receipts[:1], messages=[], response=None, model_apology=False, sampled=False, created="c")
+    assert no_apology["apology_source"] is None and no_apology["stratum"] == {} and no_apology["model"] is None
+    assert no_apology["reasons"] == ["trigger"]
+    refused = new_item([_RECEIPT], messages=[], response=None, model_apology=True, sampled=False, created="c")
+    assert refused["apology_source"] == "guardrail"
+
+
+def test_a_published_tis_shows_its_value_and_interval_and_the_normalized_one_too() -> None:
+    """240 simple interactions (TIS published): overall and normalized index blocks show value
+    and interval to 3 decimals; the normalized value is Σ α_s·(pooled TIS_s); an empty stratum
+    is NA with no interval."""
+    receipts = [_r(f"p{i}", "mask" if i % 4 == 0 else "allow", policy_id="privacy.pii" if i % 4 == 0 else "matrix",
+                   stratum=_HEALTH, evidence={"spans": [[0, 1]], **({"entity_types": ["EMAIL"]} if i % 8 == 0 else {})})
+                for i in range(240)]
+    tis = build_report(_empty(receipts=receipts, evidence_required=_REQUIRED))["kpis"]["tis"]
+    for block in (tis["overall"], tis["normalized"]):
+        assert block["published"] is True and block["n"] == 240
+        assert block["ci_low"] is not None and block["ci_high"] is not None
+        assert block["ci_low"] < block["value"] < block["ci_high"]
+        assert block["display"] == stats.round_index(block["value"])
+        assert block["ci_display"] == [stats.round_index(block["ci_low"]), stats.round_index(block["ci_high"])]
+    assert tis["overall"]["value"] == pytest.approx(0.20 + 0.25 + 0.20 * 0.75)  # LVP 0 (unsigned), AD 90/120
+    pooled = {c: tis["per_complexity"][c]["pooled"] for c in ("simple", "standard", "advanced", "critical")}
+    assert tis["normalized"]["value"] == pytest.approx(stats.normalized(pooled))
+    critical = tis["per_complexity"]["critical"]
+    assert critical["n"] == 0 and critical["published"] is False and critical["display"] == "NA"
+    assert critical["value"] is None and critical["ci_low"] is None and critical["ci_display"] is None
+
+
+def test_far_a_at_exactly_its_target_misses_it_and_every_bootstrap_uses_seed_and_resamples() -> None:
+    """FAR-A 1/200 = 0.5 % is not under the 0.5 % target. Each bootstrap interval (FAR-A
+    normalized, TIS overall, per complexity and normalized) follows ``seed`` and ``resamples``."""
+    receipts = [_r(f"f{i}", "refuse" if i == 0 else ("mask" if i % 3 == 0 else "allow"), stratum=_HEALTH,
+                   policy_id="privacy.pii", evidence={"spans": [[0, 1]]} if i % 2 else {}) for i in range(200)]
+    inputs = {"receipts": receipts, "review_items": [_adjudicated(receipts[0], _NEEDLESS)],
+              "evidence_required": _REQUIRED}
+    base = build_report(_empty(**inputs))["kpis"]
+    fa = base["far_a"]
+    assert fa["overall"]["rate"] == 0.005 and fa["overall"]["published"] is True and fa["meets_target"] is False
+
+    def intervals(kpis: dict) -> list:
+        t = kpis["tis"]
+        return [(b["ci_low"], b["ci_high"]) for b in (kpis["far_a"]["normalized"], t["overall"],
+                                                       t["per_complexity"]["simple"], t["normalized"])]
+
+    for other in (build_report(_empty(seed=7, **inputs))["kpis"], build_report(_empty(resamples=1500, **inputs))["kpis"]):
+        assert all(a != b for a, b in zip(intervals(base), intervals(other)))
+
+
+def test_far_a_normalized_takes_a_published_strata_raw_rate_and_pools_the_others() -> None:
+    """200 simple interactions (1 unnecessary refusal, published: raw 0.5 %) and 20 standard ones
+    (NA: partially pooled): M_norm = 0.25·raw_simple + Σ α_s·pooled_s over the other strata."""
+    receipts = [_r(f"f{i}", "refuse" if i == 0 else "allow", stratum=_HEALTH) for i in range(200)]
+    receipts += [_r(f"s{i}", stratum={**_HEALTH, "complexity": "standard"}) for i in range(20)]
+    fa = build_report(_empty(receipts=receipts, review_items=[_adjudicated(receipts[0], _NEEDLESS)]))["kpis"]["far_a"]
+    per = fa["per_complexity"]
+    assert per["simple"]["rate"] == 0.005 and per["simple"]["pooled"] != pytest.approx(0.005)
+    expected = 0.25 * 0.005 + 0.35 * per["standard"]["pooled"] + 0.30 * per["advanced"]["pooled"] \
+        + 0.10 * per["critical"]["pooled"]
+    assert fa["normalized"]["value"] == pytest.approx(expected)
