@@ -62,6 +62,19 @@ def test_embed_is_batch_independent_and_cached():
     assert embeddings.embed([]).shape == (0, embeddings.DIMENSIONS)
 
 
+def test_one_off_texts_are_embedded_alike_but_not_remembered():
+    """remember=False (a long prompt's sentence windows) gives the same vectors and leaves the LRU
+    cache as it was; a remembered text is served from it afterwards, to the bit."""
+    once, kept = "A sentence seen once, 7f3a.", "A sentence that comes again, 7f3a."
+    assert once not in embeddings._cache and kept not in embeddings._cache
+    vector = embeddings.embed([once], remember=False)
+    assert once not in embeddings._cache
+    np.testing.assert_allclose(vector, embeddings.embed([once]), atol=1e-6)
+    first = embeddings.embed([kept])
+    assert kept in embeddings._cache
+    np.testing.assert_array_equal(embeddings.embed([kept], remember=False), first)
+
+
 def test_a_changed_graph_is_refused(tmp_path):
     graph = embeddings.ensure_onnx(tmp_path)  # exports into tmp_path (a fresh models directory)
     assert graph.parent == tmp_path / "onnx"

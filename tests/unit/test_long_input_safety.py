@@ -147,6 +147,16 @@ def test_long_harmless_prose_is_allowed(engine, harm):
     assert probability < 0.74 and where["windows"] > 10
 
 
+def test_a_long_texts_windows_do_not_fill_the_embedding_cache(harm):
+    """Only the whole text is remembered: its sentence windows are one-off (the scan cache keeps a
+    resent conversation's verdicts), so they never push out the messages that come again."""
+    text = "Windows stay out of the cache, 91c2. " + PROSE * 5
+    before = len(embeddings._cache)
+    (_,), (where,) = harm.predict_proba_located([text])
+    assert where["windows"] > 10 and text in embeddings._cache
+    assert len(embeddings._cache) <= before + 1
+
+
 def test_long_text_scores_at_least_what_the_truncated_whole_scores(harm):
     texts = [PROSE * 4, ASK + " " + PROSE * 4]
     whole = harm.predict_proba_embeddings(embeddings.embed(texts))

