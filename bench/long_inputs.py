@@ -38,7 +38,8 @@ from proxy.guardrails.detectors.harm import DEFAULT_WINDOW_THRESHOLD, load_harm_
 
 HARM_THRESHOLD = 0.74
 W = windows
-#: Schemes measured (name -> windows.Scheme); the chosen one is windows.DEFAULT.
+#: Schemes measured (name -> windows.Scheme); the chosen one is windows.DEFAULT. (Paragraph boundaries,
+#: merged short sentences and packed windows were measured too and lost: windows.py's docstring.)
 SCHEMES = {
     "current": W.CURRENT,
     "default": W.DEFAULT,
@@ -47,13 +48,6 @@ SCHEMES = {
     "sentences+soft-pairs48+frag8": W.Scheme(soft_pairs_only=True, fragment_pieces=8),
     "sentences+soft-pairs48+frag12": W.Scheme(soft_pairs_only=True, fragment_pieces=12),
     "sentences+soft-pairs24+frag8": W.Scheme(soft_pairs_only=True, fragment_pieces=8, pair_pieces=24),
-    "para": W.Scheme(boundary=W.PARAGRAPHS, pair_pieces=0),
-    "para+pairs48": W.Scheme(boundary=W.PARAGRAPHS),
-    "para-min8": W.Scheme(boundary=W.PARAGRAPHS, min_pieces=8, pair_pieces=0),
-    "para-min16": W.Scheme(boundary=W.PARAGRAPHS, min_pieces=16, pair_pieces=0),
-    "para-min8+pairs48": W.Scheme(boundary=W.PARAGRAPHS, min_pieces=8),
-    "para-pack64": W.Scheme(boundary=W.PARAGRAPHS, pack_pieces=64, pair_pieces=0),
-    "para-pack128": W.Scheme(boundary=W.PARAGRAPHS, pack_pieces=128, pair_pieces=0),
 }
 
 

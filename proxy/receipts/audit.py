@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from proxy.receipts.receipt import entry_hash
 from proxy.storage.base import LedgerStore, LedgerUnavailable
-from proxy.receipts.verify import Failure, verify_receipt
+from proxy.receipts.verify import Failure, _height, verify_receipt
 
 __all__ = ["AuditResult", "RESULTS", "audit_heights", "classify", "sample_heights"]
 
@@ -95,12 +95,6 @@ async def _latest_checkpoint(store: LedgerStore) -> str | None:
         return None
 
 
-def _has_height(receipt: Any) -> bool:
-    """True when ``receipt`` is an object whose ``ledger_height`` is a non-negative integer."""
-    value = receipt.get("ledger_height") if isinstance(receipt, dict) else None
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 async def _inclusion_failures(store: LedgerStore, receipt: dict[str, Any], height: int, note: str,
                               tree_size: int, public_keys: Mapping[str, bytes]) -> list[Failure]:
     from proxy.tlog.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
@@ -151,7 +145,7 @@ async def audit_heights(store: LedgerStore, public_keys: Mapping[str, bytes],
             continue
         if height > 0 and previous is None:
             fails.append(Failure(height, receipt.get("receipt_id"), "height", f"height {height - 1} is missing"))
-        elif height > 0 and not _has_height(previous):  # verify_receipt skips a link it cannot read
+        elif height > 0 and _height(previous) is None:  # verify_receipt skips a link it cannot read
             fails.append(Failure(height, receipt.get("receipt_id"), "prev_hash",
                                  f"height {height - 1} holds no readable receipt: the link cannot be checked"))
         if receipt.get("ledger_height") != height:

@@ -55,6 +55,8 @@ class Failure:
 
 
 def _height(receipt: Any) -> int | None:
+    """A receipt's ``ledger_height`` when it is an object holding a non-negative integer there, else None
+    (also used by :mod:`proxy.receipts.audit`)."""
     value = receipt.get("ledger_height") if isinstance(receipt, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 

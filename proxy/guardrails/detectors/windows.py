@@ -17,7 +17,7 @@ would not find it either. A text that does not fit is therefore cut into sentenc
   short line is never judged alone (the tail of a wrapped sentence, "without trusting the writer.",
   scores 0.995 alone).
 
-Measured by bench/long_inputs.py on 70 long benign texts and 260 AdvBench requests inserted into
+Measured by bench/long_inputs.py (2026-11-25; the losing variants were then removed) on 70 long benign texts and 260 AdvBench requests inserted into
 them (docs/evaluation.md): packing sentences into windows of up to 48-64 pieces dilutes requests
 (26-37% caught at the window threshold that adds no false refusal, vs 89% for sentences); merging
 short sentences (into at least 6-16 pieces) or not splitting at soft line breaks lost 12-46 points
@@ -44,12 +44,8 @@ from proxy.guardrails.detectors import embeddings
 
 #: Word pieces a text may have (``[CLS]`` and ``[SEP]`` excluded) and still be read whole by the model.
 FITS_PIECES = embeddings.MAX_SEQ_LENGTH - 2
-#: Sentence boundaries, ``lines``: ``.!?;`` + white space, and every line break.
+#: Sentence boundaries: ``.!?;`` + white space, and every line break.
 LINES = re.compile(r"(?<=[.!?;])\s+|\s*\n\s*")
-#: Sentence boundaries, ``paragraphs``: ``.!?;`` + white space, a blank line, and a line break before
-#: a Markdown block (list item, heading, quote, table row, code fence); a plain line break inside a
-#: paragraph (soft wrap) is no boundary, so wrapped prose is not cut into fragments.
-PARAGRAPHS = re.compile(r"(?<=[.!?;])\s+|\s*\n\s*\n\s*|\s*\n(?=[ \t]*(?:[-*+>|#]|\d+[.)][ \t]|```))\s*")
 
 
 @dataclass(frozen=True)
@@ -57,29 +53,21 @@ class Scheme:
     """How a long text is cut into windows (measured by bench/long_inputs.py).
 
     Attributes:
-        boundary: sentence boundary expression (:data:`LINES` or :data:`PARAGRAPHS`).
-        min_pieces: a sentence shorter than this is merged with the sentences after it until the
-            unit has at least this many word pieces (0: every sentence is a unit).
-        pair_pieces: adjacent units of at most this many pieces together are also a window (0: none).
-        soft_pairs_only: pair only units split by a line break that ends no sentence (the line
+        pair_pieces: adjacent sentences of at most this many pieces together are also a window (0: none).
+        soft_pairs_only: pair only sentences split by a line break that ends no sentence (the line
             before it does not end in ``.!?;:``), i.e. a sentence wrapped over two lines.
         fragment_pieces: a line of fewer pieces next to such a soft line break is judged only
             together with the line across it (in a pair of up to ``chunk_pieces``), never alone:
             a wrapped sentence's tail ("without forking the chain.") is out of distribution alone.
-        chunk_pieces: a unit longer than this is cut into chunks of this many pieces...
+        chunk_pieces: a sentence longer than this is cut into chunks of this many pieces...
         overlap_pieces: ...overlapping by this many.
-        pack_pieces: when > 0, windows are runs of consecutive units of at most this many pieces
-            instead of single units, one starting at every unit (units longer stand alone).
     """
 
-    boundary: re.Pattern = LINES
-    min_pieces: int = 0
     pair_pieces: int = 48
     soft_pairs_only: bool = False
     fragment_pieces: int = 0
     chunk_pieces: int = 200
     overlap_pieces: int = 32
-    pack_pieces: int = 0
 
 
 #: The first scheme (before it was measured): every sentence and every adjacent pair of <= 48 pieces.
@@ -107,10 +95,10 @@ def _tokenizer():
     return tokenizer
 
 
-def _sentences(text: str, boundary: re.Pattern) -> list[tuple[int, int]]:
-    """Character spans ``(start, end)`` of the non-blank sentences of ``text``, in order."""
+def _sentences(text: str) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of the non-blank sentences of ``text`` (:data:`LINES`), in order."""
     spans, start = [], 0
-    for cut in boundary.finditer(text):
+    for cut in LINES.finditer(text):
         spans.append((start, cut.start()))
         start = cut.end()
     spans.append((start, len(text)))
@@ -143,22 +131,8 @@ def windows(text: str, scheme: Scheme | None = None) -> list[Window]:
         return []
     offsets = encoding.offsets  # character span of each word piece
     piece_starts = [s for s, _ in offsets]
-    units: list[tuple[int, int, int]] = []  # (start, end, pieces)
-    pending: tuple[int, int, int] | None = None
-    for start, end in _sentences(text, scheme.boundary):
-        pieces = bisect.bisect_left(piece_starts, end) - bisect.bisect_left(piece_starts, start)
-        if pending is not None:
-            start, pieces = pending[0], pending[2] + pieces
-        if pieces < scheme.min_pieces:
-            pending = (start, end, pieces)
-            continue
-        pending = None
-        units.append((start, end, pieces))
-    if pending is not None:
-        if units and units[-1][2] + pending[2] <= scheme.chunk_pieces:
-            units[-1] = (units[-1][0], pending[1], units[-1][2] + pending[2])
-        else:
-            units.append(pending)
+    units = [(start, end, bisect.bisect_left(piece_starts, end) - bisect.bisect_left(piece_starts, start))
+             for start, end in _sentences(text)]  # (start, end, pieces)
     out: list[Window] = []
     previous: tuple[int, int, int, bool] | None = None  # (start, end, pieces, is a fragment)
     for index, (start, end, pieces) in enumerate(units):
@@ -171,24 +145,17 @@ def windows(text: str, scheme: Scheme | None = None) -> list[Window]:
                 out.append(Window(offsets[head][0], offsets[tail - 1][1]))
                 if tail == last:
                     break
-        elif scheme.pack_pieces:
-            stop, total = index, pieces
-            while stop + 1 < len(units) and total + units[stop + 1][2] <= scheme.pack_pieces:
-                stop += 1
-                total += units[stop][2]
-            out.append(Window(start, units[stop][1]))
-        else:
-            soft_before = previous is not None and not _ends_sentence(text, previous[1], start)
-            following = units[index + 1] if index + 1 < len(units) else None
-            soft_after = following is not None and not _ends_sentence(text, end, following[0])
-            fragment = pieces < scheme.fragment_pieces and (soft_before or soft_after)
-            if previous is not None and (not scheme.soft_pairs_only or soft_before) and (
-                    previous[2] + pieces <= scheme.pair_pieces
-                    or (previous[3] or fragment) and previous[2] + pieces <= scheme.chunk_pieces):
-                out.append(Window(previous[0], end))
-            if not fragment:
-                out.append(Window(start, end))
-            previous = (start, end, pieces, fragment)
+            previous = (start, end, pieces, False)
             continue
-        previous = (start, end, pieces, False)
+        soft_before = previous is not None and not _ends_sentence(text, previous[1], start)
+        following = units[index + 1] if index + 1 < len(units) else None
+        soft_after = following is not None and not _ends_sentence(text, end, following[0])
+        fragment = pieces < scheme.fragment_pieces and (soft_before or soft_after)
+        if previous is not None and (not scheme.soft_pairs_only or soft_before) and (
+                previous[2] + pieces <= scheme.pair_pieces
+                or (previous[3] or fragment) and previous[2] + pieces <= scheme.chunk_pieces):
+            out.append(Window(previous[0], end))
+        if not fragment:
+            out.append(Window(start, end))
+        previous = (start, end, pieces, fragment)
     return out
