@@ -80,10 +80,10 @@ def default_keyring_path(key_file: str | os.PathLike[str]) -> Path:
     return key_file.with_name(key_file.stem + ".keyring.json")
 
 
-def _entry(signer: Signer, *, not_before: str, not_after: str | None = None,
-           not_before_height: int | None = None) -> dict[str, Any]:
-    return {**public_key_entry(signer), "not_before": not_before, "not_after": not_after,
-            "not_before_height": not_before_height, "status": "active" if not_after is None else "retired"}
+def _active_entry(signer: Signer, *, not_before: str, not_before_height: int | None = None) -> dict[str, Any]:
+    """The keyring entry of a newly active key (open validity window: ``not_after`` null)."""
+    return {**public_key_entry(signer), "not_before": not_before, "not_after": None,
+            "not_before_height": not_before_height, "status": "active"}
 
 
 def read_keyring(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -151,7 +151,7 @@ def reconcile(entries: list[dict[str, Any]], signer: Signer) -> tuple[list[dict[
     for entry in entries:
         if entry.get("status") == "active":
             entry["status"], entry["not_after"] = "retired", signer.created
-    entries.append(_entry(signer, not_before=signer.created))
+    entries.append(_active_entry(signer, not_before=signer.created))
     return entries, True
 
 
@@ -225,7 +225,7 @@ def rotate_key(
         for entry in entries:
             if entry.get("status") == "active":
                 entry["status"], entry["not_after"] = "retired", not_after
-        entries.append(_entry(new, not_before=new.created, not_before_height=ledger_size))
+        entries.append(_active_entry(new, not_before=new.created, not_before_height=ledger_size))
         _write_keyring(keyring, entries)
     return old, new
 
