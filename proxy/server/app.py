@@ -40,7 +40,7 @@ from proxy.receipts.keyring import Keyring
 from proxy.receipts.signing import Signer
 from proxy.server import tasks, tracing
 from proxy.server.auth import Authenticator
-from proxy.server.limits import KeyLimiter, ScreenLanes
+from proxy.server.limits import KeyLimiter, ScreenLanes, pin_mmap_threshold
 from proxy.server.metrics import Metrics
 from proxy.server.middleware import error_middleware, trace_middleware
 from proxy.server.pipeline import Gateway
@@ -93,6 +93,7 @@ async def build_services(config: Config) -> Services:
     """
     from proxy import offline
 
+    pin_mmap_threshold()  # before the models load: large buffers mapped, given back when freed
     offline.keep_torch_out_of_presidio()  # before presidio/spaCy load: no torch in the serving process
     from proxy.guardrails.detectors.apology import ApologyDetector
     from proxy.guardrails.detectors.embeddings import warm_up

@@ -66,13 +66,27 @@ def test_one_off_texts_are_embedded_alike_but_not_remembered():
     """remember=False (a long prompt's sentence windows) gives the same vectors and leaves the LRU
     cache as it was; a remembered text is served from it afterwards, to the bit."""
     once, kept = "A sentence seen once, 7f3a.", "A sentence that comes again, 7f3a."
-    assert once not in embeddings._cache and kept not in embeddings._cache
+    key_once, key_kept = embeddings.cache_key(once), embeddings.cache_key(kept)
+    assert key_once not in embeddings._cache and key_kept not in embeddings._cache
     vector = embeddings.embed([once], remember=False)
-    assert once not in embeddings._cache
+    assert key_once not in embeddings._cache
     np.testing.assert_allclose(vector, embeddings.embed([once]), atol=1e-6)
     first = embeddings.embed([kept])
-    assert kept in embeddings._cache
+    assert key_kept in embeddings._cache
     np.testing.assert_array_equal(embeddings.embed([kept], remember=False), first)
+
+
+def test_the_cache_holds_digests_not_texts():
+    """A remembered 150 KB text costs the cache a 16-byte key, not the text (count-bounded size);
+    texts that differ only past the model's 256 word pieces are still told apart."""
+    long_text = "Bounded cache keys, 5e1d. " + "word " * 30_000
+    other = long_text + "!"
+    vectors = embeddings.embed([long_text, other, long_text])
+    assert all(isinstance(key, bytes) and len(key) == 16 for key in embeddings._cache)
+    assert embeddings.cache_key(long_text) in embeddings._cache and embeddings.cache_key(other) in embeddings._cache
+    assert embeddings.cache_key(long_text) != embeddings.cache_key(other)
+    np.testing.assert_array_equal(vectors[0], vectors[2])
+    assert embeddings.cache_key("\ud800 lone surrogate") != embeddings.cache_key("\udc00 lone surrogate")
 
 
 def test_a_changed_graph_is_refused(tmp_path):

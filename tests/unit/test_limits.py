@@ -12,8 +12,8 @@ import pytest
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.guardrails.detectors.patterns import pause_point
 from proxy.server.errors import GatewayError
-from proxy.server.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages, text_chars,
-                                 trim_heap)
+from proxy.server.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages,
+                                 pin_mmap_threshold, text_chars, trim_heap)
 
 
 class Clock:
@@ -321,3 +321,12 @@ def test_message_count_and_size_bounds_name_their_setting() -> None:
     assert defaults.screen_timeout_seconds == 30.0
     with pytest.raises(ValueError):
         LimitsConfig(max_json_depth=2)
+
+
+def test_pin_mmap_threshold_sets_glibc_threshold_unless_the_operator_did(monkeypatch):
+    import platform
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert pin_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert pin_mmap_threshold() is False  # glibc read the operator's value at start: left alone

@@ -330,3 +330,17 @@ def test_letterless_texts_find_what_the_full_pipeline_finds(personal_detector, m
 def test_letterless_direct_identifiers_are_still_found(personal_detector):
     types = {s.entity_type for text in LETTERLESS for s in personal_detector.analyze(text)}
     assert {"CREDIT_CARD", "PHONE_NUMBER", "IP_ADDRESS"} <= types
+
+
+def test_new_words_do_not_stay_in_the_pipelines_vocab(detector: PiiDetector):
+    """Each request's new words leave spaCy's StringStore when its pass ends (memory_zone): 200
+    prompts of never-seen words add nothing to the vocab, and their spans are still found and
+    still read their text after the zone ends."""
+    nlp = detector.analyzer().analyzer_engine.nlp_engine.get_nlp(detector.config.language)
+    detector.analyze("Warm the strings of this thread: write to ada.l@example.org.")
+    before = len(nlp.vocab.strings)
+    texts = [f"Zorbl{i}quax fremd{i}plink: write to person{i}@example.org." for i in range(200)]
+    spans = detector.analyze_batch(texts)
+    assert len(nlp.vocab.strings) == before
+    assert [texts[i][s.start:s.end] for i, found in enumerate(spans) for s in found
+            if s.entity_type == "EMAIL_ADDRESS"] == [f"person{i}@example.org" for i in range(200)]

@@ -17,6 +17,7 @@ logged as a warning.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -42,10 +43,19 @@ ATTENTION_BUDGET = 4 * MAX_SEQ_LENGTH ** 2
 INTRA_OP_THREADS = int(os.environ.get("SONATE_EMBED_THREADS", "1"))
 log = logging.getLogger("sonate.embeddings")
 _lock = threading.Lock()
-#: Recent embeddings by text: the Safety and Compliance detectors embed the same message, and
-#: chat clients resend their history, so most texts are embedded once.
+#: Recent embeddings by text digest (:func:`cache_key`): the Safety and Compliance detectors embed
+#: the same message, and chat clients resend their history, so most texts are embedded once.
+#: Keyed by a 16-byte digest, not the text, so the cache's size is bounded by its count whatever
+#: the texts' length (20,000 × (16 B + 1.5 KB vector) ≈ 31 MB; keyed by text, 20,000 distinct
+#: 150 KB prompts would have held 3 GB).
 _CACHE_SIZE = 20_000
-_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+_cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+
+
+def cache_key(text: str) -> bytes:
+    """The embedding cache's key of ``text``: BLAKE2b-128 of its UTF-8 (lone surrogates, which a
+    JSON body can carry, encoded as they are)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 class EmbeddingModelError(ExportError):
@@ -178,18 +188,19 @@ def embed(texts: list[str], remember: bool = True) -> np.ndarray:
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
     model = _model()
+    keys = [cache_key(t) for t in texts]
     with _lock:
-        known = {t: _cache[t] for t in texts if t in _cache}
-    missing = [t for t in dict.fromkeys(texts) if t not in known]
+        known = {k: _cache[k] for k in keys if k in _cache}
+    missing = {k: t for k, t in zip(keys, texts) if k not in known}
     if missing:
-        known.update(zip(missing, model.encode(missing)))
-    out = np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
+        known.update(zip(missing, model.encode(list(missing.values()))))
+    out = np.stack([known[k] for k in keys]).astype(np.float32, copy=False)
     if not remember:
         return out
     with _lock:
-        for text in dict.fromkeys(texts):
-            _cache[text] = known[text]
-            _cache.move_to_end(text)
+        for key in dict.fromkeys(keys):
+            _cache[key] = known[key]
+            _cache.move_to_end(key)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return out
