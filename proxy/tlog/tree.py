@@ -252,8 +252,9 @@ async def verify_against_trusted_checkpoint(store: LedgerStore, note: str, publi
     """Prove the stored ledger still extends a checkpoint the verifier saved earlier; return failures.
 
     ``note``: a C2SP signed checkpoint (``GET /v1/ledger/checkpoint``) kept *outside* the ledger's
-    database. Checks, all with ``where="trusted checkpoint (tree size M)"``: its signature by
-    ``public_keys`` and origin (:func:`proxy.tlog.checkpoint.verify_checkpoint`), then
+    database. Checks: its signature by ``public_keys`` and origin
+    (:func:`proxy.tlog.checkpoint.verify_checkpoint`, whose failures carry its own
+    ``where="checkpoint (tree size M)"``), then, with ``where="trusted checkpoint (tree size M)"``,
     ``truncated`` when the stored receipts or tree hold fewer than M leaves (a tail deleted), then
     ``consistency`` when the RFC 9162 §2.1.4 consistency proof from M to the stored tree size N,
     computed from the stored nodes, does not lead from the saved root to the root of the stored tree
