@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from proxy.guardrails.detectors import embeddings, windows  # noqa: E402
 from proxy.guardrails.detectors.harm import DEFAULT_WINDOW_THRESHOLD, load_harm_classifier  # noqa: E402
 
-HARM_THRESHOLD = 0.74
+HARM_THRESHOLD = 0.76  # policies/safety.yaml thresholds.harmful_intent (0.74 before the int8 embeddings)
 W = windows
 #: Schemes measured (name -> windows.Scheme); the chosen one is windows.DEFAULT. (Paragraph boundaries,
 #: merged short sentences and packed windows were measured too and lost: windows.py's docstring.)
@@ -196,7 +196,7 @@ def main() -> None:
         s, _ = scheme_scores(scorer, scheme, safes)
         log(f"{name}: scored in {time.perf_counter() - started:.0f} s")
         fitted = [fit_threshold(b[half == k]) for k in (0, 1)]
-        rows = [("0.74", np.full(len(benign), HARM_THRESHOLD), np.full(len(attacks), HARM_THRESHOLD),
+        rows = [(f"{HARM_THRESHOLD}", np.full(len(benign), HARM_THRESHOLD), np.full(len(attacks), HARM_THRESHOLD),
                  np.full(len(safes), HARM_THRESHOLD)),
                 (f"shipped {DEFAULT_WINDOW_THRESHOLD}", np.full(len(benign), DEFAULT_WINDOW_THRESHOLD),
                  np.full(len(attacks), DEFAULT_WINDOW_THRESHOLD), np.full(len(safes), DEFAULT_WINDOW_THRESHOLD)),
@@ -224,7 +224,7 @@ def main() -> None:
 
 def timing() -> None:
     """Engine wall time for 12 KB and 100 KB of the docs: truncated whole only, the first scheme
-    (windows counted at 0.74) and the shipped one; each text new to every cache, best of 2."""
+    (windows counted at the whole's threshold) and the shipped one; each text new to every cache, best of 2."""
     from proxy.evaluation.guardrails import build_engine
     from proxy.guardrails.detectors.safety import SafetyDetector
 
@@ -232,7 +232,7 @@ def timing() -> None:
     engine.screen_input([{"role": "user", "content": "warm up please"}])
     (safety,) = [d for d in engine.detectors.values() if isinstance(d, SafetyDetector)]
     shipped = (safety.window_threshold, windows.DEFAULT)
-    modes = {"truncated whole only": (None, windows.DEFAULT), "first scheme at 0.74": (HARM_THRESHOLD, windows.CURRENT),
+    modes = {"truncated whole only": (None, windows.DEFAULT), f"first scheme at {HARM_THRESHOLD}": (HARM_THRESHOLD, windows.CURRENT),
              "shipped": shipped}
     base = "".join((ROOT / "docs" / n).read_text(encoding="utf-8") for n in ("operations.md", "architecture.md", "evaluation.md"))
     try:

@@ -1,4 +1,4 @@
-"""The ONNX Runtime embeddings equal sentence-transformers' (so classifiers trained on either keep their accuracy).
+"""The float32 ONNX graph equals sentence-transformers' embeddings; the int8 graph that serves stays close to it.
 
 Texts: the public samples the tests carry (tests/data: XSTest prompts, AdvBench behaviours,
 Davidson tweets, each with its LICENSE) plus edge cases (empty, one character, longer than the
@@ -42,13 +42,39 @@ def torch_reference():
 def test_onnx_embeddings_match_sentence_transformers(torch_reference):
     texts = _texts()
     assert len(texts) >= 180
-    onnx = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir()).encode(texts)
+    onnx = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), embeddings.source_dir()).encode(texts)
     reference = torch_reference.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
     assert onnx.shape == (len(texts), embeddings.DIMENSIONS) and onnx.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
     cosine = (onnx * reference).sum(axis=1)
     worst = int(np.argmin(cosine))
     assert cosine.min() >= 0.9999, f"cosine {cosine.min():.6f} for {texts[worst][:80]!r}"
+
+
+def test_int8_graph_stays_close_to_the_float32_one():
+    """The served int8 graph (dynamic per-channel quantization) against the float32 export: the
+    classifiers are trained on the int8 output, this bounds how far it may drift."""
+    texts = _texts()
+    source = embeddings.source_dir()
+    float32 = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), source).encode(texts)
+    int8 = embeddings.OnnxEncoder(embeddings.ensure_onnx(), source).encode(texts)
+    assert embeddings.ensure_onnx().name.endswith("-int8.onnx")
+    assert int8.shape == float32.shape and int8.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5)
+    cosine = (int8 * float32).sum(axis=1)
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, (cosine.mean(), cosine.min())
+    assert embeddings.model_version().endswith(f"+{embeddings.QUANTIZATION}")
+
+
+def test_int8_embeddings_do_not_depend_on_the_other_texts_of_a_call():
+    """Dynamic quantization scales activations per ONNX call, so batched texts would change each
+    other's vectors; the served encoder runs one text per call: a text's vector is its own, to the bit."""
+    texts = _texts()[:40]
+    encoder = embeddings._model()
+    assert isinstance(encoder, embeddings.OnnxEncoder) and encoder.batch == 1
+    alone = np.vstack([encoder.encode([t]) for t in texts])
+    np.testing.assert_array_equal(encoder.encode(texts), alone)
+    np.testing.assert_array_equal(encoder.encode(texts[::-1])[::-1], alone)
 
 
 def test_embed_is_batch_independent_and_cached():
@@ -89,13 +115,21 @@ def test_the_cache_holds_digests_not_texts():
     assert embeddings.cache_key("\ud800 lone surrogate") != embeddings.cache_key("\udc00 lone surrogate")
 
 
-def test_a_changed_graph_is_refused(tmp_path):
-    graph = embeddings.ensure_onnx(tmp_path)  # exports into tmp_path (a fresh models directory)
-    assert graph.parent == tmp_path / "onnx"
+def _flip_a_byte(graph: Path) -> None:
     with graph.open("r+b") as f:
         f.seek(1000)
         byte = f.read(1)
         f.seek(1000)
         f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_a_changed_graph_is_refused(tmp_path):
+    graph = embeddings.ensure_onnx(tmp_path)  # exports and quantizes into tmp_path (a fresh models directory)
+    assert graph.parent == tmp_path / "onnx" and graph == embeddings.onnx_path(tmp_path)
+    assert embeddings.float_onnx_path(tmp_path).with_name(embeddings.float_onnx_path(tmp_path).name + ".sha256").exists()
+    _flip_a_byte(graph)
     with pytest.raises(embeddings.EmbeddingModelError, match="does not match its recorded sha256"):
         embeddings.ensure_onnx(tmp_path)
+    _flip_a_byte(embeddings.float_onnx_path(tmp_path))
+    with pytest.raises(embeddings.EmbeddingModelError, match="does not match its recorded sha256"):
+        embeddings.ensure_float_onnx(tmp_path)

@@ -7,7 +7,7 @@ into an ONNX graph with inputs ``input_ids``, ``attention_mask``, ``token_type_i
 normalisation stay in numpy, as sentence-transformers' Pooling and Normalize modules do them.
 
 It runs in a child process (``python -m proxy.guardrails.detectors.embeddings_export OUT``), so
-the serving process never loads torch: :func:`proxy.guardrails.detectors.embeddings.ensure_onnx`
+the serving process never loads torch: :func:`proxy.guardrails.detectors.embeddings.ensure_float_onnx`
 starts it once, when the cached graph is missing.
 """
 

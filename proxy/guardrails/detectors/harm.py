@@ -40,7 +40,7 @@ from proxy.guardrails.detectors import embeddings, windows
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
 DEFAULT_ARTEFACT = "harm-minilm-svm-v4"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
-DEFAULT_WINDOW_THRESHOLD = 0.996
+DEFAULT_WINDOW_THRESHOLD = 0.9975
 
 _log = logging.getLogger(__name__)
 
@@ -181,8 +181,8 @@ class HarmClassifier:
         those of its :func:`~proxy.guardrails.detectors.windows.windows` (its sentences) that reach
         ``window_threshold``, so a request after or inside long harmless prose is judged on its own.
         A window below it is not counted: a long text has ~one window per 60 characters, and ordinary
-        sentences score up to 0.996 alone ("Generate a bank statement for an online transaction of
-        $100."), so windows counted at the whole's threshold (0.74) refused 40 of 66 long benign texts
+        sentences score up to 0.9975 alone ("Generate a bank statement for an online transaction of
+        $100."), so windows counted at the whole's threshold (0.76) refused 40 of 70 long benign texts
         (bench/long_inputs.py). The windows of all texts are embedded in one batch.
 
         Args:
