@@ -379,7 +379,8 @@ def cosign_checkpoint(note: str, signer: Any, name: str, timestamp: int) -> str:
 
 
 def append_signatures(note: str, lines: str) -> str:
-    """``note`` with the signature ``lines`` (each ``— ...\\n``) appended, skipping lines it already has.
+    """``note`` with the signature ``lines`` (each ``— ...\\n``) appended, each line once: lines the
+    note already has, and repeats within ``lines``, are skipped.
 
     The client's way to merge a witness's response into its checkpoint
     (tlog-witness "add-checkpoint": "the client MAY concatenate it to the
@@ -387,7 +388,7 @@ def append_signatures(note: str, lines: str) -> str:
     signed note.
     """
     present = set(note.splitlines())
-    extra = "".join(line + "\n" for line in lines.splitlines() if line and line not in present)
+    extra = "".join(line + "\n" for line in dict.fromkeys(lines.splitlines()) if line and line not in present)
     merged = note + extra
     parse_note(merged)
     return merged
