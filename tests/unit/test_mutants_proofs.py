@@ -508,3 +508,22 @@ def test_an_empty_leaf_range_has_no_subtree(start: int, end: int) -> None:
         merkle.range_nodes(start, end)
     assert str(caught.value) == f"empty or negative leaf range [{start}, {end})"
     assert merkle.range_nodes(4, 7) == [(1, 2), (0, 6)] and merkle.nodes_for_ranges([(4, 7), (4, 6)]) == [(1, 2), (0, 6)]
+
+
+# -- merkle.py: the leaf entry and the compact range of a size -------------------------------------
+
+
+def test_receipt_leaf_needs_the_sha256_prefix_and_the_length() -> None:
+    """A leaf is ``"sha256:" + 64 hex`` (proxy.receipts.receipt.entry_hash); another algorithm name
+    of the same length, or the right prefix with a short digest, is refused."""
+    digest = "ab" * 32
+    assert merkle.receipt_leaf("sha256:" + digest) == bytes.fromhex(digest)
+    for bad in ("sha512:" + digest, "sha256:" + digest[:-1], "sha256:" + digest + "0"):
+        with pytest.raises(merkle.MerkleError, match="^not a sha256: entry hash"):
+            merkle.receipt_leaf(bad)
+
+
+def test_frontier_ids_name_the_tree_size_in_errors() -> None:
+    assert merkle.frontier_ids(0) == []
+    with pytest.raises(merkle.MerkleError, match="^tree size must be an integer >= 0"):
+        merkle.frontier_ids(-1)
