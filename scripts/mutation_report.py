@@ -9,10 +9,14 @@ is not (or when no results exist), 0 otherwise.
     python scripts/mutation_report.py --workdir /tmp/sonate-mutation --baseline mutation/baseline.md
     python scripts/mutation_report.py ... --update   # rewrite the baseline's survivor table,
                                                      # keeping reasons, marking new ones UNJUSTIFIED
-    python scripts/mutation_report.py --workdir A --workdir B ...   # merge workspaces (one per package)
+    python scripts/mutation_report.py --workdir A --workdir B ...   # merge workspaces (one verdict per
+                                                                     # mutant: a later workspace that
+                                                                     # checked it wins)
 
 Baseline rows: ``| mutant | file:line | mutation | reason |`` (markdown table); a reason of
-``UNJUSTIFIED`` or empty does not count.
+``UNJUSTIFIED`` or empty does not count. ``--update`` keeps the rows of mutants that exist but were
+not checked in the given workspaces (an earlier run's verdict) and drops rows of mutants that no
+longer exist.
 """
 
 from __future__ import annotations
@@ -89,62 +93,81 @@ def _describe(diff: str) -> tuple[int, str]:
     return max(offset - 1, 0), text
 
 
-def collect(workdir: Path) -> tuple[dict[str, Counter], list[Survivor]]:
-    """Per-package status counts and the surviving mutants, from mutmut's results in workdir."""
+def collect(workdir: Path) -> dict[str, Survivor]:
+    """Every mutant of the trust core in workdir's mutmut results, by name (status "not checked"
+    for those the run has not reached); ``where``/``mutation`` are filled for survivors only."""
     os.chdir(workdir)
     from mutmut.mutation.data import SourceFileMutationData  # noqa: PLC0415 (reads config from cwd)
     from mutmut.mutation.diff_apply import get_diff_for_mutant  # noqa: PLC0415
     from mutmut.stats import status_by_exit_code  # noqa: PLC0415
     from mutmut.utils.file_utils import walk_mutatable_files  # noqa: PLC0415
 
-    counts: dict[str, Counter] = {p: Counter() for p in PACKAGES}
-    survivors: list[Survivor] = []
+    mutants: dict[str, Survivor] = {}
     for path in sorted(walk_mutatable_files()):
         data = SourceFileMutationData(path=path)
         data.load()
-        package = package_of(str(path))
         for name, code in sorted(data.exit_code_by_key.items()):
-            status = status_by_exit_code[code]
-            counts.setdefault(package, Counter())[status] += 1
+            status, where, text = status_by_exit_code[code], str(path), ""
             if status in SURVIVING:
                 offset, text = _describe(get_diff_for_mutant(name, path=path))
-                line = _function_line(Path(path), name) + offset
-                survivors.append(Survivor(name, status, f"{path}:{line}", text))
-    return counts, survivors
+                where = f"{path}:{_function_line(Path(path), name) + offset}"
+            mutants[name] = Survivor(name, status, where, text)
+    return mutants
 
 
-def read_reasons(baseline: Path) -> dict[str, str]:
-    """Mutant name → reason from the baseline's table (empty dict when there is no file)."""
+def merge(results: list[dict[str, Survivor]]) -> dict[str, Survivor]:
+    """One verdict per mutant: a workspace that checked it wins over one that did not, and of
+    those that checked it the last given wins (a re-run after new tests)."""
+    merged: dict[str, Survivor] = {}
+    for mutants in results:
+        for name, mutant in mutants.items():
+            if name not in merged or mutant.status != "not checked":
+                merged[name] = mutant
+    return merged
+
+
+def tally(mutants: dict[str, Survivor]) -> dict[str, Counter]:
+    """Per-package status counts."""
+    counts: dict[str, Counter] = {p: Counter() for p in PACKAGES}
+    for mutant in mutants.values():
+        counts.setdefault(package_of(mutant.where.split(":")[0]), Counter())[mutant.status] += 1
+    return counts
+
+
+def read_rows(baseline: Path) -> dict[str, tuple[str, str, str]]:
+    """Mutant name → (file:line, mutation, reason) of the baseline's table (empty when there is no file)."""
     if not baseline.exists():
         return {}
     rows = (ROW.match(line) for line in baseline.read_text(encoding="utf-8").splitlines())
-    return {m["name"]: m["reason"].strip() for m in rows if m}
-
-
-def _checked(tally: Counter) -> int:
-    """How many mutants of a tally have a result."""
-    return sum(tally.values()) - tally["not checked"]
+    return {m["name"]: (m["where"].strip(), m["what"].strip(), m["reason"].strip()) for m in rows if m}
 
 
 def score_lines(counts: dict[str, Counter]) -> list[str]:
-    """One line per package: killed/total, percent, and the other statuses."""
+    """One line per package: killed of the checked mutants (percent), the total, the other statuses."""
     lines = []
     for package, c in counts.items():
         total = sum(c.values())
         if not total:
             continue
+        checked = total - c["not checked"]
         detected = sum(c[s] for s in DETECTED)
         rest = ", ".join(f"{s} {n}" for s, n in sorted(c.items()) if s != "killed")
-        lines.append(f"- `{package}`: {detected}/{total} killed ({100 * detected / total:.1f}%){'; ' + rest if rest else ''}")
+        score = f"{100 * detected / checked:.1f}%" if checked else "-"
+        lines.append(f"- `{package}`: {detected}/{checked} checked killed ({score}), {total} mutants"
+                     f"{'; ' + rest if rest else ''}")
     return lines
 
 
-def write_table(baseline: Path, survivors: list[Survivor], reasons: dict[str, str]) -> None:
-    """Rewrite the survivor table after TABLE_START, keeping the text above it."""
+def write_table(baseline: Path, survivors: list[Survivor], carried: dict[str, tuple[str, str, str]],
+                reasons: dict[str, str]) -> None:
+    """Rewrite the survivor table after TABLE_START, keeping the text above it: this run's
+    survivors, and ``carried`` rows (mutants this run did not check, verdict of an earlier run)."""
     head = baseline.read_text(encoding="utf-8").split(TABLE_START)[0] if baseline.exists() else "# Mutation baseline\n\n"
-    rows = [f"| {s.name} | {s.where} | {s.mutation}{' (no tests)' if s.status == 'no tests' else ''} | "
-            f"{reasons.get(s.name) or UNJUSTIFIED} |" for s in survivors]
-    baseline.write_text(f"{head}{TABLE_START}\n\n{TABLE_HEADER}\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    rows = {s.name: f"| {s.name} | {s.where} | {s.mutation}{' (no tests)' if s.status == 'no tests' else ''} | "
+                    f"{reasons.get(s.name) or UNJUSTIFIED} |" for s in survivors}
+    rows.update({name: f"| {name} | {where} | {what} | {reason} |" for name, (where, what, reason) in carried.items()})
+    baseline.write_text(f"{head}{TABLE_START}\n\n{TABLE_HEADER}\n" + "\n".join(rows[n] for n in sorted(rows)) + "\n",
+                        encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,31 +179,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--update", action="store_true", help="rewrite the baseline's survivor table")
     args = parser.parse_args(argv)
     baseline = args.baseline.resolve()
-    counts: dict[str, Counter] = {}
-    survivors: list[Survivor] = []
+    results = []
     for workdir in [w.resolve() for w in args.workdir]:
         if not (workdir / "mutants").is_dir():
             print(f"no mutmut results in {workdir}/mutants: run scripts/mutation.sh", file=sys.stderr)
             return 1
-        found, lost = collect(workdir)
-        for package, tally in found.items():  # each package from the workspace that checked most of it
-            if package not in counts or _checked(tally) > _checked(counts[package]):
-                counts[package] = tally
-        known = {s.name for s in survivors}
-        survivors += [s for s in lost if s.name not in known]
-    survivors.sort(key=lambda s: s.name)
-    reasons = read_reasons(baseline)
-    print("mutation score (killed/total; timeouts count as killed):")
-    print("\n".join(score_lines(counts)))
+        results.append(collect(workdir))
+    mutants = merge(results)
+    survivors = sorted((m for m in mutants.values() if m.status in SURVIVING), key=lambda m: m.name)
+    rows = read_rows(baseline)
+    reasons = {name: reason for name, (_, _, reason) in rows.items()}
+    # A row for a mutant that exists but was not checked in these workspaces keeps its earlier verdict;
+    # a row for a mutant that no longer exists (its code changed or went) is dropped.
+    carried = {name: row for name, row in rows.items() if name in mutants and mutants[name].status == "not checked"}
+    print("mutation score (killed/checked; timeouts count as killed):")
+    print("\n".join(score_lines(tally(mutants))))
     if args.update:
-        write_table(baseline, survivors, reasons)
-        print(f"wrote {len(survivors)} survivors to {baseline}")
+        write_table(baseline, survivors, carried, reasons)
+        print(f"wrote {len(survivors)} survivors and {len(carried)} rows of mutants not re-checked to {baseline}")
     missing = [s for s in survivors if reasons.get(s.name, UNJUSTIFIED) in ("", UNJUSTIFIED)]
     for s in missing:
         print(f"UNJUSTIFIED survivor {s.name} at {s.where}: {s.mutation}")
-    print(f"{len(survivors)} survivors, {len(survivors) - len(missing)} justified in {baseline.name}, {len(missing)} not")
+    print(f"{len(survivors)} survivors, {len(survivors) - len(missing)} justified in {baseline.name}, {len(missing)} not; "
+          f"{len(carried)} rows kept for mutants not checked here")
     return 1 if missing else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
