@@ -294,7 +294,7 @@ async def verify_store(
     verifier.finish(stop)
     failures = early + verifier.failures
     if stop == top + 1 and start <= top:
-        last_hash = _entry_hash_or_none(last)
+        last_hash = None if last is None else _entry_hash_or_none(last)  # no receipt read: no hash (not that of null)
         if _height(last) != head.height or last_hash != head.entry_hash:
             failures.append(Failure(head.height, _receipt_id(last), "head",
                                     f"head says {head.entry_hash} at {head.height}, "
