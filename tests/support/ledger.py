@@ -92,6 +92,16 @@ async def store(ledger_url: str) -> AsyncIterator[LedgerStore]:
 # -- multiprocess worker --------------------------------------------------------------
 
 
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[LedgerStore]:
+    """An open SQLite ledger store at ``tmp_path / "ledger.db"``, closed after the test."""
+    opened = open_store(sqlite_url(tmp_path / "ledger.db"))
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
 async def _worker(url: str, key_file: str, sync_dir: Path, index: int, batches: int) -> dict[str, Any]:
     signer = load_or_create_signer(key_file)
     store = open_store(url)

@@ -17,25 +17,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 
-from proxy.receipts import Ledger, Signer, open_store
+from proxy.receipts import Ledger, Signer
 from proxy.receipts.audit import AuditResult, audit_heights
 from proxy.receipts.receipt import GENESIS_PREV_HASH, schema_problems, seal
 from proxy.receipts.verify import Failure, verify_receipt
 from proxy.storage.base import LedgerStore
-from tests.support.ledger import keys, make_receipt, signer, sqlite_url  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[LedgerStore]:
-    opened = open_store(sqlite_url(tmp_path / "ledger.db"))
-    try:
-        yield opened
-    finally:
-        await opened.close()
+from tests.support.ledger import keys, make_receipt, signer, sqlite_store, sqlite_url  # noqa: F401  (fixtures)
 
 
 def _overwrite(tmp_path: Path, height: int, body: Any) -> None:

@@ -35,7 +35,7 @@ from proxy.receipts.signing import (
 )
 from proxy.receipts.verify import CHECKS, ChainVerifier, Failure, verify_chain, verify_receipt, verify_store
 from proxy.storage.base import LedgerStore
-from tests.support.ledger import keys, make_receipt, signer, sqlite_url  # noqa: F401  (fixtures)
+from tests.support.ledger import keys, make_receipt, signer, sqlite_store, sqlite_url  # noqa: F401  (fixtures)
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url, redis_url
 
 
@@ -459,15 +459,6 @@ def test_finish_reports_heights_missing_before_the_end(signer: Signer, keys: dic
 
 
 # ---------------------------------------------------------------- verify_store
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[LedgerStore]:
-    opened = open_store(sqlite_url(tmp_path / "ledger.db"))
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture
