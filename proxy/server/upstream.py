@@ -2,6 +2,8 @@
 
 Routes come from config.yaml's ``model_list`` (LiteLLM's own format, given to
 ``litellm.Router`` unchanged, so ``os.environ/NAME`` secrets and every litellm provider work).
+A chat route that holds only a provider call's own parameters is called with
+``litellm.acompletion`` directly (:func:`direct_params`); the Router serves the rest.
 :meth:`Upstream.open_stream` opens a provider stream that the proxy passes through chunk by
 chunk (:mod:`proxy.server.streaming`) and assembles with ``litellm.stream_chunk_builder`` at the end.
 """
@@ -18,6 +20,7 @@ from proxy import offline  # noqa: F401  (LITELLM_LOCAL_MODEL_COST_MAP before li
 
 import litellm  # noqa: E402
 from litellm import Router  # noqa: E402
+from litellm.secret_managers.main import get_secret  # noqa: E402
 
 from proxy.config import Config, ModelRoute  # noqa: E402
 from proxy.server import tracing  # noqa: E402
@@ -172,8 +175,39 @@ class UpstreamStream:
         return UpstreamResult(_as_dict(built), duration, self.ttft_seconds, cost_usd=self._cost(built))
 
 
+#: ``litellm_params`` keys a route may hold and still be called without litellm's Router: the
+#: provider call's own parameters. Any other key (``rpm``, ``tpm``, ``max_parallel_requests``,
+#: ``stream_timeout``, pricing, ...) is the Router's business, and such a route goes through it.
+DIRECT_PARAMS = frozenset({"model", "api_key", "api_base", "base_url", "api_version", "organization",
+                           "custom_llm_provider", "mock_response", "timeout", "extra_headers"})
+#: ``model_info`` keys that are this proxy's own (proxy.config.ModelRoute): litellm never reads them.
+PROXY_MODEL_INFO = frozenset({"demo", "provider"})
+
+
+def direct_params(route: ModelRoute) -> dict[str, Any] | None:
+    """The keyword arguments of a ``litellm.acompletion`` call for ``route`` without litellm's Router
+    (``os.environ/NAME`` values resolved by litellm's ``get_secret``, as the Router does), or None when
+    the route holds a setting only the Router applies (see :data:`DIRECT_PARAMS`).
+
+    Why (issue 9, c=1 overhead): with one deployment per route (proxy.config refuses duplicate
+    names), no retries and no rate limits, the Router adds nothing to a call but its own work:
+    deployment selection, usage tracking on every call and on every success (a deep copy of the
+    model's price map entry each time; a success callback run in litellm's thread pool, beside the
+    next request's screen), about 1-4 ms per request on a loaded 2-CPU machine.
+    """
+    if not set(route.litellm_params) <= DIRECT_PARAMS or not set(route.model_info) <= PROXY_MODEL_INFO:
+        return None
+    params: dict[str, Any] = {}
+    for key, value in route.litellm_params.items():
+        if isinstance(value, str) and value.startswith("os.environ/"):
+            value = get_secret(value)  # as litellm.Router resolves it
+        params[key] = value
+    return params
+
+
 class Upstream:
-    """Calls providers through one ``litellm.Router`` built from config.yaml's model_list."""
+    """Calls providers through litellm: one ``litellm.Router`` built from config.yaml's model_list,
+    and ``litellm.acompletion`` directly for chat routes without Router settings (:attr:`direct`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -183,6 +217,13 @@ class Upstream:
             num_retries=0,
             timeout=config.server.upstream_timeout_seconds,
         )
+        #: route name → the keyword arguments of a direct ``litellm.acompletion`` call (see :func:`direct_params`)
+        self.direct: dict[str, dict[str, Any]] = {}
+        for route in config.model_list:
+            params = direct_params(route)
+            if params is not None:
+                self.direct[route.model_name] = {"timeout": config.server.upstream_timeout_seconds, "max_retries": 0,
+                                                 **params}
 
     def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int:
         """Prompt tokens of ``messages`` for route ``model`` (litellm's token counter; tiktoken
@@ -208,7 +249,7 @@ class Upstream:
         start = time.perf_counter()
         with tracing.span("upstream.chat", self._span_attributes(model), tracing.CLIENT):
             try:
-                response = await self.router.acompletion(model=model, messages=messages, **params)
+                response = await self._acompletion(model, messages, params)
             except Exception as exc:  # litellm raises many types; all become OpenAI errors
                 raise map_exception(exc) from exc
         duration = time.perf_counter() - start
@@ -239,13 +280,21 @@ class Upstream:
         start = time.perf_counter()
         span = tracing.open_span("upstream.chat", self._span_attributes(model), tracing.CLIENT)
         try:
-            stream = await self.router.acompletion(
-                model=model, messages=messages, stream=True, stream_options={"include_usage": True}, **params)
+            stream = await self._acompletion(model, messages,
+                                             {**params, "stream": True, "stream_options": {"include_usage": True}})
         except Exception as exc:
             error = map_exception(exc)
             tracing.close_span(span, error)
             raise error from exc
         return UpstreamStream(stream, messages, start, self._cost, span)
+
+    async def _acompletion(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+        """litellm's chat completion for route ``model``: ``litellm.acompletion`` with the route's own
+        parameters when it has only those (:attr:`direct`), else through the Router. Raises litellm's errors."""
+        direct = self.direct.get(model)
+        if direct is not None:
+            return await litellm.acompletion(messages=messages, **{**direct, **params})
+        return await self.router.acompletion(model=model, messages=messages, **params)
 
     def _span_attributes(self, model: str) -> dict[str, str]:
         """The ``upstream.*`` span's attributes for route ``model``: its name and litellm model id."""
