@@ -46,6 +46,7 @@ lock: | $(BIN)/python
 # ($$MUTATION_WORKDIR, default $$TMPDIR/sonate-mutation; verdicts cached there). Not part of
 # `make test` (hours for the whole scope). Fails when a surviving mutant has no reason in
 # mutation/baseline.md. MUTANTS narrows it: make mutation MUTANTS='proxy.kpi.*'
+# Verdicts carry over between machines in mutation/verdicts.json (scripts/mutation_verdicts.py).
 MUTANTS ?=
 mutation: install system-deps
 	./scripts/mutation.sh $(MUTANTS)

@@ -13,6 +13,8 @@
 # the repository. rsync --checksum rewrites only files whose content changed, and those get a
 # new mtime, which is how mutmut notices a source newer than its mutants; unchanged files keep
 # their cached verdicts on a rerun.
+# Verdicts are also kept in mutation/verdicts.json (scripts/mutation_verdicts.py): restored into a
+# fresh workspace before the run, merged back after it; commit the file with the baseline.
 # Afterwards scripts/mutation_report.py compares the survivors with mutation/baseline.md and
 # exits non-zero if a survivor is not listed there with a reason.
 set -euo pipefail
@@ -43,5 +45,9 @@ if [ -z "${SONATE_TEST_REDIS:-}" ]; then
   for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export SONATE_TEST_REDIS="redis://127.0.0.1:$PORT/0"
 fi
+# Verdicts of earlier runs on any machine (mutation/verdicts.json): a mutant whose function is
+# unchanged keeps its verdict, so a fresh workspace runs only what changed or was never checked.
+"$PY" "$ROOT/scripts/mutation_verdicts.py" restore --workdir "$WORK" --store "$ROOT/mutation/verdicts.json"
 nice -n "${MUTATION_NICE:-15}" "$MUTMUT" run --max-children "$JOBS" "$@" || true
+"$PY" "$ROOT/scripts/mutation_verdicts.py" save --workdir "$WORK" --store "$ROOT/mutation/verdicts.json"
 "$PY" "$ROOT/scripts/mutation_report.py" --workdir "$WORK" --baseline "$ROOT/mutation/baseline.md"
