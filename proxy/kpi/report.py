@@ -164,8 +164,11 @@ def _interactions(receipts: Sequence[dict[str, Any]], start: str, end: str) -> d
             continue
         if (r.get("evidence") or {}).get("endpoint", "chat") not in CHAT_ENDPOINTS:  # embeddings: no chat request
             continue
+        request_id = r.get("request_id")
+        if not isinstance(request_id, str) or not request_id:  # a broken record: an LVP orphan, no interaction
+            continue
         stratum = r.get("stratum") or {}
-        entry = out.setdefault(r["request_id"], _Interaction(r["request_id"], {
+        entry = out.setdefault(request_id, _Interaction(request_id, {
             "domain": str(stratum.get("domain") or r.get("intent") or "general"),
             "complexity": _complexity(stratum.get("complexity")),
             "provider": str(stratum.get("provider") or r.get("provider") or "unknown")}))

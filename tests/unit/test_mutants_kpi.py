@@ -1076,3 +1076,265 @@ def test_far_a_normalized_takes_a_published_strata_raw_rate_and_pools_the_others
     expected = 0.25 * 0.005 + 0.35 * per["standard"]["pooled"] + 0.30 * per["advanced"]["pooled"] \
         + 0.10 * per["critical"]["pooled"]
     assert fa["normalized"]["value"] == pytest.approx(expected)
+
+
+def test_an_unpublished_tis_gives_its_interval_but_displays_none(scenario_report: dict) -> None:
+    """15 interactions (under the minimum N): the TIS index blocks keep a finite value and interval
+    for pooling, but display "NA" and no interval, overall as per complexity."""
+    tis = scenario_report["kpis"]["tis"]
+    for block in (tis["overall"], tis["per_complexity"]["advanced"], tis["per_complexity"]["simple"]):
+        assert block["published"] is False and block["display"] == "NA"
+        assert block["value"] is not None and block["ci_low"] is not None and block["ci_high"] is not None
+        assert block["ci_display"] is None
+
+
+def _sealed(tmp_path, *specs: dict) -> tuple[list[dict], dict]:
+    """Receipts sealed at heights 0, 1, ... in a real SQLite ledger (default: a mask of req_0 in the
+    simple stratum; ``specs`` override new_receipt's fields), and the public keys."""
+    import asyncio
+
+    from proxy.receipts import json_hash, load_or_create_signer, new_receipt, open_store
+    from proxy.receipts.chain import Ledger
+    from proxy.receipts.signing import load_public_keys
+
+    key_file = tmp_path / "signing-key.json"
+
+    async def seal() -> list[dict]:
+        store = open_store("sqlite:///" + str(tmp_path / "ledger.db"))
+        try:
+            ledger = Ledger(store, load_or_create_signer(key_file))
+            for i, spec in enumerate(specs or ({},)):
+                fields = {"request_id": f"req_{i:032x}", "actor": "app", "intent": "general",
+                          "inputs_hash": json_hash({"i": i}), "outputs_hash": json_hash({}), "policy_id": "matrix",
+                          "guardrail_action": "mask", "evidence": {"note": "n"}, "model": "m", "provider": "p",
+                          "stratum": _HEALTH, "ts": f"2026-11-02T00:00:0{i}.000Z", **spec}
+                await ledger.append([new_receipt(**fields)])
+            return await store.range(0, len(specs or ({},)))
+        finally:
+            await store.close()
+
+    sealed = asyncio.run(seal())
+    assert [r["ledger_height"] for r in sealed] == list(range(len(sealed)))
+    return sealed, load_public_keys(str(key_file))
+
+
+def _sealed_genesis(tmp_path) -> tuple[dict, dict]:
+    """One receipt (a mask of req_0, simple stratum) sealed at height 0, and the keys."""
+    sealed, keys = _sealed(tmp_path)
+    return sealed[0], keys
+
+
+def test_lvp_checks_the_genesis_receipt_without_a_predecessor(tmp_path) -> None:
+    """Height 0 has no predecessor: a copy of the genesis receipt claiming height -1 is not taken as
+    its predecessor (which would make the genesis a duplicate); the genesis passes, the copy fails."""
+    genesis, keys = _sealed_genesis(tmp_path)
+    forged = {**genesis, "ledger_height": -1}
+    report = build_report(_empty(receipts=[genesis, forged], public_keys=keys))
+    lvp = report["kpis"]["tis"]["components"]["lvp"]
+    assert (lvp["successes"], lvp["n"]) == (1, 2)
+    assert report["lvp"]["sampled"] == 2 and report["disclosure"]["n_interactions"] == 1
+    only = build_report(_empty(receipts=[genesis], public_keys=keys))["kpis"]["tis"]["components"]["lvp"]
+    assert (only["successes"], only["n"]) == (1, 1)
+
+
+@pytest.mark.parametrize("other_id", ["XXXX", "req_other"])
+def test_a_receipt_without_request_id_is_an_lvp_orphan_of_no_interaction(tmp_path, other_id: object) -> None:
+    """A window receipt without ``request_id`` (here an ``adjudicate`` record) is re-verified and
+    counted in the overall LVP only, as an orphan: it changes no interaction's figures, whatever
+    request ids the window's interactions carry (``other_id``: a second, unsigned interaction)."""
+    genesis, keys = _sealed_genesis(tmp_path)
+    other = _r("o", "mask", stratum=_HEALTH, evidence={"note": "n"})
+    other["request_id"] = other_id
+    no_id = {"receipt_id": "rc_no_id", "guardrail_action": "adjudicate", "ts": "2026-11-03T00:00:00.000Z"}
+    fields = {"public_keys": keys, "evidence_required": {"matrix": ["note"]}}
+    base = build_report(_empty(receipts=[genesis, other], **fields))
+    with_orphan = build_report(_empty(receipts=[genesis, other, no_id], **fields))
+    assert base["lvp"]["sampled"] == 2 and with_orphan["lvp"]["sampled"] == 3
+    lvp = with_orphan["kpis"]["tis"]["components"]["lvp"]
+    assert (lvp["successes"], lvp["n"]) == (1, 3) and lvp["value"] == pytest.approx(1 / 3)
+    simple, simple_base = (r["kpis"]["tis"]["per_complexity"]["simple"] for r in (with_orphan, base))
+    assert simple["n"] == 2 and simple["value"] == pytest.approx(0.35 * 0.5 + 0.20 + 0.25 + 0.20)
+    assert simple["value"] == simple_base["value"]
+    # the overall TIS is that of the components, the orphan's failed re-verification included
+    from proxy.kpi.methodology import TIS_WEIGHTS
+
+    tis = with_orphan["kpis"]["tis"]
+    assert tis["overall"]["value"] == pytest.approx(sum(w * tis["components"][k]["value"] for k, w in TIS_WEIGHTS.items()))
+
+
+def test_tis_overall_interval_is_clipped_at_one_and_reproducible_by_seed(tmp_path) -> None:
+    """4 signed masks, one without its required evidence: TIS = 0.35 + 0.20 + 0.25 + 0.20 * 3/4 =
+    0.95, whose normal interval reaches above 1 and is clipped there; the same seed draws the same
+    interval, another seed another."""
+    sealed, keys = _sealed(tmp_path, {}, {}, {}, {"evidence": {"other": "x"}})
+
+    def overall(seed: int) -> dict:
+        report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]},
+                                     seed=seed))
+        return report["kpis"]["tis"]["overall"]
+
+    first = overall(3)
+    assert first["value"] == pytest.approx(0.95)
+    assert first["ci_high"] == 1.0 and 0.8 < first["ci_low"] < 0.95
+    assert overall(3) == first and overall(4)["ci_low"] != first["ci_low"]
+
+
+@pytest.mark.parametrize("bad_id", ["missing", None, "", 7])
+def test_a_chat_receipt_without_a_usable_request_id_is_no_interaction(tmp_path, bad_id: object) -> None:
+    """A chat receipt whose ``request_id`` is missing, null, empty or not a string (a broken ledger
+    record) is no interaction and no KeyError: it is re-verified as an LVP orphan only, and the
+    strata's figures are those of the window without it."""
+    genesis, keys = _sealed_genesis(tmp_path)
+    broken = _r("b", "mask", stratum=_HEALTH, evidence={"note": "n"})
+    if bad_id == "missing":
+        del broken["request_id"]
+    else:
+        broken["request_id"] = bad_id
+    fields = {"public_keys": keys, "evidence_required": {"matrix": ["note"]}}
+    base = build_report(_empty(receipts=[genesis], **fields))
+    with_broken = build_report(_empty(receipts=[genesis, broken], **fields))
+    assert with_broken["disclosure"]["n_interactions"] == base["disclosure"]["n_interactions"] == 1
+    assert with_broken["lvp"]["sampled"] == base["lvp"]["sampled"] + 1
+    lvp = with_broken["kpis"]["tis"]["components"]["lvp"]
+    assert (lvp["successes"], lvp["n"]) == (1, 2)  # the unsigned broken record fails its re-verification
+    simple, simple_base = (r["kpis"]["tis"]["per_complexity"]["simple"] for r in (with_broken, base))
+    assert simple["n"] == simple_base["n"] == 1 and simple["value"] == pytest.approx(simple_base["value"])
+
+
+def test_a_passing_orphan_adds_to_lvps_successes_as_well_as_its_n(tmp_path) -> None:
+    """A signed ``adjudicate`` receipt in the window is no interaction; it passes re-verification
+    and counts in LVP's successes and n (components and counts alike), not in any stratum."""
+    sealed, keys = _sealed(tmp_path, {}, {"guardrail_action": "adjudicate", "request_id": "req_human",
+                                          "evidence": {"adjudication_id": "adj_x", "stage": "A"}})
+    report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]}))
+    tis = report["kpis"]["tis"]
+    lvp = tis["components"]["lvp"]
+    assert (lvp["successes"], lvp["n"], lvp["value"]) == (2, 2, 1.0)
+    assert report["lvp"]["sampled"] == 2 and report["disclosure"]["n_interactions"] == 1
+    # LVP = RC = GA = AD = 1 overall (the orphan included) and in the stratum (without it)
+    assert tis["overall"]["value"] == pytest.approx(1.0)
+    assert tis["per_complexity"]["simple"]["value"] == pytest.approx(1.0)
+
+
+def test_components_without_a_denominator_are_na_and_divide_nothing() -> None:
+    """Allowed interactions only, no required evidence, no LVP sample: GA, AD and LVP have no
+    denominator and are NA (None), so is TIS; no 0/0 is computed (no numpy RuntimeWarning
+    reaches the CLI's stderr)."""
+    import warnings
+
+    receipts = [_r(f"a{i}", stratum=_HEALTH) for i in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = build_report(_empty(receipts=receipts, lvp_sample=1))
+        none_sampled = build_report(_empty(receipts=[_r("h", "adjudicate")]))
+    c = report["kpis"]["tis"]["components"]
+    assert (c["ga"]["successes"], c["ga"]["n"], c["ga"]["value"]) == (0, 0, None)
+    assert (c["ad"]["successes"], c["ad"]["n"], c["ad"]["value"]) == (0, 0, None)
+    assert (c["rc"]["n"], c["rc"]["value"]) == (3, 1.0)
+    assert report["kpis"]["tis"]["overall"]["value"] is None
+    assert report["kpis"]["tis"]["per_complexity"]["simple"]["value"] is None
+    empty = none_sampled["kpis"]["tis"]["components"]
+    assert (empty["rc"]["n"], empty["rc"]["value"]) == (0, None)
+    assert (empty["lvp"]["n"], empty["lvp"]["successes"], empty["lvp"]["value"]) == (1, 0, 0.0)
+
+
+def test_ga_is_na_without_triggers_even_with_a_false_negative() -> None:
+    """A model apology adjudicated as a breach is a false negative, but with no trigger GA has no
+    denominator: NA, not 1 − 1/0 clipped to 0."""
+    receipt = _r("q", evidence={"model_apology": True})
+    report = build_report(_empty(receipts=[receipt], review_items=[_adjudicated(receipt, _BREACH, model_apology=True)]))
+    ga = report["kpis"]["tis"]["components"]["ga"]
+    assert (ga["successes"], ga["n"], ga["value"]) == (0, 0, None)
+    assert report["adjudication"]["triggers"] == 0 and report["adjudication"]["apologies"] == 1
+
+
+def test_far_a_per_complexity_shrinkage_is_the_pooling_weight(scenario_report: dict) -> None:
+    """Each FAR-A stratum publishes its partial-pooling weight (1.0 for an empty stratum)."""
+    per = scenario_report["kpis"]["far_a"]["per_complexity"]
+    pooled = stats.partial_pool({c: (per[c]["successes"], per[c]["n"]) for c in per})
+    assert per["critical"]["shrinkage"] == 1.0
+    for c in ("simple", "standard", "advanced"):
+        assert per[c]["shrinkage"] == pytest.approx(pooled[c].shrinkage)
+        assert per[c]["pooled"] == pytest.approx(pooled[c].pooled)
+
+
+def test_false_negative_scale_is_eligible_over_sampled_and_zero_without_a_sample() -> None:
+    """5 eligible allowed interactions, 2 adjudicated in the sample (1 breach): scale 5/2, so GA =
+    1 − 2.5/4 triggers. Without any sample the scale is 0."""
+    allowed = [_r(f"a{i}", stratum=_HEALTH) for i in range(5)]
+    masks = [_r(f"m{i}", "mask", stratum=_HEALTH) for i in range(4)]
+    items = [_adjudicated(allowed[0], _BREACH, sampled=True), _adjudicated(allowed[1], _NEEDLESS, sampled=True)]
+    report = build_report(_empty(receipts=allowed + masks, review_items=items))
+    adj = report["adjudication"]
+    assert (adj["allowed_eligible_for_sample"], adj["sample_adjudicated"], adj["false_negatives_in_sample"]) == (5, 2, 1)
+    assert adj["false_negative_scale"] == 2.5
+    assert report["kpis"]["tis"]["components"]["ga"]["value"] == pytest.approx(1 - 2.5 / 4)
+    unsampled = build_report(_empty(receipts=allowed + masks))["adjudication"]
+    assert (unsampled["sample_adjudicated"], unsampled["false_negative_scale"]) == (0, 0.0)
+
+
+def test_tis_pools_each_stratum_from_its_own_component_counts() -> None:
+    """10 simple interactions with both required evidence fields, 10 advanced with one of two:
+    AD (20/20, 10/20) is partially pooled per stratum; LVP (unsigned: 0), RC and GA (1) have no
+    spread. Each stratum's pooled TIS is built from its own counts; empty strata get p̄."""
+    receipts = [_r(f"s{i}", "mask", policy_id="privacy.pii", stratum=_HEALTH,
+                   evidence={"spans": [[0, 1]], "entity_types": ["EMAIL"]}) for i in range(10)]
+    receipts += [_r(f"a{i}", "mask", policy_id="privacy.pii", stratum=_CODE, evidence={"spans": [[0, 1]]})
+                 for i in range(10)]
+    per = build_report(_empty(receipts=receipts, evidence_required=_REQUIRED))["kpis"]["tis"]["per_complexity"]
+    ad = stats.partial_pool({"simple": (20, 20), "standard": (0, 0), "advanced": (10, 20), "critical": (0, 0)})
+    for c in ("simple", "standard", "advanced", "critical"):
+        assert per[c]["pooled"] == pytest.approx(0.35 * 0.0 + 0.20 + 0.25 + 0.20 * ad[c].pooled)
+    assert per["simple"]["pooled"] > per["standard"]["pooled"] == per["critical"]["pooled"] > per["advanced"]["pooled"]
+
+
+def test_far_a_normalized_interval_is_clipped_at_zero_and_reproducible_by_seed() -> None:
+    """40 simple interactions, 1 unnecessary refusal: M_norm = 1/40 (complete pooling), whose normal
+    interval reaches below 0 and is clipped there (not above 1); the same seed gives the same one."""
+    receipts = [_r(f"f{i}", "refuse" if i == 0 else "allow", stratum=_HEALTH) for i in range(40)]
+    inputs = {"receipts": receipts, "review_items": [_adjudicated(receipts[0], _NEEDLESS)], "seed": 5}
+    norm = build_report(_empty(**inputs))["kpis"]["far_a"]["normalized"]
+    assert norm["value"] == pytest.approx(1 / 40)
+    assert norm["ci_low"] == 0.0 and norm["value"] < norm["ci_high"] < 0.2
+    assert norm["ci_display"] == ["0.00%", stats.round_percent(norm["ci_high"])]
+    assert build_report(_empty(**inputs))["kpis"]["far_a"]["normalized"] == norm
+
+
+def test_far_a_normalized_interval_is_clipped_at_one() -> None:
+    """4 simple interactions, 3 unnecessary refusals: M_norm = 3/4, whose normal interval reaches
+    above 1 and is clipped there."""
+    receipts = [_r(f"f{i}", "refuse" if i < 3 else "allow", stratum=_HEALTH) for i in range(4)]
+    items = [_adjudicated(r, _NEEDLESS) for r in receipts[:3]]
+    norm = build_report(_empty(receipts=receipts, review_items=items))["kpis"]["far_a"]["normalized"]
+    assert norm["value"] == pytest.approx(0.75)
+    assert 0.0 < norm["ci_low"] < norm["value"] and norm["ci_high"] == 1.0
+    assert norm["ci_display"] == [stats.round_percent(norm["ci_low"]), "100.00%"]
+
+
+def test_normalized_blocks_of_an_empty_window_are_na_and_a_computed_one_is_displayed() -> None:
+    """No interaction: FAR-A's and TIS's normalized blocks are NA with no value or interval;
+    1 unnecessary refusal in 40 shows M_norm as a percentage."""
+    kpis = build_report(_empty())["kpis"]
+    assert kpis["far_a"]["normalized"] == {"value": None, "ci_low": None, "ci_high": None, "display": "NA",
+                                           "ci_display": None, "interval": "bootstrap normal"}
+    na = {"value": None, "ci_low": None, "ci_high": None, "n": 0, "published": False, "display": "NA",
+          "ci_display": None}
+    assert kpis["tis"]["normalized"] == na and kpis["tis"]["overall"] == na
+    receipts = [_r(f"f{i}", "refuse" if i == 0 else "allow", stratum=_HEALTH) for i in range(40)]
+    norm = build_report(_empty(receipts=receipts, review_items=[_adjudicated(receipts[0], _NEEDLESS)]))[
+        "kpis"]["far_a"]["normalized"]
+    assert norm["display"] == "2.50%" and norm["interval"] == "bootstrap normal"
+
+
+def test_published_tis_components_display_their_rate_and_interval() -> None:
+    """240 interactions: each published TIS component shows its rate and Wilson interval."""
+    receipts = [_r(f"p{i}", "mask" if i % 4 == 0 else "allow", policy_id="privacy.pii" if i % 4 == 0 else "matrix",
+                   stratum=_HEALTH, evidence={"spans": [[0, 1]], **({"entity_types": ["EMAIL"]} if i % 8 == 0 else {})})
+                for i in range(240)]
+    comps = build_report(_empty(receipts=receipts, evidence_required=_REQUIRED))["kpis"]["tis"]["components"]
+    for k in ("rc", "ga", "ad"):
+        b = comps[k]
+        assert b["published"] is True and b["ci_low"] is not None
+        assert b["display"] == stats.round_percent(b["value"]) != "NA"
+        assert b["ci_display"] == [stats.round_percent(b["ci_low"]), stats.round_percent(b["ci_high"])]
+    assert comps["ad"]["display"] == "75.00%"
