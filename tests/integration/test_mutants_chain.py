@@ -263,3 +263,146 @@ async def test_default_contended_mode_lasts_one_second(
     turn = await store.take_turn(0.01)
     assert turn is not None and turn[0] == Head(3, entry_hash(inside[0]))
     assert await store.take_turn(0.01) is None  # one token, not one per append
+
+
+# --- a duplicate receipt_id in a group of two --------------------------------------------------------
+
+
+@sqlite_only
+async def test_a_group_of_two_is_split_so_a_taken_receipt_id_fails_only_its_own_call(
+    store: LedgerStore, signer: Signer, keys: dict[str, bytes]
+) -> None:
+    """Two requests share a group; the first's receipt_id is already stored. The group's write conflicts,
+    so each request is committed alone: the clash (other content) gets LedgerConflict, a retry of the stored
+    receipt gets the stored copy, and the other request of the group is written, not failed with the clash's
+    conflict nor answered with the clash's stored copy."""
+    ledger = Ledger(store, signer)
+    sizes = _sizes(ledger)
+    stored = await ledger.append([make_receipt()])
+    clash = dict(make_receipt(), receipt_id=stored[0]["receipt_id"])  # same id, other content
+    retry = {k: v for k, v in stored[0].items() if k not in ("key_id", "ledger_height", "prev_hash", "ed25519_sig")}
+    first, second = make_receipt(), make_receipt()
+    conflict, written = await asyncio.wait_for(
+        asyncio.gather(ledger.append([clash]), ledger.append([first]), return_exceptions=True), SETTLE_S)
+    assert isinstance(conflict, LedgerConflict)
+    assert [(r["receipt_id"], r["ledger_height"]) for r in written] == [(first["receipt_id"], 1)]
+    again, written_too = await asyncio.wait_for(
+        asyncio.gather(ledger.append([retry]), ledger.append([second])), SETTLE_S)
+    assert again == stored
+    assert [(r["receipt_id"], r["ledger_height"]) for r in written_too] == [(second["receipt_id"], 2)]
+    assert sizes == [1, 2, 3] and ledger.writes == 3
+    assert await store.range(0, 10) == stored + written + written_too
+    assert await verify_store(store, keys) == (3, [])
+
+
+@sqlite_only
+async def test_a_group_that_gives_up_answers_every_caller_with_the_conflict(
+    ledger_url: str, store: LedgerStore, signer: Signer
+) -> None:
+    """max_attempts=1, a group of two requests, and before its compare-and-set another writer stores the first
+    request's receipt (same content). The group gave up: both callers get LedgerConflict; the second caller is
+    never handed the first caller's stored receipt as its own, and its receipt is not written."""
+    rival = RivalWriter(ledger_url, signer)
+    first, second = make_receipt(), make_receipt()
+    attempts: list[int] = []
+
+    def source() -> Signer:
+        attempts.append(1)
+        rival.appended += rival._call(rival.ledger.append([first]))  # the same receipt, through the other writer
+        return signer
+
+    try:
+        ledger = Ledger(store, signer, max_attempts=1, signer_source=source)
+        results = await asyncio.wait_for(
+            asyncio.gather(ledger.append([first]), ledger.append([second]), return_exceptions=True), SETTLE_S)
+        assert all(isinstance(r, LedgerConflict) for r in results), results
+        assert [str(r) for r in results] == ["ledger head kept moving: gave up after 1 attempts"] * 2
+        assert len(attempts) == 1 and ledger.lost_races == 1 and ledger.writes == 0
+        assert await store.range(0, 10) == rival.appended
+        assert rival.appended[0]["receipt_id"] == first["receipt_id"]
+        assert await store.get_by_id(second["receipt_id"]) is None
+    finally:
+        rival.close()
+
+
+@sqlite_only
+async def test_after_giving_up_the_ledger_expects_the_head_its_last_lost_race_returned(
+    ledger_url: str, store: LedgerStore, signer: Signer
+) -> None:
+    """The expected head is the one the ledger was last told about, even after it gave up: the head its last
+    lost compare-and-set returned. When another writer appends after that, the next append loses once more on
+    that head and then writes on the head it gets back."""
+    rival = RivalWriter(ledger_url, signer)
+    attempts: list[int] = []
+    interfering = [True]
+
+    def source() -> Signer:
+        attempts.append(1)
+        if interfering[0]:
+            rival.append_one()
+        return signer
+
+    try:
+        ledger = Ledger(store, signer, max_attempts=2, signer_source=source)
+        with pytest.raises(LedgerConflict, match="gave up after 2 attempts"):
+            await asyncio.wait_for(ledger.append([make_receipt()]), SETTLE_S)
+        assert (len(attempts), ledger.lost_races, ledger.writes) == (2, 2, 0)
+        interfering[0] = False
+        rival.append_one()  # the head moves once more after the ledger gave up: heights 0, 1, 2 are the rival's
+        [mine] = await asyncio.wait_for(ledger.append([make_receipt()]), SETTLE_S)
+        assert mine["ledger_height"] == 3 and mine["prev_hash"] == entry_hash(rival.appended[2])
+        assert (len(attempts), ledger.lost_races, ledger.writes) == (4, 3, 1)  # one more lost race, then the write
+        _assert_chained(await store.range(0, 10))
+    finally:
+        rival.close()
+
+
+@redis_only
+async def test_contended_mode_ends_exactly_contended_s_after_the_lost_race(
+    store: LedgerStore, signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contended mode lasts while the loop time is below lost-race time + contended_s: an append at exactly
+    that time no longer takes the turn token, so the token still carries the head of the last contended append.
+    The loop clock is held at chosen values around the appends."""
+    loop = asyncio.get_running_loop()
+    real_time = loop.time
+    held: list[float | None] = [None]
+    monkeypatch.setattr(loop, "time", lambda: real_time() if held[0] is None else held[0])
+    first, second = Ledger(store, signer), Ledger(store, signer)
+    await first.append([make_receipt()])
+    await second.append([make_receipt()])
+    held[0] = 1000.0
+    [retried] = await first.append([make_receipt()])  # loses on its stale head at 1000.0; the retry hands on the token
+    assert retried["ledger_height"] == 2 and first.lost_races == 1
+    held[0] = 1000.0 + 1.0  # contended_s after the lost race, to the last bit
+    [after] = await first.append([make_receipt()])
+    held[0] = None
+    assert after["ledger_height"] == 3 and (first.lost_races, first.writes) == (1, 3)
+    turn = await store.take_turn(0.01)
+    assert turn is not None and turn[0] == Head(2, entry_hash(retried))  # not taken, not handed on at height 3
+    assert await store.take_turn(0.01) is None
+
+
+@redis_only
+async def test_each_append_leaves_the_compact_range_a_losing_writer_is_handed(
+    store: LedgerStore, signer: Signer
+) -> None:
+    """The ledger writes its Merkle nodes and the compact range (RFC 9162) after each group with the receipts,
+    so a writer that then loses a compare-and-set gets the current head and that compact range in the same
+    reply (AppendOutcome.frontier) and re-seals without reading the tree."""
+    from proxy.receipts import seal
+    from proxy.tlog import merkle
+
+    ledger = Ledger(store, signer)
+    written: list[dict[str, Any]] = []
+    for size in (3, 5):
+        written += await ledger.append([make_receipt() for _ in range(size - len(written))])
+        leaves = [merkle.leaf_hash(merkle.receipt_leaf(entry_hash(r))) for r in written]  # RFC 9162 leaf hashes
+        _, expected = merkle.extend(0, [], leaves)
+        assert await store.tree_size() == size
+        assert await store.get_nodes(merkle.frontier_ids(size)) == expected
+        stale = seal(make_receipt(), ledger_height=0, prev_hash=GENESIS_PREV_HASH, signer=signer)
+        outcome = await store.compare_and_append([stale], None)
+        assert not outcome.appended
+        assert outcome.head == Head(size - 1, entry_hash(written[-1]))
+        assert outcome.frontier == expected and len(expected) == bin(size).count("1")

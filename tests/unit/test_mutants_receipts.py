@@ -565,3 +565,98 @@ def test_seal_and_prepared_seal_refuse_a_prev_hash_with_anything_after_the_hash(
         seal(_unsealed(), ledger_height=1, prev_hash=GENESIS_PREV_HASH + suffix, signer=signer)
     with pytest.raises(ValueError, match="^prev_hash must be sha256: "):
         PreparedReceipt(_unsealed()).seal(1, GENESIS_PREV_HASH + suffix, signer)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"actor": "app\ud800"},  # a top-level string member (the str fast path)
+    {"intent": "\udfff"},  # a nullable string member
+    {"evidence": {"note": "x\ud83d"}},  # inside an object member (the C encoder's path)
+    {"stratum": {"k": ["\ud800"]}},
+], ids=["actor", "intent", "evidence", "stratum"])
+def test_prepared_receipts_refuse_a_lone_surrogate_as_seal_does(overrides) -> None:
+    """A lone surrogate is not Unicode text, so RFC 8785 cannot encode it: PreparedReceipt raises the same
+    CanonicalizationError as seal() (the C encoder's UnicodeEncodeError is handed to rfc8785), never a
+    receipt with the member silently encoded as something else."""
+    from proxy.receipts.canonical import CanonicalizationError
+
+    receipt = _unsealed(**overrides)
+    with pytest.raises(CanonicalizationError, match="^input contains non-UTF-8 codepoints$"):
+        seal(receipt, ledger_height=0, prev_hash=GENESIS_PREV_HASH, signer=Signer.generate())
+    with pytest.raises(CanonicalizationError, match="^input contains non-UTF-8 codepoints$"):
+        PreparedReceipt(receipt)
+
+
+def test_prepared_receipts_refuse_floats_and_unsafe_integers_with_seal_s_type_error() -> None:
+    """A body the C encoder cannot write (a float, an integer beyond ±(2**53 − 1)) is still walked for floats:
+    TypeError naming the path, the same message seal() gives, not bytes of a number no verifier reads alike."""
+    signer = Signer.generate()
+    cases = {
+        "float at $.evidence.s (0.5): signed content must use decimal strings": {"evidence": {"s": 0.5}},
+        "integer at $.stratum.n[0] exceeds ±(2**53-1): JSON readers see a float": {"stratum": {"n": [2**53]}},
+    }
+    for message, overrides in cases.items():
+        receipt = _unsealed(**overrides)
+        with pytest.raises(TypeError) as from_seal:
+            seal(receipt, ledger_height=0, prev_hash=GENESIS_PREV_HASH, signer=signer)
+        with pytest.raises(TypeError) as from_prepared:
+            PreparedReceipt(receipt)
+        assert str(from_seal.value) == str(from_prepared.value) == message
+
+
+def test_prepared_receipts_check_the_schema_like_seal() -> None:
+    """Every schema problem of the body, in seal()'s order and words: a malformed field, a missing one and an
+    unexpected one; chain fields of an already sealed receipt are dropped, not reported."""
+    signer = Signer.generate()
+    receipt = _unsealed(receipt_id="rcpt_x", extra=1)
+    del receipt["actor"]
+    expected = "receipt_id: must be rcpt_ + 32 lowercase hex, got 'rcpt_x'; actor: missing; extra: unexpected field"
+    with pytest.raises(ValueError) as from_seal:
+        seal(receipt, ledger_height=0, prev_hash=GENESIS_PREV_HASH, signer=signer)
+    with pytest.raises(ValueError) as from_prepared:
+        PreparedReceipt(receipt)
+    assert str(from_seal.value) == str(from_prepared.value) == expected
+    sealed = seal(_unsealed(), ledger_height=4, prev_hash=GENESIS_PREV_HASH, signer=signer)
+    prepared = PreparedReceipt(sealed)
+    assert prepared.body == {k: v for k, v in sealed.items() if k not in CHAIN_FIELDS}
+    assert prepared.receipt_id == sealed["receipt_id"]
+    assert prepared.seal(4, GENESIS_PREV_HASH, signer).receipt == sealed
+
+
+_PLAIN_VALUES = ["", "é \u2028 \x7f \"\\", "\U0001f600", True, False, None, 0, -1, 7, MAX_SAFE_INTEGER,
+                 -MAX_SAFE_INTEGER, [], (), [1, "a", None, True, [False]], (1, "a"), {}, {"": 1}, {"X": [None]},
+                 {"é": {"\ud7ff": [MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER]}, "b": "\U0001f600 in a value"}]
+
+
+class _Text(str):
+    pass
+
+
+def test_the_c_encoder_fast_path_takes_exactly_the_values_the_module_documents() -> None:
+    """sealing.py's rule for the C encoder: str, bool, None, integers within ±(2**53 − 1) and lists, tuples and
+    dicts of them whose object names have no character at or above U+E000 (exact types: a str subclass may
+    print itself otherwise). Anything else goes to rfc8785. Both give RFC 8785 bytes; the rule decides which
+    values the cheap path covers, so its answer is pinned here."""
+    from proxy.receipts.sealing import _plain
+
+    for value in _PLAIN_VALUES:
+        assert _plain(value) is True, value
+    not_plain = [MAX_SAFE_INTEGER + 1, -MAX_SAFE_INTEGER - 1, 2**60, 1.5, [1, 0.5], (1, 2**53), {"a": [0.5]},
+                 {"\ue000": 1}, {"a\ue000b": 1}, {"\uffff": 1}, {"\U0001f600": 1}, {"ok": 1, "\U0001f600": 1},
+                 {1: "a"}, _Text("a"), [_Text("a")], {"a": {_Text("b"): 1}}, b"bytes", {1, 2}]
+    for value in not_plain:
+        assert _plain(value) is False, value
+
+
+def test_the_fast_member_encoder_writes_every_plain_value_as_rfc8785() -> None:
+    """_encode_plain (PreparedReceipt's encoder for a body the C encoder can write) gives encode_value's bytes,
+    which are rfc8785's, for every value _plain accepts, booleans included; a lone surrogate (plain by type,
+    not Unicode text) raises rfc8785's CanonicalizationError."""
+    from proxy.receipts.canonical import CanonicalizationError
+    from proxy.receipts.sealing import _encode_plain
+
+    for value in _PLAIN_VALUES:
+        assert _encode_plain(value) == encode_value(value) == canonical(value), value
+    assert (_encode_plain(True), _encode_plain(False), _encode_plain(None)) == (b"true", b"false", b"null")
+    for value in ("a\ud800", ["\udfff"], {"k": "\ud83d"}):
+        with pytest.raises(CanonicalizationError, match="^input contains non-UTF-8 codepoints$"):
+            _encode_plain(value)
