@@ -303,9 +303,12 @@ def test_provider_usage_cost_and_declared_stratum(kpi_proxy, upstream, tmp_path)
     """The stub's usage → token and cost counters; the declared complexity and the route's provider
     → the receipt's stratum and the report's per-stratum N. (Cost is in no receipt or report.)"""
     w = Window(kpi_proxy)
-    answer = "Seven times six is forty-two, the answer to everything."
+    answer = "Hamlet was written around the year 1600 by an English playwright."
     upstream.queue(Reply(text=answer))
-    raw = ask(kpi_proxy, "What is seven times six?", model="priced", **{"x-sonate-complexity": "advanced"})
+    # a question far from any domain boundary (general 0.94): the int8 embeddings differ in the last
+    # digits between CPUs, and a borderline one ("What is seven times six?": everyday 0.52 vs general
+    # 0.47 on one machine) can land on either side
+    raw = ask(kpi_proxy, "Who wrote Hamlet?", model="priced", **{"x-sonate-complexity": "advanced"})
     usage = raw.parse().usage
     assert raw.headers["x-sonate-guardrail-action"] == "allow" and usage.completion_tokens == len(answer.split())
     decisive = receipt(kpi_proxy, raw.headers["x-sonate-receipt-id"])
