@@ -58,12 +58,10 @@ def restore(workdir: Path, store_path: Path) -> int:
         hashes = meta["hash_by_function_name"]
         codes = meta["exit_code_by_key"]
         for mutant, code in stored["exit_code_by_key"].items():
-            function = _function(mutant)
-            same = hashes.get(function, stored["hash_by_function_name"].get(function)) == \
-                stored["hash_by_function_name"].get(function)
-            if codes.get(mutant) is None and same:
+            stored_hash = stored["hash_by_function_name"][_function(mutant)]
+            # a fresh workspace takes the stored hash (mutmut compares it when it regenerates mutants)
+            if codes.get(mutant) is None and hashes.setdefault(_function(mutant), stored_hash) == stored_hash:
                 codes[mutant] = code
-                hashes.setdefault(function, stored["hash_by_function_name"][function])
                 written += 1
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         meta_path.write_text(json.dumps(meta), encoding="utf-8")

@@ -26,6 +26,11 @@ def _meta(workdir: Path, codes: dict[str, int | None], hashes: dict[str, str]) -
     return path
 
 
+def _store(path: Path, hashes: dict[str, str], codes: dict[str, int]) -> Path:
+    path.write_text(json.dumps({SOURCE: {"hash_by_function_name": hashes, "exit_code_by_key": codes}}))
+    return path
+
+
 def _codes(workdir: Path) -> dict[str, int | None]:
     return json.loads((workdir / "mutants" / f"{SOURCE}.meta").read_text())["exit_code_by_key"]
 
@@ -49,11 +54,9 @@ def test_save_keeps_only_decided_mutants_and_restore_feeds_mutmut(tmp_path, monk
 
 
 def test_restore_skips_changed_functions_and_keeps_the_workspaces_own_verdicts(tmp_path) -> None:
-    store = tmp_path / "verdicts.json"
-    store.write_text(json.dumps({SOURCE: {
-        "hash_by_function_name": {"x_wilson": "old", "x_bootstrap": "same"},
-        "exit_code_by_key": {"proxy.kpi.stats.x_wilson__mutmut_1": 0, "proxy.kpi.stats.x_bootstrap__mutmut_1": 1,
-                             "proxy.kpi.stats.x_bootstrap__mutmut_2": 1}}}))
+    store = _store(tmp_path / "verdicts.json", {"x_wilson": "old", "x_bootstrap": "same"},
+                   {"proxy.kpi.stats.x_wilson__mutmut_1": 0, "proxy.kpi.stats.x_bootstrap__mutmut_1": 1,
+                    "proxy.kpi.stats.x_bootstrap__mutmut_2": 1})
     work = tmp_path / "work"
     _meta(work, {"proxy.kpi.stats.x_wilson__mutmut_1": None, "proxy.kpi.stats.x_bootstrap__mutmut_1": None,
                  "proxy.kpi.stats.x_bootstrap__mutmut_2": 0}, {"x_wilson": "new", "x_bootstrap": "same"})
@@ -64,11 +67,9 @@ def test_restore_skips_changed_functions_and_keeps_the_workspaces_own_verdicts(t
 
 
 def test_save_merges_a_later_run_into_the_store(tmp_path) -> None:
-    store = tmp_path / "verdicts.json"
-    store.write_text(json.dumps({SOURCE: {
-        "hash_by_function_name": {"x_wilson": "h1", "x_bootstrap": "b1"},
-        "exit_code_by_key": {"proxy.kpi.stats.x_wilson__mutmut_1": 0, "proxy.kpi.stats.x_wilson__mutmut_2": 1,
-                             "proxy.kpi.stats.x_bootstrap__mutmut_1": 1}}}))
+    store = _store(tmp_path / "verdicts.json", {"x_wilson": "h1", "x_bootstrap": "b1"},
+                   {"proxy.kpi.stats.x_wilson__mutmut_1": 0, "proxy.kpi.stats.x_wilson__mutmut_2": 1,
+                    "proxy.kpi.stats.x_bootstrap__mutmut_1": 1})
     work = tmp_path / "work"  # re-checked wilson_1 (now killed), did not check wilson_2; bootstrap changed
     _meta(work, {"proxy.kpi.stats.x_wilson__mutmut_1": 1, "proxy.kpi.stats.x_wilson__mutmut_2": None,
                  "proxy.kpi.stats.x_bootstrap__mutmut_1": None}, {"x_wilson": "h1", "x_bootstrap": "b2"})
