@@ -1164,19 +1164,23 @@ def test_a_receipt_without_request_id_is_an_lvp_orphan_of_no_interaction(tmp_pat
 
 def test_tis_overall_interval_is_clipped_at_one_and_reproducible_by_seed(tmp_path) -> None:
     """4 signed masks, one without its required evidence: TIS = 0.35 + 0.20 + 0.25 + 0.20 * 3/4 =
-    0.95, whose normal interval reaches above 1 and is clipped there; the same seed draws the same
-    interval, another seed another."""
+    0.95, overall and in their stratum, whose normal intervals reach above 1 and are clipped there;
+    the same seed draws the same intervals, another seed others."""
     sealed, keys = _sealed(tmp_path, {}, {}, {}, {"evidence": {"other": "x"}})
 
-    def overall(seed: int) -> dict:
+    def tis(seed: int) -> dict:
         report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]},
                                      seed=seed))
-        return report["kpis"]["tis"]["overall"]
+        return report["kpis"]["tis"]
 
-    first = overall(3)
-    assert first["value"] == pytest.approx(0.95)
-    assert first["ci_high"] == 1.0 and 0.8 < first["ci_low"] < 0.95
-    assert overall(3) == first and overall(4)["ci_low"] != first["ci_low"]
+    first, again, other = tis(3), tis(3), tis(4)
+    # the overall index and its one stratum (all four receipts are simple) alike
+    for block in (first["overall"], first["per_complexity"]["simple"]):
+        assert block["value"] == pytest.approx(0.95)
+        assert block["ci_high"] == 1.0 and 0.8 < block["ci_low"] < 0.95
+    assert again == first
+    assert other["overall"]["ci_low"] != first["overall"]["ci_low"]
+    assert other["per_complexity"]["simple"]["ci_low"] != first["per_complexity"]["simple"]["ci_low"]
 
 
 @pytest.mark.parametrize("bad_id", ["missing", None, "", 7])
@@ -1199,6 +1203,10 @@ def test_a_chat_receipt_without_a_usable_request_id_is_no_interaction(tmp_path, 
     assert (lvp["successes"], lvp["n"]) == (1, 2)  # the unsigned broken record fails its re-verification
     simple, simple_base = (r["kpis"]["tis"]["per_complexity"]["simple"] for r in (with_broken, base))
     assert simple["n"] == simple_base["n"] == 1 and simple["value"] == pytest.approx(simple_base["value"])
+    # the broken record does not end the scan: an interaction after it still counts
+    broken_first = build_report(_empty(receipts=[broken, genesis], **fields))
+    assert broken_first["disclosure"]["n_interactions"] == 1
+    assert broken_first["kpis"]["tis"]["per_complexity"]["simple"]["n"] == 1
 
 
 def test_a_passing_orphan_adds_to_lvps_successes_as_well_as_its_n(tmp_path) -> None:
@@ -1338,3 +1346,62 @@ def test_published_tis_components_display_their_rate_and_interval() -> None:
         assert b["display"] == stats.round_percent(b["value"]) != "NA"
         assert b["ci_display"] == [stats.round_percent(b["ci_low"]), stats.round_percent(b["ci_high"])]
     assert comps["ad"]["display"] == "75.00%"
+
+
+def test_tis_normalized_weights_each_complexity_stratum_reproducibly(tmp_path) -> None:
+    """The complexity-normalized TIS is Σ α_s·TIS_s over the strata's (pooled) values, each receipt
+    in its own stratum: two simple masks (one without its required evidence) and two advanced
+    ones; its bootstrap interval is clipped to [0, 1] and drawn from the report's seed."""
+    from proxy.kpi.methodology import COMPLEXITY_WEIGHTS
+
+    sealed, keys = _sealed(tmp_path, {}, {"evidence": {"other": "x"}}, {"stratum": _CODE}, {"stratum": _CODE})
+
+    def tis(seed: int) -> dict:
+        report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]},
+                                     seed=seed))
+        return report["kpis"]["tis"]
+
+    first, again, other = tis(3), tis(3), tis(4)
+    strata = first["per_complexity"]
+    assert strata["simple"]["value"] == pytest.approx(0.90) and strata["advanced"]["value"] == pytest.approx(1.0)
+    norm = first["normalized"]
+    assert norm["value"] == pytest.approx(sum(w * strata[c]["pooled"] for c, w in COMPLEXITY_WEIGHTS.items()))
+    assert norm["n"] == 4 and 0.0 <= norm["ci_low"] < norm["value"] < norm["ci_high"] == 1.0
+    assert again["normalized"] == norm and other["normalized"]["ci_low"] != norm["ci_low"]
+
+
+def test_tis_at_exactly_its_target_meets_it(tmp_path) -> None:
+    """230 signed masks (≥ 200 interactions: published), the last altered after sealing (it fails
+    re-verification) and four without their required evidence: TIS = 0.35·229/230 + 0.20 + 0.25 +
+    0.20·226/230 = 0.995 exactly, the methodology's target (op ``>=``), so it meets the target."""
+    specs = [{"ts": f"2026-11-02T00:{i // 60:02d}:{i % 60:02d}.000Z",
+              **({"evidence": {"other": "x"}} if i < 4 else {})} for i in range(230)]
+    sealed, keys = _sealed(tmp_path, *specs)
+    sealed[-1] = {**sealed[-1], "model": "altered"}
+    tis = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]}))["kpis"]["tis"]
+    assert tis["target"] == {"op": ">=", "value": 0.995, "unit": "index"}
+    assert (tis["components"]["lvp"]["successes"], tis["components"]["ad"]["successes"]) == (229, 226)
+    assert tis["overall"]["published"] is True and tis["overall"]["value"] == 0.995
+    assert tis["meets_target"] is True
+
+
+def test_notes_count_the_apologies_still_unadjudicated_and_list_every_small_provider() -> None:
+    """Three refusals, one adjudicated: the note says 2 of 3; two providers each under the 15 %
+    share rule are both named, comma-separated."""
+    receipts = [_r(f"q{i}", "refuse", stratum=_HEALTH) for i in range(3)]
+    receipts += [_r(f"o{i}", stratum=_HEALTH) for i in range(6)]
+    receipts += [_r("a0", stratum={**_HEALTH, "provider": "anthropic"}),
+                 _r("m0", stratum={**_HEALTH, "provider": "mistral"})]
+    report = build_report(_empty(receipts=receipts, review_items=[_adjudicated(receipts[0], _BREACH,
+                                                                               model_apology=True)]))
+    assert report["notes"][0].startswith("2 of 3 apologies are not adjudicated yet")
+    assert report["notes"][-1] == "Providers under the 15% share rule: anthropic, mistral."
+
+
+def test_a_review_item_without_ts_is_outside_the_window() -> None:
+    """An adjudication item with no ``ts`` (a hand-edited or damaged store) is not in the window
+    and does not break the report."""
+    receipt = _r("q1", "refuse", stratum=_HEALTH)
+    item = {k: v for k, v in _adjudicated(receipt, _BREACH).items() if k != "ts"}
+    report = build_report(_empty(receipts=[receipt], review_items=[item]))
+    assert report["adjudication"]["items_in_window"] == 0 and report["adjudication"]["by_status"] == {}
