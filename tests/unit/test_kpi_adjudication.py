@@ -146,3 +146,22 @@ def test_assigned_items_are_open_or_reviewed_by_the_reviewer() -> None:
     item, _ = record_pass(item, reviewer="ben", verdict=NEEDLESS, ts="t2")
     assert item["status"] == "agreed"
     assert assigned(item, "ann") and assigned(item, "ben") and not assigned(item, "cid")
+
+
+def test_agreement_by_domain_needs_both_passes_and_files_an_item_without_domain_under_general() -> None:
+    """An item rated by pass A only is not a pair (and no KeyError); an item whose domain is
+    missing or empty counts under ``general``."""
+    def rated(n: int, *passes: Verdict) -> dict:
+        item = new_item([_receipt("refuse", n=n)], messages=[], response="", model_apology=False, sampled=False,
+                        created="t")
+        for reviewer, verdict in zip("ab", passes):
+            item, _ = record_pass(item, reviewer=reviewer, verdict=verdict, ts="t")
+        return item
+
+    no_domain = {k: v for k, v in rated(1, NEEDLESS, NEEDLESS).items() if k != "domain"}
+    empty_domain = {**rated(2, JUSTIFIED, JUSTIFIED), "domain": ""}
+    half = rated(3, NEEDLESS)
+    assert set(half["passes"]) == {"A"}
+    result = agreement_by_domain([no_domain, empty_domain, half])
+    assert sorted(result) == ["all", "general"]
+    assert result["general"]["n"] == result["all"]["n"] == 2
