@@ -1350,7 +1350,7 @@ def test_published_tis_components_display_their_rate_and_interval() -> None:
 
 def test_tis_normalized_weights_each_complexity_stratum_reproducibly(tmp_path) -> None:
     """The complexity-normalized TIS is Σ α_s·TIS_s over the strata's (pooled) values, each receipt
-    in its own stratum: two simple masks (one without its required evidence) and two advanced
+    counted in its stratum: two simple masks (one without its required evidence) and two advanced
     ones; its bootstrap interval is clipped to [0, 1] and drawn from the report's seed."""
     from proxy.kpi.methodology import COMPLEXITY_WEIGHTS
 
