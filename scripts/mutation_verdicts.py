@@ -58,9 +58,10 @@ def restore(workdir: Path, store_path: Path) -> int:
         hashes = meta["hash_by_function_name"]
         codes = meta["exit_code_by_key"]
         for mutant, code in stored["exit_code_by_key"].items():
-            stored_hash = stored["hash_by_function_name"][_function(mutant)]
+            function = _function(mutant)
+            stored_hash = stored["hash_by_function_name"][function]
             # a fresh workspace takes the stored hash (mutmut compares it when it regenerates mutants)
-            if codes.get(mutant) is None and hashes.setdefault(_function(mutant), stored_hash) == stored_hash:
+            if codes.get(mutant) is None and hashes.setdefault(function, stored_hash) == stored_hash:
                 codes[mutant] = code
                 written += 1
         meta_path.parent.mkdir(parents=True, exist_ok=True)

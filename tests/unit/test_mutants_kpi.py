@@ -1090,7 +1090,8 @@ def test_an_unpublished_tis_gives_its_interval_but_displays_none(scenario_report
 
 def _sealed(tmp_path, *specs: dict) -> tuple[list[dict], dict]:
     """Receipts sealed at heights 0, 1, ... in a real SQLite ledger (default: a mask of req_0 in the
-    simple stratum; ``specs`` override new_receipt's fields), and the public keys."""
+    simple stratum, one second after the previous receipt; ``specs`` override new_receipt's fields),
+    and the public keys."""
     import asyncio
 
     from proxy.receipts import json_hash, load_or_create_signer, new_receipt, open_store
@@ -1107,7 +1108,7 @@ def _sealed(tmp_path, *specs: dict) -> tuple[list[dict], dict]:
                 fields = {"request_id": f"req_{i:032x}", "actor": "app", "intent": "general",
                           "inputs_hash": json_hash({"i": i}), "outputs_hash": json_hash({}), "policy_id": "matrix",
                           "guardrail_action": "mask", "evidence": {"note": "n"}, "model": "m", "provider": "p",
-                          "stratum": _HEALTH, "ts": f"2026-11-02T00:00:0{i}.000Z", **spec}
+                          "stratum": _HEALTH, "ts": f"2026-11-02T00:{i // 60:02d}:{i % 60:02d}.000Z", **spec}
                 await ledger.append([new_receipt(**fields)])
             return await store.range(0, len(specs or ({},)))
         finally:
@@ -1116,6 +1117,13 @@ def _sealed(tmp_path, *specs: dict) -> tuple[list[dict], dict]:
     sealed = asyncio.run(seal())
     assert [r["ledger_height"] for r in sealed] == list(range(len(sealed)))
     return sealed, load_public_keys(str(key_file))
+
+
+def _signed_tis(sealed: list[dict], keys: dict, seed: int = 0) -> dict:
+    """The TIS block of the report of ``sealed`` (the matrix policy requires evidence ``note``)."""
+    report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]},
+                                 seed=seed))
+    return report["kpis"]["tis"]
 
 
 def _sealed_genesis(tmp_path) -> tuple[dict, dict]:
@@ -1168,12 +1176,7 @@ def test_tis_overall_interval_is_clipped_at_one_and_reproducible_by_seed(tmp_pat
     the same seed draws the same intervals, another seed others."""
     sealed, keys = _sealed(tmp_path, {}, {}, {}, {"evidence": {"other": "x"}})
 
-    def tis(seed: int) -> dict:
-        report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]},
-                                     seed=seed))
-        return report["kpis"]["tis"]
-
-    first, again, other = tis(3), tis(3), tis(4)
+    first, again, other = (_signed_tis(sealed, keys, seed) for seed in (3, 3, 4))
     # the overall index and its one stratum (all four receipts are simple) alike
     for block in (first["overall"], first["per_complexity"]["simple"]):
         assert block["value"] == pytest.approx(0.95)
@@ -1356,12 +1359,7 @@ def test_tis_normalized_weights_each_complexity_stratum_reproducibly(tmp_path) -
 
     sealed, keys = _sealed(tmp_path, {}, {"evidence": {"other": "x"}}, {"stratum": _CODE}, {"stratum": _CODE})
 
-    def tis(seed: int) -> dict:
-        report = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]},
-                                     seed=seed))
-        return report["kpis"]["tis"]
-
-    first, again, other = tis(3), tis(3), tis(4)
+    first, again, other = (_signed_tis(sealed, keys, seed) for seed in (3, 3, 4))
     strata = first["per_complexity"]
     assert strata["simple"]["value"] == pytest.approx(0.90) and strata["advanced"]["value"] == pytest.approx(1.0)
     norm = first["normalized"]
@@ -1374,11 +1372,9 @@ def test_tis_at_exactly_its_target_meets_it(tmp_path) -> None:
     """230 signed masks (≥ 200 interactions: published), the last altered after sealing (it fails
     re-verification) and four without their required evidence: TIS = 0.35·229/230 + 0.20 + 0.25 +
     0.20·226/230 = 0.995 exactly, the methodology's target (op ``>=``), so it meets the target."""
-    specs = [{"ts": f"2026-11-02T00:{i // 60:02d}:{i % 60:02d}.000Z",
-              **({"evidence": {"other": "x"}} if i < 4 else {})} for i in range(230)]
-    sealed, keys = _sealed(tmp_path, *specs)
+    sealed, keys = _sealed(tmp_path, *([{"evidence": {"other": "x"}}] * 4 + [{}] * 226))
     sealed[-1] = {**sealed[-1], "model": "altered"}
-    tis = build_report(_empty(receipts=sealed, public_keys=keys, evidence_required={"matrix": ["note"]}))["kpis"]["tis"]
+    tis = _signed_tis(sealed, keys)
     assert tis["target"] == {"op": ">=", "value": 0.995, "unit": "index"}
     assert (tis["components"]["lvp"]["successes"], tis["components"]["ad"]["successes"]) == (229, 226)
     assert tis["overall"]["published"] is True and tis["overall"]["value"] == 0.995
