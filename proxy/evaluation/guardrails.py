@@ -90,18 +90,20 @@ def _messages(text: str) -> list[dict[str, Any]]:
 
 def build_engine(policies_dir: Path, count_tokens: Callable[[str, list[dict[str, Any]]], int]):
     """The proxy's engine: ``load_policies(policies_dir)`` + ``GuardrailEngine`` with the apology
-    detector, embeddings warmed up and one warm-up screen (as ``build_services`` does).
+    detector, embeddings warmed up, BLAS capped at one thread per call and one warm-up screen (as
+    ``build_services`` does).
 
     Slow (models load). Raises ConfigError for bad policies, the detectors' own errors otherwise.
     """
     from proxy.guardrails.detectors.apology import ApologyDetector
-    from proxy.guardrails.detectors.embeddings import warm_up
+    from proxy.guardrails.detectors.embeddings import limit_blas_threads, warm_up
     from proxy.guardrails.engine import GuardrailEngine
     from proxy.guardrails.schema import load_policies
 
     policies = load_policies(policies_dir)
     engine = GuardrailEngine(policies, count_tokens=count_tokens, apology_detector=ApologyDetector())
     warm_up()
+    limit_blas_threads()  # as the proxy does once its models are loaded
     engine.screen_input(_messages("Hello, my name is Ada. What is 2 + 2?"))
     return engine
 

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 
 from proxy.config import DEFAULT_POLICY_SET, Config, ConfigError, load_config
+from proxy.guardrails.detectors.embeddings import limit_blas_threads
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import PolicyBundle, load_policy_bundle, policy_version
 from proxy.guardrails.registry import DetectorPool, DetectorRegistry, default_registry
@@ -134,7 +135,9 @@ class SnapshotBuilder:
         self._lock = threading.Lock()
 
     def build(self, bundle: PolicyBundle) -> PolicySnapshot:
-        """A snapshot of ``bundle``: one engine per distinct effective policy list."""
+        """A snapshot of ``bundle``: one engine per distinct effective policy list. Caps the BLAS
+        libraries the models loaded at one thread per call
+        (:func:`~proxy.guardrails.detectors.embeddings.limit_blas_threads`)."""
         with self._lock:
             engines: dict[str, GuardrailEngine] = {}
             sets = {}
@@ -151,6 +154,7 @@ class SnapshotBuilder:
                 sets[name] = ActivePolicySet(name, bundle.version, engine, {p.id: p for p in policies})
             self._engines = engines  # engines of older snapshots live on while their requests finish
             self.pool.retain([p for policies in bundle.sets.values() for p in policies])
+            limit_blas_threads()  # the models' BLAS libraries are loaded by now
             return PolicySnapshot(bundle.version, utc_timestamp(), sets, bundle)
 
 

@@ -49,6 +49,9 @@ ATTENTION_BUDGET = 4 * MAX_SEQ_LENGTH ** 2
 #: ONNX Runtime threads per call (each concurrent call gets its own; the machine's cores are
 #: shared between the detector threads, so one per call keeps calls from fighting).
 INTRA_OP_THREADS = int(os.environ.get("SONATE_EMBED_THREADS", "1"))
+#: Threads a BLAS library (OpenBLAS under numpy and scipy) may use per call, as for ONNX Runtime
+#: (:func:`limit_blas_threads`; ``SONATE_BLAS_THREADS`` overrides).
+BLAS_THREADS = int(os.environ.get("SONATE_BLAS_THREADS", "1"))
 log = logging.getLogger("sonate.embeddings")
 _lock = threading.Lock()
 #: Recent embeddings by text digest (:func:`cache_key`): the Safety and Compliance detectors embed
@@ -242,6 +245,26 @@ def embed(texts: list[str], remember: bool = True) -> np.ndarray:
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return out
+
+
+def limit_blas_threads(threads: int = BLAS_THREADS) -> list[dict]:
+    """Cap every BLAS library loaded in this process at ``threads`` threads per call, with
+    threadpoolctl's ``threadpool_limits(threads, user_api="blas")`` (called as a function, the cap
+    stays). Returns threadpoolctl's description of those libraries after the change
+    (``[{"internal_api": "openblas", "num_threads": 1, ...}]``; empty when none is loaded).
+
+    Why (issue 9): the classifiers over the embeddings multiply small matrices (the harm SVM's
+    (1, 384) x (384, 1,320) product takes ~30 µs on one thread), and OpenBLAS's default pool of one
+    busy-waiting thread per core, beside the detector and event-loop threads, made that product cost
+    ~0.6 ms in the serving process; capped, the proxy's c=1 p50 fell by ~2 ms and its p99 by ~10 ms
+    (``bench/gateway.py``, 2026-11-26). A library loaded after the call is not capped: call it once
+    the models are loaded. OpenBLAS's pthreads build applies the cap to every thread; threadpoolctl
+    documents that some libraries apply it per calling thread only.
+    """
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")
+    return [info for info in threadpool_info() if info.get("user_api") == "blas"]
 
 
 def warm_up() -> None:
