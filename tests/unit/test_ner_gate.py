@@ -1,18 +1,22 @@
-"""Privacy detector's NER gate (``ner_gate``, issue 9): spaCy's NER only where its spans are kept.
+"""Privacy detector's NER gate (``ner_gate``, issue 9): spaCy's NER only where its spans are kept,
+and no parse at all for a general question whose spans the context rule drops whatever the parse.
 
 Real presidio + spaCy, no mocks. The gate is exact: the same spans as NER on every window, on the
 presidio sample (tests/data/presidio, every text also lower-cased and turned into a general
-question) and on hand-written cases; general requests skip NER, personal texts do not.
+question), the TruthfulQA sample's questions and hand-written cases; general requests skip NER,
+personal texts do not.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from proxy.guardrails.detectors.context_enhancer import LemmaBound
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 
 pytestmark = pytest.mark.models
@@ -30,7 +34,14 @@ CASES = [
     "List five Italian painters of the Renaissance, with Giotto first.",
     "Is 10 Downing Street in London?",
     "Call 212-555-0198 to reach the Paris office.",
+    "Request 17 (2ed30f5c). What is the capital of Portugal?",          # a weak licence-number shape
+    "Is the driver license number 2ed30f5c valid?",                     # ... that its context words raise
+    "Which licensing body issued A1234567 and when?",                   # "licensing": lemma "license"
+    "What is the IBAN DE89 3704 0044 0532 0130 00 used for?",           # a direct identifier in a question
+    "Who is Ada Lovelace?",
 ]
+QUESTIONS = [row["Question"] for row in csv.DictReader(
+    (ROOT / "tests/data/truthfulqa/truthfulqa_sample.csv").open(encoding="utf-8"))]
 
 
 def _detector(**overrides) -> PiiDetector:
@@ -49,11 +60,13 @@ def ungated() -> PiiDetector:
 
 
 def test_the_gate_finds_exactly_what_ner_everywhere_finds(gated: PiiDetector, ungated: PiiDetector) -> None:
-    texts = CASES + SAMPLE + [t.lower() for t in SAMPLE] + [f"What does this mean: {t}?" for t in SAMPLE]
-    skipped = gated.ner_windows_skipped
+    texts = (CASES + SAMPLE + [t.lower() for t in SAMPLE] + [f"What does this mean: {t}?" for t in SAMPLE]
+             + QUESTIONS + [f"{t.lower().rstrip('.')}?" for t in SAMPLE])
+    skipped, unparsed = gated.ner_windows_skipped, gated.parses_skipped
     assert gated.analyze_batch(texts) == ungated.analyze_batch(texts)
     assert gated.ner_windows_skipped > skipped  # and it did skip NER somewhere
-    assert ungated.ner_windows_skipped == 0
+    assert gated.parses_skipped - unparsed >= len(QUESTIONS) // 2  # and the parse of most general questions
+    assert ungated.ner_windows_skipped == ungated.parses_skipped == 0
 
 
 def test_a_general_question_skips_ner_and_a_personal_text_does_not(gated: PiiDetector) -> None:
@@ -64,6 +77,26 @@ def test_a_general_question_skips_ner_and_a_personal_text_does_not(gated: PiiDet
     found = {text[s.start:s.end]: s.entity_type for s in gated.analyze(text)}
     assert found.get("Margaret Thompson") == "PERSON" and found.get("Leeds") == "LOCATION"
     assert gated.ner_windows_skipped == before + 1
+
+
+def test_a_question_is_parsed_when_a_span_could_be_a_direct_identifier(gated: PiiDetector) -> None:
+    before = gated.parses_skipped
+    assert gated.analyze(CASES[11]) == []  # the licence shape cannot reach its threshold: no parse
+    assert gated.parses_skipped == before + 1
+    text = CASES[12]  # context words raise the same shape over its threshold: parsed, masked
+    assert {text[s.start:s.end]: s.entity_type for s in gated.analyze(text)} == {"2ed30f5c": "US_DRIVER_LICENSE"}
+    text = CASES[14]
+    assert [text[s.start:s.end] for s in gated.analyze(text)] == ["DE89 3704 0044 0532 0130 00"]
+    assert gated.parses_skipped == before + 1
+
+
+def test_the_lemma_bound_holds_every_lemma_the_pipeline_gives(gated: PiiDetector) -> None:
+    nlp = gated.analyzer().analyzer_engine.nlp_engine.get_nlp("en")
+    bound = LemmaBound(nlp)
+    texts = CASES + SAMPLE + QUESTIONS + ["The children went driving; mice were better at it than geese."]
+    for doc in nlp.pipe(texts):
+        assert {t.lemma_.lower() for t in doc} <= set(bound.lemmas(nlp.make_doc(doc.text))), doc.text
+    assert {"child", "go", "drive", "mouse", "good", "goose"} <= set(bound.lemmas(nlp.make_doc(texts[-1])))
 
 
 def test_the_gate_is_off_when_the_context_rule_is_off() -> None:

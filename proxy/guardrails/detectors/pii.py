@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from proxy import offline
 from proxy.guardrails.detectors import patterns
-from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer
+from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, LemmaBound
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
 
@@ -153,7 +153,11 @@ class PiiDetectorConfig(BaseModel):
             (:meth:`ContextRule.select`: a direct identifier, a personal cue or a statement), or
             any text when the rule is off or NER reports a type it does not treat as contextual.
             The rest of the pipeline (tagger, parser, lemmatizer: mood and context words) runs on
-            every window. Exact: the same spans as with NER on every window (a test compares
+            every window, except in a general question ("?" at the end, no personal cue) whose
+            pattern spans could not make it personal whatever the parse (no direct identifier or
+            address shape at any context score): that is settled from its tokens alone, without
+            tok2vec, tagger and parser (:meth:`PiiDetector._general_question`; ~2 ms of a short
+            question's ~3 ms). Exact: the same spans as with NER on every window (a test compares
             them), since NER's spans of a general request are all dropped.
     """
 
@@ -401,7 +405,13 @@ class PiiDetector:
         self._probe = PiiSpan(min(ner_types), 0, 0, 0.0) if ner_types else None
         #: Windows analysed without NER because the context rule would drop its spans (a count).
         self.ner_windows_skipped = 0
+        #: Of those, general questions settled from their tokens alone (:meth:`_general_question`).
+        self.parses_skipped = 0
         first = _analyzer(config)
+        try:
+            self._lemma_bound: LemmaBound | None = LemmaBound(first.analyzer_engine.nlp_engine.get_nlp(config.language))
+        except ValueError:  # another kind of lemmatizer: every piece takes the full parse
+            self._lemma_bound = None
         self._spare = [first]
         self._local = threading.local()
         self.analyzers_built = 1
@@ -488,13 +498,64 @@ class PiiDetector:
         probe = self._probe
         return any(s is probe for s in self.context_rule.select(piece, [*spans, probe], mood))
 
-    def _raw_spans(self, piece: str, artifacts) -> list[PiiSpan]:
+    def _raw_spans(self, piece: str, artifacts, context: list[str] | None = None) -> list[PiiSpan]:
         results = self.analyzer().analyzer_engine.analyze(
             text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=self._entities,
-            allow_list=self.config.allow_list or None)
+            allow_list=self.config.allow_list or None, context=context)
         return [s for s in self._to_spans(results) if self._enough_digits(piece, s)]
 
     def _analyze_pieces(self, pieces: list[str]):
+        """Per piece: its personal-data spans; a general question settled from its tokens alone
+        (:meth:`_general_question`), every other piece parsed (:meth:`_analyze_parsed`)."""
+        settled: list[list[PiiSpan] | None] = []
+        tried = 0
+        for piece in pieces:
+            if not self._is_general_question(piece):
+                settled.append(None)
+                continue
+            if tried and not tried % self.config.batch_windows:
+                patterns.pause_point()  # as between groups of parsed windows
+            tried += 1
+            settled.append(self._general_question(piece))
+        parsed = self._analyze_parsed([p for p, spans in zip(pieces, settled) if spans is None])
+        for spans in settled:
+            yield spans if spans is not None else next(parsed)
+
+    def _is_general_question(self, piece: str) -> bool:
+        """With ``ner_gate`` (the context rule on, NER's types all contextual): ``piece`` holds a
+        letter, its mood is ``"question"`` (its last non-space token ends with "?",
+        :func:`~.privacy_context.text_mood`'s first test, which needs no parse) and it holds no
+        personal cue. Regular expressions only."""
+        return (self._ner_gate and self._lemma_bound is not None and _LETTER.search(piece) is not None
+                and piece.rstrip().endswith("?") and not self._keeps_contextual(piece, [], "question"))
+
+    def _general_question(self, piece: str) -> list[PiiSpan] | None:
+        """``[]`` when the context rule would drop every span of a general question ``piece``
+        (:meth:`_is_general_question`) whatever spaCy's tagger, parser and NER said, decided from its
+        tokens alone; None when it takes the full parse.
+
+        presidio runs on the tokens with every lemma the pipeline could give them passed as context
+        words (:class:`~.context_enhancer.LemmaBound`): each pattern result gets
+        the highest score any parse could give it, so the spans found are a superset of the parsed
+        pass's (the recognizers themselves read no tags; NER would not run). When none of them is a
+        direct identifier or an address shape, the parsed pass's spans are all contextual in a
+        general question and the context rule drops them: ``[]``, exactly what the full path
+        returns (a test compares them), without the ~2 ms of tok2vec, tagger and parser (issue 9).
+        """
+        from presidio_analyzer.nlp_engine import NlpArtifacts
+
+        nlp_engine, language = self.analyzer().analyzer_engine.nlp_engine, self.config.language
+        doc = nlp_engine.get_nlp(language).make_doc(piece)
+        artifacts = NlpArtifacts(entities=[], tokens=doc, tokens_indices=[t.idx for t in doc],
+                                 lemmas=[t.lower_ for t in doc], nlp_engine=nlp_engine, language=language)
+        spans = self._raw_spans(piece, artifacts, context=self._lemma_bound.lemmas(doc))
+        if self._keeps_contextual(piece, spans, "question"):
+            return None
+        self.ner_windows_skipped += 1
+        self.parses_skipped += 1
+        return []
+
+    def _analyze_parsed(self, pieces: list[str]):
         """Per piece: its personal-data spans (:class:`ContextRule` applied to presidio's
         non-overlapping results). With ``ner_gate``, NER runs when the mood or a personal cue
         makes the text personal, or when a span found without it (a direct identifier) does;
