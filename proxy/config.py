@@ -94,7 +94,9 @@ class LimitsConfig(_Strict):
     either); over a limit → 429 ``rate_limit_exceeded`` with ``Retry-After`` (seconds).
     Guardrail lanes: a request whose client-written text totals at least ``large_input_chars``
     characters is screened in its own pool of ``large_input_threads`` threads (0 disables the
-    lane), so large inputs never hold the threads short ones need. Each lane admits its threads
+    lane), so large inputs never hold the threads short ones need; the lane's threads run at the OS
+    scheduling priority ``large_input_nice`` (a thread's nice value on Linux, 0: unchanged), so
+    short requests get the CPUs first while a large one is screened. Each lane admits its threads
     plus ``max_queued_screens`` (small lane) / ``max_queued_large_screens`` (large lane) waiting
     screens; beyond that → 503 ``overloaded`` with ``Retry-After``, never an unbounded wait.
     ``max_screen_chars`` is the per-request screening budget: a request with more client-written
@@ -113,6 +115,7 @@ class LimitsConfig(_Strict):
     burst: int = Field(40, ge=1)
     large_input_chars: int = Field(8000, ge=1)
     large_input_threads: int = Field(1, ge=0, le=16)
+    large_input_nice: int = Field(10, ge=0, le=19)
     max_queued_screens: int = Field(64, ge=0)
     max_queued_large_screens: int = Field(16, ge=0)
     max_screen_chars: int = Field(200_000, ge=0)

@@ -40,7 +40,7 @@ from proxy.receipts.keyring import Keyring
 from proxy.receipts.signing import Signer
 from proxy.server import tasks, tracing
 from proxy.server.auth import Authenticator
-from proxy.server.limits import KeyLimiter, ScreenLanes, pin_mmap_threshold
+from proxy.server.limits import KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold
 from proxy.server.metrics import Metrics
 from proxy.server.middleware import error_middleware, trace_middleware
 from proxy.server.pipeline import Gateway
@@ -123,7 +123,7 @@ async def build_services(config: Config) -> Services:
     policies = engine.policies
     await warm_up_upstream(upstream)
     limits = config.server.limits
-    large = _large_lane(limits.large_input_threads, engine)
+    large = _large_lane(limits.large_input_threads, engine, limits.large_input_nice)
     lanes = ScreenLanes(executor, config.server.detector_threads + limits.max_queued_screens, large,
                         limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars,
                         max_chars=limits.max_screen_chars, timeout=limits.screen_timeout_seconds)
@@ -175,11 +175,13 @@ async def warm_up_upstream(upstream: Upstream) -> None:
             log.debug("warm-up of route %s skipped: %s", name, exc)
 
 
-def _large_lane(threads: int, engine: GuardrailEngine) -> ThreadPoolExecutor | None:
-    """The large-input lane's pool (None when ``threads`` is 0), each thread warmed (its own PII analyzer)."""
+def _large_lane(threads: int, engine: GuardrailEngine, nice: int = 0) -> ThreadPoolExecutor | None:
+    """The large-input lane's pool (None when ``threads`` is 0), each thread at OS priority ``nice``
+    (:func:`~proxy.server.limits.lower_thread_priority`) and warmed (its own PII analyzer)."""
     if not threads:
         return None
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="guardrails-large")
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="guardrails-large",
+                              initializer=lower_thread_priority, initargs=(nice,))
     warm_threads(pool, threads, engine, "large")
     return pool
 

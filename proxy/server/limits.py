@@ -9,7 +9,8 @@
   → :func:`rate_limited` (HTTP 429, OpenAI's ``rate_limit_exceeded`` error, ``Retry-After``).
 - :class:`ScreenLanes`: the guardrail thread pools. Requests whose client-written text totals
   at least ``large_input_chars`` characters run in their own small pool (the "large lane"), so
-  large inputs never occupy the threads short requests need; each lane admits at most its
+  large inputs never occupy the threads short requests need (and run at a lower OS priority,
+  :func:`lower_thread_priority`, so short requests get the CPUs first); each lane admits at most its
   threads plus a bounded queue, beyond which a screen is refused with :func:`overloaded` (503,
   ``Retry-After``) instead of an unbounded wait; an input screen that outlasts the time budget is
   answered with :func:`screen_timed_out` (503, fail closed: nothing is forwarded unscreened).
@@ -35,6 +36,7 @@ import ctypes.util
 import functools
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -252,6 +254,25 @@ def pin_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, size))
+
+
+def lower_thread_priority(nice: int) -> bool:
+    """Give the calling thread the nice value ``nice`` (0–19; a higher one it already has is kept),
+    so the kernel schedules the other threads and processes first when they compete for the CPUs.
+
+    Linux only: setpriority(2) with ``PRIO_PROCESS`` and a thread id changes that thread alone
+    (on other systems it would renice the whole process, so nothing is done there). Used as the
+    large-input lane's thread initializer (``server.limits.large_input_nice``). Returns True when
+    the value was set, False when ``nice`` is 0, the system is not Linux or the kernel refused.
+    """
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    thread = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, max(nice, os.getpriority(os.PRIO_PROCESS, thread)))
+    except OSError:
+        return False
+    return True
 
 
 def trim_heap() -> bool:

@@ -4,6 +4,8 @@ guardrail lanes' admission (a real thread pool; no detectors needed)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,6 +15,7 @@ from proxy.config import LimitsConfig, ServerConfig
 from proxy.guardrails.detectors.patterns import pause_point
 from proxy.server.errors import GatewayError
 from proxy.server.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages,
+                                 lower_thread_priority,
                                  pin_mmap_threshold, text_chars, trim_heap)
 
 
@@ -330,3 +333,21 @@ def test_pin_mmap_threshold_sets_glibc_threshold_unless_the_operator_did(monkeyp
     assert pin_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     assert pin_mmap_threshold() is False  # glibc read the operator's value at start: left alone
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_lower_thread_priority_renices_the_calling_thread_only():
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before, seen = nice(), {}
+
+    def lane_thread() -> None:
+        seen["set"], seen["nice"] = lower_thread_priority(7), nice()
+        seen["lower"], seen["kept"] = lower_thread_priority(3), nice()  # a higher value it has is kept
+
+    with ThreadPoolExecutor(1, initializer=lower_thread_priority, initargs=(0,)) as pool:
+        pool.submit(lane_thread).result()
+    assert seen == {"set": True, "nice": max(7, before), "lower": True, "kept": max(7, before)}
+    assert nice() == before
+    assert lower_thread_priority(0) is False and nice() == before
