@@ -535,12 +535,13 @@ class PiiDetector:
         tokens alone; None when it takes the full parse.
 
         presidio runs on the tokens with every lemma the pipeline could give them passed as context
-        words (:class:`~.context_enhancer.LemmaBound`): each pattern result gets
-        the highest score any parse could give it, so the spans found are a superset of the parsed
-        pass's (the recognizers themselves read no tags; NER would not run). When none of them is a
-        direct identifier or an address shape, the parsed pass's spans are all contextual in a
-        general question and the context rule drops them: ``[]``, exactly what the full path
-        returns (a test compares them), without the ~2 ms of tok2vec, tagger and parser (issue 9).
+        words (:class:`~.context_enhancer.LemmaBound`): each pattern result gets the highest score
+        any parse could give it (a context word only ever raises a score), so the spans found are a
+        superset of the parsed pass's (the recognizers themselves read no tags; NER would not run).
+        When none of them is a direct identifier or an address shape, the parsed pass's spans are all
+        contextual in a general question and the context rule drops them: ``[]``, exactly what the
+        full path returns (a test compares them), without the ~2 ms of tok2vec, tagger and parser
+        (issue 9).
         """
         from presidio_analyzer.nlp_engine import NlpArtifacts
 
