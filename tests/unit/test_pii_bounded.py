@@ -4,6 +4,7 @@ No recognizer sees more than the configured window; e-mail and URL use bounded p
 thread has its own analyzer (no lock serialising PII analysis).
 """
 
+import json
 import threading
 from pathlib import Path
 
@@ -225,6 +226,34 @@ def test_phone_bound_keeps_ordinary_phone_numbers(detector):
     found = {text[s.start:s.end] for s in detector.analyze(text) if s.entity_type == "PHONE_NUMBER"}
     assert {"212-555-0198", "+44 20 7946 0958"} <= found
     assert any("555-2671" in f for f in found)
+
+
+def _phone_spans(recognizer, text: str, min_digits: int = 6) -> list[tuple[int, int, float]]:
+    results = recognizer.analyze(text, ["PHONE_NUMBER"])
+    return sorted((r.start, r.end, r.score) for r in results
+                  if sum(c.isdigit() for c in text[r.start:r.end]) >= min_digits)
+
+
+def test_phone_matcher_is_skipped_only_where_no_long_enough_span_could_come_out(monkeypatch):
+    # issue 9: the exact skip (patterns.phone_candidates_reach) finds what the matcher keeps after
+    # min_digits, on the presidio sample, hand-written edges and seeded random strings of digits,
+    # separators, brackets, plus signs and extension words
+    gated, plain = patterns.phone_recognizer("en", min_digits=6), patterns.phone_recognizer("en")
+    rnd = random.Random(11)
+    alphabet = list("0123456789") * 4 + list(" -.()+/x#,;:") + ["ext", "ext. ", " x", "a", "\n", "\u0661", "\uff11"]
+    bench, extension, short = ("Request 17 (2ed30f5c). What is the capital of Portugal?", "Call 12345 ext 6 today",
+                               "Call 12345 today")
+    sample = [row["full_text"] for row in json.loads((ROOT / "tests/data/presidio/synth_sample.json").read_text())]
+    texts = sample + [bench, extension, short, "Dial +1 (415) 555-2671 x 99", "in 1681 and 1999",
+                      "(1) (2) (3) (4) (5) (6)", "１２３-４５６-７８９０"]
+    texts += ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 40))) for _ in range(1500)]
+    skipped = [t for t in texts if not patterns.phone_candidates_reach(t, 6)]
+    assert len(skipped) > len(texts) // 4 and bench in skipped and short in skipped
+    assert patterns.phone_candidates_reach(extension, 6)  # 5 digits and an extension digit: not skipped
+    assert [_phone_spans(gated, t) for t in texts] == [_phone_spans(plain, t) for t in texts]
+    counter = _ParseCounter(monkeypatch)
+    assert gated.analyze(bench, ["PHONE_NUMBER"]) == [] and counter.calls == 0
+    assert _phone_spans(gated, "Call 212-555-0198 now") == _phone_spans(plain, "Call 212-555-0198 now") != []
 
 
 def test_context_enhancer_never_walks_the_token_list(detector, monkeypatch):

@@ -289,7 +289,8 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
         registry.add_recognizer(bounded(config.language))
     # python-phonenumbers parses every digit group of a digit run (issue 15): bounded tries
     registry.remove_recognizer("PhoneRecognizer")
-    registry.add_recognizer(patterns.phone_recognizer(config.language, config.phone_max_tries))
+    registry.add_recognizer(patterns.phone_recognizer(config.language, config.phone_max_tries,
+                                                      config.min_digits.get("PHONE_NUMBER", 0)))
     if config.address_blocks:
         registry.add_recognizer(AddressBlockRecognizer(supported_language=config.language))
     for recognizer_name in config.disabled_recognizers:
