@@ -184,19 +184,16 @@ def test_a_request_over_the_message_count_bound_is_refused_413_and_unforwarded(b
     assert client.chat.completions.create(model="stub", messages=turns[:3]).choices[0].message.content
 
 
-def _nice_values(pid: int) -> list[int]:
-    """The nice value of each thread of process ``pid`` (/proc/PID/task/TID/stat field 19, proc(5))."""
-    values = []
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        values.append(int(fields[16]))  # field 19 = the 17th after "pid (comm)"
-    return values
+def _nice(stat: Path) -> int:
+    """The nice value in a /proc stat file (field 19, proc(5)): the 17th field after "pid (comm)"
+    (split after the command name, which may hold spaces)."""
+    return int(stat.read_text().rsplit(")", 1)[1].split()[16])
 
 
 def test_the_large_input_lane_runs_at_a_lower_priority(limited: RunningProxy) -> None:
     # server.limits.large_input_nice (default 10): only the large lane's thread (one) is reniced
     pid = limited.process.pid
-    base = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
-    values = _nice_values(pid)
+    base = _nice(Path(f"/proc/{pid}/stat"))
+    values = [_nice(stat) for stat in Path(f"/proc/{pid}/task").glob("*/stat")]
     assert len(values) > 3 and values.count(max(10, base)) == (1 if base < 10 else len(values))
     assert min(values) == base

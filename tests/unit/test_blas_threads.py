@@ -24,4 +24,3 @@ def test_the_cap_covers_numpys_blas_and_outlives_the_call():
         np.testing.assert_allclose(a @ a.T, np.einsum("ik,jk->ij", a, a), rtol=1e-5)
     finally:
         limit_blas_threads(BLAS_THREADS)
-

@@ -34,12 +34,12 @@ CASES = [
     "List five Italian painters of the Renaissance, with Giotto first.",
     "Is 10 Downing Street in London?",
     "Call 212-555-0198 to reach the Paris office.",
-    "Request 17 (2ed30f5c). What is the capital of Portugal?",          # a weak licence-number shape
-    "Is the driver license number 2ed30f5c valid?",                     # ... that its context words raise
-    "Which licensing body issued A1234567 and when?",                   # "licensing": lemma "license"
-    "What is the IBAN DE89 3704 0044 0532 0130 00 used for?",           # a direct identifier in a question
-    "Who is Ada Lovelace?",
 ]
+WEAK_SHAPE = "Request 17 (2ed30f5c). What is the capital of Portugal?"  # a weak licence-number shape
+RAISED_SHAPE = "Is the driver license number 2ed30f5c valid?"  # ... that its context words raise
+IBAN_QUESTION = "What is the IBAN DE89 3704 0044 0532 0130 00 used for?"  # a direct identifier in a question
+CASES += [WEAK_SHAPE, RAISED_SHAPE, "Which licensing body issued A1234567 and when?",  # lemma "license"
+          IBAN_QUESTION, "Who is Ada Lovelace?"]
 QUESTIONS = [row["Question"] for row in csv.DictReader(
     (ROOT / "tests/data/truthfulqa/truthfulqa_sample.csv").open(encoding="utf-8"))]
 
@@ -81,12 +81,11 @@ def test_a_general_question_skips_ner_and_a_personal_text_does_not(gated: PiiDet
 
 def test_a_question_is_parsed_when_a_span_could_be_a_direct_identifier(gated: PiiDetector) -> None:
     before = gated.parses_skipped
-    assert gated.analyze(CASES[11]) == []  # the licence shape cannot reach its threshold: no parse
+    assert gated.analyze(WEAK_SHAPE) == []  # the licence shape cannot reach its threshold: no parse
     assert gated.parses_skipped == before + 1
-    text = CASES[12]  # context words raise the same shape over its threshold: parsed, masked
-    assert {text[s.start:s.end]: s.entity_type for s in gated.analyze(text)} == {"2ed30f5c": "US_DRIVER_LICENSE"}
-    text = CASES[14]
-    assert [text[s.start:s.end] for s in gated.analyze(text)] == ["DE89 3704 0044 0532 0130 00"]
+    found = {RAISED_SHAPE[s.start:s.end]: s.entity_type for s in gated.analyze(RAISED_SHAPE)}
+    assert found == {"2ed30f5c": "US_DRIVER_LICENSE"}  # context words raise the shape over its threshold
+    assert [IBAN_QUESTION[s.start:s.end] for s in gated.analyze(IBAN_QUESTION)] == ["DE89 3704 0044 0532 0130 00"]
     assert gated.parses_skipped == before + 1
 
 

@@ -32,10 +32,11 @@ Without a hook it does nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator
-from typing import Iterable
+from typing import Any, Iterable
 
 _hooks = threading.local()
 
@@ -121,6 +122,14 @@ def url_recognizer(language: str):
 PHONE_MAX_TRIES = 128
 
 
+@functools.lru_cache(maxsize=1)
+def _phone_candidate_pattern() -> tuple[Any, str | None]:
+    """python-phonenumbers' candidate pattern and its lead characters (None when it has none)."""
+    from phonenumbers import phonenumbermatcher
+
+    return getattr(phonenumbermatcher, "_PATTERN", None), getattr(phonenumbermatcher, "_LEAD_CLASS_CHARS", None)
+
+
 def phone_candidates_reach(text: str, min_digits: int) -> bool:
     """Could python-phonenumbers' ``PhoneNumberMatcher`` report a span of ``text`` holding at least
     ``min_digits`` digits (``str.isdigit``)?
@@ -133,10 +142,7 @@ def phone_candidates_reach(text: str, min_digits: int) -> bool:
     library no longer exposes that pattern (nothing is skipped then). One ``match`` call per digit or
     lead character, stopping at the first long enough.
     """
-    from phonenumbers import phonenumbermatcher
-
-    pattern = getattr(phonenumbermatcher, "_PATTERN", None)
-    lead = getattr(phonenumbermatcher, "_LEAD_CLASS_CHARS", None)
+    pattern, lead = _phone_candidate_pattern()
     if min_digits <= 0 or pattern is None or lead is None:
         return True
     for index, char in enumerate(text):
