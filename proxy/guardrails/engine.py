@@ -346,16 +346,20 @@ class GuardrailEngine:
 
         Leading system/developer messages and the last ``keep_last_messages`` stay verbatim;
         the turns between them are summarized. None when under budget or nothing to summarize.
+        The tokens are counted (``count_tokens``) only when there is something to summarize: a
+        single-turn request, most of the traffic, never pays for litellm's token counter (issue 9).
         """
+        n_head = 0
+        while n_head < len(messages) and messages[n_head].get("role") in ("system", "developer"):
+            n_head += 1
+        body = messages[n_head:]
+        tokens: int | None = None
         for policy in self._policies("continuity", "input"):
-            tokens = self.count_tokens(model, messages)
-            if tokens <= policy.max_tokens:
-                continue
-            n_head = 0
-            while n_head < len(messages) and messages[n_head].get("role") in ("system", "developer"):
-                n_head += 1
-            body = messages[n_head:]
             if len(body) <= policy.keep_last_messages:
+                continue
+            if tokens is None:
+                tokens = self.count_tokens(model, messages)
+            if tokens <= policy.max_tokens:
                 continue
             split = len(body) - policy.keep_last_messages
             return ContinuityPlan(policy, tokens, messages[:n_head], body[:split], body[split:])

@@ -331,3 +331,18 @@ def test_no_plan_under_budget_or_with_nothing_to_summarize(rig):
     assert rig.engine.continuity_plan([user("short")], "m") is None
     long_but_few = [{"role": "system", "content": "word " * 30}, user("word " * 30), user("hi")]
     assert rig.engine.continuity_plan(long_but_few, "m") is None
+
+
+def test_tokens_are_counted_only_when_there_are_turns_to_summarize(rig):
+    counted: list[int] = []
+
+    def counting(model: str, messages: list[dict[str, Any]]) -> int:
+        counted.append(len(messages))
+        return count_words(model, messages)
+
+    rig.engine.count_tokens = counting
+    over_budget_single_turn = [{"role": "system", "content": "word " * 30}, user("word " * 30)]
+    assert rig.engine.continuity_plan(over_budget_single_turn, "m") is None
+    assert counted == []  # one turn after the head: nothing to summarize, nothing counted
+    assert rig.engine.continuity_plan(long_conversation(), "m") is not None
+    assert counted == [len(long_conversation())]
