@@ -39,7 +39,9 @@ WEAK_SHAPE = "Request 17 (2ed30f5c). What is the capital of Portugal?"  # a weak
 RAISED_SHAPE = "Is the driver license number 2ed30f5c valid?"  # ... that its context words raise
 IBAN_QUESTION = "What is the IBAN DE89 3704 0044 0532 0130 00 used for?"  # a direct identifier in a question
 CASES += [WEAK_SHAPE, RAISED_SHAPE, "Which licensing body issued A1234567 and when?",  # lemma "license"
-          IBAN_QUESTION, "Who is Ada Lovelace?"]
+          IBAN_QUESTION, "Who is Ada Lovelace?",
+          "What happened in Paris on Tuesday, July 14th?",  # dates: contextual, not asked for
+          "Is https://example.org/page safe for a 12 year old?"]  # a URL and an age, likewise
 QUESTIONS = [row["Question"] for row in csv.DictReader(
     (ROOT / "tests/data/truthfulqa/truthfulqa_sample.csv").open(encoding="utf-8"))]
 
@@ -103,3 +105,13 @@ def test_the_gate_is_off_when_the_context_rule_is_off() -> None:
     text = "Who was Ada Lovelace?"
     assert {text[s.start:s.end] for s in detector.analyze(text)} == {"Ada Lovelace"}
     assert detector.ner_windows_skipped == 0
+
+
+def test_a_general_question_asks_only_for_the_types_of_spans_always_kept(gated: PiiDetector) -> None:
+    decisive = set(gated._decisive_entities)
+    assert {"EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "IBAN_CODE"} <= decisive  # direct identifiers
+    assert {"LOCATION", "PERSON"} <= decisive  # street addresses, titled persons (always_recognizers)
+    assert not decisive & {"DATE_TIME", "AGE", "URL", "NRP"}  # contextual whatever finds them
+    before = gated.parses_skipped
+    assert gated.analyze("What happened in Paris on Tuesday, July 14th?") == []
+    assert gated.parses_skipped == before + 1

@@ -413,6 +413,14 @@ class PiiDetector:
             self._lemma_bound: LemmaBound | None = LemmaBound(first.analyzer_engine.nlp_engine.get_nlp(config.language))
         except ValueError:  # another kind of lemmatizer: every piece takes the full parse
             self._lemma_bound = None
+        #: The entity types a span the context rule always keeps can have (direct identifiers, types
+        #: it does not list as contextual, those of ``always_recognizers``): all a general question's
+        #: screen asks for (:meth:`_general_question`).
+        self._decisive_entities = [
+            e for e in self._entities
+            if e in rule.always or e not in rule.contextual
+            or any(e in r.supported_entities for r in first.analyzer_engine.registry.recognizers
+                   if r.name in rule.always_recognizers)]
         self._spare = [first]
         self._local = threading.local()
         self.analyzers_built = 1
@@ -499,9 +507,10 @@ class PiiDetector:
         probe = self._probe
         return any(s is probe for s in self.context_rule.select(piece, [*spans, probe], mood))
 
-    def _raw_spans(self, piece: str, artifacts, context: list[str] | None = None) -> list[PiiSpan]:
+    def _raw_spans(self, piece: str, artifacts, context: list[str] | None = None,
+                   entities: list[str] | None = None) -> list[PiiSpan]:
         results = self.analyzer().analyzer_engine.analyze(
-            text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=self._entities,
+            text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=entities or self._entities,
             allow_list=self.config.allow_list or None, context=context)
         return [s for s in self._to_spans(results) if self._enough_digits(piece, s)]
 
@@ -542,7 +551,9 @@ class PiiDetector:
         When none of them is a direct identifier or an address shape, the parsed pass's spans are all
         contextual in a general question and the context rule drops them: ``[]``, exactly what the
         full path returns (a test compares them), without the ~2 ms of tok2vec, tagger and parser
-        (issue 9).
+        (issue 9). Only the entity types such a span can have are asked for
+        (``_decisive_entities``: dates, ages, URLs and nationalities are contextual whatever
+        recognizer finds them, and presidio drops a result only for another of its own type).
         """
         from presidio_analyzer.nlp_engine import NlpArtifacts
 
@@ -550,7 +561,8 @@ class PiiDetector:
         doc = nlp_engine.get_nlp(language).make_doc(piece)
         artifacts = NlpArtifacts(entities=[], tokens=doc, tokens_indices=[t.idx for t in doc],
                                  lemmas=[t.lower_ for t in doc], nlp_engine=nlp_engine, language=language)
-        spans = self._raw_spans(piece, artifacts, context=self._lemma_bound.lemmas(doc))
+        spans = self._raw_spans(piece, artifacts, context=self._lemma_bound.lemmas(doc),
+                                entities=self._decisive_entities)
         if self._keeps_contextual(piece, spans, "question"):
             return None
         self.ner_windows_skipped += 1
