@@ -20,6 +20,9 @@ embedding cache answers):
 
 - c=1: ``--requests`` sequential chat completions, p50/p99 latency (ms);
 - c=32: ``--seconds`` of 32 concurrent clients, throughput (req/s) and p50/p99;
+  both split into ``--rounds`` interleaved rounds with every target up at once (round *r*:
+  each target's share of requests, then of seconds, in rotated order), so a slow stretch of a
+  shared machine weighs on every target alike; the ratios are also given per round;
 - stream: ``--streams`` sequential streamed completions: time to the first content chunk (TTFT)
   and to ``data: [DONE]`` (total), medians;
 - sonate only, the large-input case: small requests sent one at a time while another client
@@ -254,12 +257,16 @@ def litellm_target(stub_v1: str, cache: Path, workdir: Path):
 
 
 @contextlib.contextmanager
-def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, workers: int = 1):
+def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, workers: int = 1,
+                  baseline: Path | None = None):
     """This proxy (full matrix: the shipped policies, or a copy of ``policies``; SQLite ledger; rate
     limits off; ``server.workers: workers``) over the stub; yields a Target named ``sonate`` (one
-    worker) or ``sonate-wN``."""
+    worker) or ``sonate-wN``. ``baseline``: run the checkout at that path instead (its own code
+    and policies, this interpreter's packages), named ``baseline``."""
     from tests.support.proxy import CLIENT_KEY, spawn_proxy, write_config
 
+    if baseline is not None:
+        policies = baseline / "policies"
     port = free_port()
     ledger = f"sqlite:///{workdir / 'ledger.db'}"
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 2 << 20, "upstream_timeout_seconds": 60,
@@ -268,19 +275,34 @@ def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, wor
         shutil.copytree(policies, workdir / "policies")
         policies = workdir / "policies"
     config = write_config(workdir, stub_v1, ledger, port, policies, overrides={"server": server})
-    proxy = spawn_proxy(config, ledger, workdir / "keys" / "signing-key.json", port)
+    proxy = spawn_proxy(config, ledger, workdir / "keys" / "signing-key.json", port,
+                        *([baseline] if baseline is not None else []))
     try:
         try:
             ready = wait_http(f"{proxy.url}/readyz", proxy.process, 300)
         except RuntimeError as error:
             raise RuntimeError(f"this proxy did not start ({error}); the end of its log:\n"
                                + "\n".join(proxy.log().splitlines()[-30:])) from None
-        name = "sonate" if workers == 1 else f"sonate-w{workers}"
-        yield Target(name, proxy.v1, CLIENT_KEY, "stub", proxy.process,
-                     {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path),
-                      "workers": workers})
+        name = "baseline" if baseline is not None else "sonate" if workers == 1 else f"sonate-w{workers}"
+        info = {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path),
+                "workers": workers}
+        if baseline is not None:
+            info["commit"] = _commit(baseline)
+        yield Target(name, proxy.v1, CLIENT_KEY, "stub", proxy.process, info)
     finally:
         stop(proxy.process)
+
+
+def _commit(checkout: Path) -> str:
+    """The short commit id of ``checkout`` (with ``+changes`` when its tree differs), or "?"."""
+    try:
+        commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return commit + ("+changes" if dirty else "")
 
 
 # ---------------------------------------------------------------- load
@@ -319,19 +341,24 @@ async def chat(session, target: Target, text: str) -> tuple[float, int]:
         return time.perf_counter() - started, response.status
 
 
-async def sequential(session, target: Target, count: int, text: str = SMALL) -> dict[str, Any]:
-    """``count`` completions one after another (c=1)."""
-    latencies, errors = [], 0
+async def sequential(session, target: Target, count: int, text: str = SMALL,
+                     latencies: list[float] | None = None) -> dict[str, Any]:
+    """``count`` completions one after another (c=1); each success's seconds also appended to ``latencies``."""
+    latencies = [] if latencies is None else latencies
+    mark, errors = len(latencies), 0
     for _ in range(count):
         seconds, status = await chat(session, target, fresh(text))
         latencies.append(seconds) if status == 200 else None
         errors += status != 200
-    return summary(latencies, errors)
+    return summary(latencies[mark:], errors)
 
 
-async def concurrent(session, target: Target, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` loops sending completions back to back for ``seconds``; throughput and latency."""
-    latencies, errors = [], [0]
+async def concurrent(session, target: Target, clients: int, seconds: float,
+                     latencies: list[float] | None = None) -> dict[str, Any]:
+    """``clients`` loops sending completions back to back for ``seconds``; throughput and latency
+    (each success's seconds also appended to ``latencies``)."""
+    latencies = [] if latencies is None else latencies
+    mark, errors = len(latencies), [0]
     deadline = time.perf_counter() + seconds
 
     async def client() -> None:
@@ -342,7 +369,7 @@ async def concurrent(session, target: Target, clients: int, seconds: float) -> d
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
-    return summary(latencies, errors[0], time.perf_counter() - started)
+    return summary(latencies[mark:], errors[0], time.perf_counter() - started)
 
 
 async def streams(session, target: Target, count: int) -> dict[str, Any]:
@@ -397,30 +424,67 @@ async def large_input(session, target: Target, text: str, repeat: int) -> dict[s
             "small": summary(small, small_errors)}
 
 
-async def measure(target: Target, args: argparse.Namespace) -> dict[str, Any]:
-    """Every case for one target."""
+def _session():
     import aiohttp
 
-    timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), timeout=timeout) as session:
-        await sequential(session, target, 5)  # warm-up: connections, first-call costs
-        results: dict[str, Any] = {**target.info}
-        phases = results["rss_phases_mb"] = {"start": target.info.get("rss_start_mb")}
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=600))
+
+
+async def interleaved(targets: list[Target], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """c=1 and c=32 on every target in ``args.rounds`` interleaved rounds, all targets up at once.
+
+    Round *r* gives each target, in an order rotated by *r*, ``requests / rounds`` sequential
+    requests, then each ``seconds / rounds`` of 32 concurrent clients. A slow minute of a shared
+    machine (this one's speed drifts by a quarter within the hour) then falls on every target
+    alike instead of on whichever was measured in it, so the per-round ratios (:func:`ratios`)
+    compare like with like. Per target: ``c1``/``c32`` summaries over the pooled requests of all
+    rounds, with each round's p50 (``rounds_p50_ms``) and throughput (``rounds_req_per_s``), and
+    its RSS after each phase.
+    """
+    out = {t.name: {**t.info, "c1": {"rounds_p50_ms": []}, "c32": {"rounds_req_per_s": []}} for t in targets}
+    pooled = {t.name: {"c1": [], "c32": []} for t in targets}
+    errors = {t.name: {"c1": 0, "c32": 0} for t in targets}
+    seconds = {t.name: 0.0 for t in targets}
+    per_round = max(1, args.requests // args.rounds)
+    async with _session() as session:
+        for target in targets:
+            await sequential(session, target, 5)  # warm-up: connections, first-call costs
+            out[target.name]["rss_phases_mb"] = {"start": target.info.get("rss_start_mb")}
+        for phase in ("c1", "c32"):
+            for r in range(args.rounds):
+                print(f"  {phase} round {r + 1}/{args.rounds} ...", flush=True)
+                for target in targets[r % len(targets):] + targets[:r % len(targets)]:
+                    if phase == "c1":
+                        block = await sequential(session, target, per_round, latencies=pooled[target.name]["c1"])
+                        out[target.name]["c1"]["rounds_p50_ms"].append(block["p50_ms"])
+                    else:
+                        block = await concurrent(session, target, 32, args.seconds / args.rounds,
+                                                 latencies=pooled[target.name]["c32"])
+                        out[target.name]["c32"]["rounds_req_per_s"].append(block.get("req_per_s"))
+                        seconds[target.name] += block["n"] / block["req_per_s"] if block.get("req_per_s") else 0.0
+                    errors[target.name][phase] += block["errors"]
+            for target in targets:
+                result = out[target.name]
+                result[phase].update(summary(pooled[target.name][phase], errors[target.name][phase],
+                                             seconds[target.name] if phase == "c32" else None))
+                if target.process is not None:  # RSS (all processes) after each phase: where memory grows
+                    result["rss_phases_mb"][phase] = result["rss_after_mb"] = rss_mb(target.process.pid)
+    return out
+
+
+async def measure(target: Target, args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
+    """The remaining cases for one target, after :func:`interleaved` filled ``results``."""
+    async with _session() as session:
+        phases = results["rss_phases_mb"]
 
         def rss_after(phase: str) -> None:  # RSS (all processes) after each phase: where memory grows
             if target.process is not None:
                 phases[phase] = results["rss_after_mb"] = rss_mb(target.process.pid)
 
-        print(f"  {target.name}: c=1 ...", flush=True)
-        results["c1"] = await sequential(session, target, args.requests)
-        rss_after("c1")
-        print(f"  {target.name}: c=32 ...", flush=True)
-        results["c32"] = await concurrent(session, target, 32, args.seconds)
-        rss_after("c32")
         print(f"  {target.name}: streams ...", flush=True)
         results["stream"] = await streams(session, target, args.streams)
         rss_after("stream")
-        if target.name == "sonate":
+        if target.name in ("sonate", "baseline"):
             results["idle"] = await sequential(session, target, args.requests // 2)
             for name, text in (("large_12k", PATHOLOGICAL), ("large_150k", MEDIUM), ("large_1m", LARGE)):
                 print(f"  {target.name}: {name} ...", flush=True)
@@ -443,10 +507,11 @@ def _ms(value: float | None, digits: int = 1) -> str:
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     """The Markdown table: one column per measured target."""
-    names = [n for n in ("direct", "litellm", "sonate") if n in results]
+    names = [n for n in ("direct", "litellm", "sonate", "baseline") if n in results]
     names += sorted(n for n in results if n.startswith("sonate-w"))
     heads = {"direct": "direct to stub", "litellm": f"LiteLLM proxy {LITELLM_VERSION} (no guardrails)",
              "sonate": "this proxy (full matrix)",
+             "baseline": f"this proxy at {results.get('baseline', {}).get('commit', '?')} (baseline)",
              **{n: f"this proxy, {n[len('sonate-w'):]} workers" for n in names if n.startswith("sonate-w")}}
     get = lambda n, *path: _dig(results.get(n, {}), path)  # noqa: E731
     rows = [
@@ -469,20 +534,26 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     ]
     lines = ["| measure | " + " | ".join(heads[n] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
-    sonate = results.get("sonate")
-    if sonate:
-        pad = " |" * (names.index("sonate"))
-        after = " |" * (len(names) - 1 - names.index("sonate"))
-        idle = sonate.get("idle", {})
-        lines.append(f"| small requests idle, p50 / p99 |{pad} {_ms(idle.get('p50_ms'))} / {_ms(idle.get('p99_ms'))} |{after}")
+    large = [n for n in ("sonate", "baseline") if n in results]  # the targets the large inputs were sent to
+
+    def cells(render) -> str:
+        return " | ".join(render(results[n]) if n in large else "" for n in names)
+
+    def small(case: dict[str, Any] | None) -> str:
+        if not case:
+            return ""
+        s = case["small"]
+        return (f"{_ms(s['p50_ms'])} / {_ms(s['p99_ms'])} (n={s['n']}; "
+                f"{', '.join(f'{t:.2f} s' for t in case['large_s'])}; {case['large_status']})")
+
+    if large:
+        lines.append("| small requests idle, p50 / p99 | " + cells(
+            lambda r: f"{_ms(_dig(r, ('idle', 'p50_ms')))} / {_ms(_dig(r, ('idle', 'p99_ms')))}") + " |")
         for key, label in (("large_12k", "12 KB pathological"), ("large_150k", "150 KB prose"),
                            ("large_1m", "1 MB prose")):
-            case = sonate.get(key)
-            if case:
-                small = case["small"]
-                lines.append(f"| small p50 / p99 while a {label} prompt is screened (its time, status) |{pad} "
-                             f"{_ms(small['p50_ms'])} / {_ms(small['p99_ms'])} (n={small['n']}; "
-                             f"{', '.join(f'{t:.2f} s' for t in case['large_s'])}; {case['large_status']}) |{after}")
+            if any(key in results[n] for n in large):
+                lines.append(f"| small p50 / p99 while a {label} prompt is screened (its time, status) | "
+                             + cells(lambda r: small(r.get(key))) + " |")
     return "\n".join(lines)
 
 
@@ -492,10 +563,20 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
     d, lite, s = (results.get(n, {}) for n in ("direct", "litellm", "sonate"))
     over = lambda r: _sub(_dig(r, ("c1", "p50_ms")), _dig(d, ("c1", "p50_ms")))  # noqa: E731
     if s and lite:
+        rounds_c1, rounds_c32 = round_ratios(d, lite, s)
         out.append(f"p50 overhead at c=1: this proxy {over(s):.2f} ms vs LiteLLM {over(lite):.2f} ms "
+                   f"= {_div(over(s), over(lite)):.2f}x; per interleaved round {_listed(rounds_c1)} "
                    f"(goal: below LiteLLM's, ideally <= 5 ms)")
         out.append(f"c=32 throughput: this proxy / LiteLLM = "
-                   f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x (goal >= 1x, ideally 3x)")
+                   f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x; per interleaved "
+                   f"round {_listed(rounds_c32)} (goal >= 1x, ideally 3x)")
+    base = results.get("baseline")
+    if s and base:
+        rounds_c1, rounds_c32 = round_ratios(d, base, s)
+        out.append(f"this proxy vs its baseline {base.get('commit', '?')}: p50 overhead at c=1 {over(s):.2f} ms vs "
+                   f"{over(base):.2f} ms, per interleaved round {_listed(rounds_c1)}; c=32 throughput "
+                   f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(base, ('c32', 'req_per_s'))):.2f}x, per round "
+                   f"{_listed(rounds_c32)}")
     for name in sorted(n for n in results if n.startswith("sonate-w")):
         w = results[name]
         if lite:
@@ -522,6 +603,25 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def round_ratios(direct: dict[str, Any], reference: dict[str, Any],
+                 sonate: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """Per interleaved round (:func:`interleaved`): this proxy's c=1 p50 overhead over direct
+    divided by ``reference``'s (LiteLLM's, or a baseline checkout's), and its c=32 throughput
+    divided by the reference's (rounds where a figure is missing or the reference's overhead is
+    not positive are left out)."""
+    c1 = [(s - d) / (r - d) for d, r, s in zip(*(_dig(x, ("c1", "rounds_p50_ms")) or [] for x in (direct, reference, sonate)))
+          if None not in (d, r, s) and r > d]
+    c32 = [s / r for r, s in zip(*(_dig(x, ("c32", "rounds_req_per_s")) or [] for x in (reference, sonate))) if r and s]
+    return c1, c32
+
+
+def _listed(values: list[float]) -> str:
+    """``median M (a, b, ...)`` of ratios, or "–" when there are none."""
+    if not values:
+        return "–"
+    return f"median {statistics.median(values):.2f}x ({', '.join(f'{v:.2f}' for v in values)})"
+
+
 def _dig(value: Any, path: tuple) -> Any:
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
@@ -543,27 +643,35 @@ def machine() -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Start the stub and each target in turn, measure, stop."""
-    results: dict[str, Any] = {}
-    with stub_process() as stub_v1, tempfile.TemporaryDirectory(prefix="sonate-gateway-bench-") as tmp:
-        work = Path(tmp)
-        print("direct ...", flush=True)
-        results["direct"] = await measure(Target("direct", stub_v1, "none", "stub-model"), args)
+    """Start the stub and every target (one after another, each idle while the next starts),
+    measure c=1 and c=32 interleaved (:func:`interleaved`), then the rest target by target, stop."""
+    with contextlib.ExitStack() as stack:
+        stub_v1 = stack.enter_context(stub_process())
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sonate-gateway-bench-")))
+        targets = [Target("direct", stub_v1, "none", "stub-model")]
         if not args.no_litellm:
-            print("litellm ...", flush=True)
+            print("starting litellm ...", flush=True)
             (work / "litellm").mkdir()
-            with litellm_target(stub_v1, args.cache, work / "litellm") as target:
-                if target is not None:
-                    results["litellm"] = await measure(target, args)
-        print("sonate ...", flush=True)
+            target = stack.enter_context(litellm_target(stub_v1, args.cache, work / "litellm"))
+            if target is not None:
+                targets.append(target)
+        print("starting sonate ...", flush=True)
         (work / "sonate").mkdir()
-        with sonate_target(stub_v1, work / "sonate", args.policies) as target:
-            results["sonate"] = await measure(target, args)
+        targets.append(stack.enter_context(sonate_target(stub_v1, work / "sonate", args.policies)))
+        if args.baseline is not None:
+            print(f"starting this proxy at {args.baseline} ...", flush=True)
+            (work / "baseline").mkdir()
+            targets.append(stack.enter_context(sonate_target(stub_v1, work / "baseline", baseline=args.baseline)))
         if args.workers > 1:
-            print(f"sonate, {args.workers} workers ...", flush=True)
+            print(f"starting sonate, {args.workers} workers ...", flush=True)
             (work / "sonate-workers").mkdir()
-            with sonate_target(stub_v1, work / "sonate-workers", args.policies, args.workers) as target:
-                results[target.name] = await measure(target, args)
+            targets.append(stack.enter_context(sonate_target(stub_v1, work / "sonate-workers", args.policies,
+                                                             args.workers)))
+        print(f"c=1 and c=32, {args.rounds} interleaved rounds ...", flush=True)
+        results = await interleaved(targets, args)
+        for target in targets:
+            print(f"{target.name} ...", flush=True)
+            results[target.name] = await measure(target, args, results[target.name])
     return results
 
 
@@ -572,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--requests", type=int, default=200, help="c=1 requests per target (default 200)")
     parser.add_argument("--seconds", type=float, default=10.0, help="c=32 duration per target (default 10 s)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds the c=1 requests and c=32 seconds are split into (default 5)")
     parser.add_argument("--streams", type=int, default=15, help="streamed requests per target (default 15)")
     parser.add_argument("--large-repeat", type=int, default=3, help="large prompts per large case (default 3)")
     parser.add_argument("--settle", type=float, default=SETTLE_S,
@@ -579,17 +689,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (checks the script, figures are rough)")
     parser.add_argument("--policies", type=Path, help="this proxy's policies folder (default: the shipped policies/)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy column")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also measure this proxy as it is in another checkout (e.g. a `git worktree` of an "
+                             "earlier commit; its own code and policies, this environment's packages), interleaved")
     parser.add_argument("--workers", type=int, default=2,
                         help="also measure this proxy with server.workers: N (default 2; 1: leave the column out)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sonate-bench",
                         help="where the LiteLLM virtualenv is kept (default ~/.cache/sonate-bench)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench" / "gateway.json", help="JSON results")
     args = parser.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "proxy" / "__main__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: not a checkout of this repository (no proxy/__main__.py)")
     if args.stub:
         serve_stub(args.stub)
         return 0
     if args.quick:
-        args.requests, args.seconds, args.streams, args.large_repeat = 40, 3.0, 4, 1
+        args.requests, args.seconds, args.streams, args.large_repeat, args.rounds = 40, 3.0, 4, 1, 2
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     info = machine()
     results = asyncio.run(run(args))
     info["loadavg_end"] = os.getloadavg()

@@ -92,8 +92,11 @@ def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path 
     return wait_until_up(running, "/readyz", timeout=180)
 
 
-def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int) -> RunningProxy:
+def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int, root: Path = ROOT) -> RunningProxy:
     """Start `python -m proxy serve --config CONFIG_PATH` without waiting; output appended to proxy.log beside it.
+
+    ``root``: the checkout whose ``proxy`` package runs (the working directory comes first on
+    ``sys.path``; bench/gateway.py ``--baseline`` runs another commit's this way).
 
     The environment supplies the secrets the test config names (``STUB_PROVIDER_KEY``,
     ``SONATE_TEST_ADMIN_KEY``) and drops ``SONATE_LEDGER_URL`` so the config's ledger applies.
@@ -103,7 +106,7 @@ def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int) -
            "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
     process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
-                               cwd=ROOT, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+                               cwd=root, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
     return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, log_path, process)
 
 
