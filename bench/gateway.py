@@ -11,6 +11,11 @@ process: a fixed short answer, or with ``stream: true`` 40 content chunks 20 ms 
 - **sonate**: this proxy, ``python -m proxy serve`` on a temporary config (the shipped policies:
   the full guardrails matrix; a SQLite ledger in a temporary directory; the stub as model
   ``stub``; per-key rate limits off) through tests/support/proxy.py, the tests' launcher;
+- **baseline** (``--baseline CHECKOUT``): this proxy as another checkout has it (a ``git worktree``
+  of an earlier commit), to measure a change in the same rounds;
+- **bare** (``--bare``): this proxy with no policy at all, the gateway alone (authentication,
+  parsing, the litellm call, receipts, the ledger): the difference to ``sonate`` is what the
+  guardrails cost;
 - **sonate-wN** (``--workers N``, default 2; ``--workers 1`` leaves it out): the same with
   ``server.workers: N`` (a supervisor and N serving processes on the port, proxy.server.workers),
   c=1, c=32 and streams only; its RSS is the sum over the supervisor and its workers.
@@ -258,15 +263,20 @@ def litellm_target(stub_v1: str, cache: Path, workdir: Path):
 
 @contextlib.contextmanager
 def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, workers: int = 1,
-                  baseline: Path | None = None):
+                  baseline: Path | None = None, bare: bool = False):
     """This proxy (full matrix: the shipped policies, or a copy of ``policies``; SQLite ledger; rate
     limits off; ``server.workers: workers``) over the stub; yields a Target named ``sonate`` (one
     worker) or ``sonate-wN``. ``baseline``: run the checkout at that path instead (its own code
-    and policies, this interpreter's packages), named ``baseline``."""
+    and policies, this interpreter's packages), named ``baseline``. ``bare``: no policy at all (an
+    empty policies folder: authentication, parsing, the litellm call, receipts and the ledger
+    only), named ``bare``."""
     from tests.support.proxy import CLIENT_KEY, spawn_proxy, write_config
 
     if baseline is not None:
         policies = baseline / "policies"
+    if bare:
+        policies = workdir / "no-policies"
+        policies.mkdir()
     port = free_port()
     ledger = f"sqlite:///{workdir / 'ledger.db'}"
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 2 << 20, "upstream_timeout_seconds": 60,
@@ -283,7 +293,8 @@ def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, wor
         except RuntimeError as error:
             raise RuntimeError(f"this proxy did not start ({error}); the end of its log:\n"
                                + "\n".join(proxy.log().splitlines()[-30:])) from None
-        name = "baseline" if baseline is not None else "sonate" if workers == 1 else f"sonate-w{workers}"
+        name = ("baseline" if baseline is not None else "bare" if bare
+                else "sonate" if workers == 1 else f"sonate-w{workers}")
         info = {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path),
                 "workers": workers}
         if baseline is not None:
@@ -507,11 +518,12 @@ def _ms(value: float | None, digits: int = 1) -> str:
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     """The Markdown table: one column per measured target."""
-    names = [n for n in ("direct", "litellm", "sonate", "baseline") if n in results]
+    names = [n for n in ("direct", "litellm", "sonate", "baseline", "bare") if n in results]
     names += sorted(n for n in results if n.startswith("sonate-w"))
     heads = {"direct": "direct to stub", "litellm": f"LiteLLM proxy {LITELLM_VERSION} (no guardrails)",
              "sonate": "this proxy (full matrix)",
              "baseline": f"this proxy at {results.get('baseline', {}).get('commit', '?')} (baseline)",
+             "bare": "this proxy, no policies (gateway alone)",
              **{n: f"this proxy, {n[len('sonate-w'):]} workers" for n in names if n.startswith("sonate-w")}}
     get = lambda n, *path: _dig(results.get(n, {}), path)  # noqa: E731
     rows = [
@@ -577,6 +589,13 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
                    f"{over(base):.2f} ms, per interleaved round {_listed(rounds_c1)}; c=32 throughput "
                    f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(base, ('c32', 'req_per_s'))):.2f}x, per round "
                    f"{_listed(rounds_c32)}")
+    bare = results.get("bare")
+    if bare and lite:
+        rounds_c1, rounds_c32 = round_ratios(d, lite, bare)
+        out.append(f"this proxy with no policies vs LiteLLM: p50 overhead at c=1 {over(bare):.2f} ms vs "
+                   f"{over(lite):.2f} ms, per interleaved round {_listed(rounds_c1)}; c=32 throughput "
+                   f"{_div(_dig(bare, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x, per round "
+                   f"{_listed(rounds_c32)}; the full matrix adds {_sub(over(s), over(bare)) or 0:.2f} ms at c=1")
     for name in sorted(n for n in results if n.startswith("sonate-w")):
         w = results[name]
         if lite:
@@ -662,6 +681,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"starting this proxy at {args.baseline} ...", flush=True)
             (work / "baseline").mkdir()
             targets.append(stack.enter_context(sonate_target(stub_v1, work / "baseline", baseline=args.baseline)))
+        if args.bare:
+            print("starting this proxy with no policies ...", flush=True)
+            (work / "bare").mkdir()
+            targets.append(stack.enter_context(sonate_target(stub_v1, work / "bare", bare=True)))
         if args.workers > 1:
             print(f"starting sonate, {args.workers} workers ...", flush=True)
             (work / "sonate-workers").mkdir()
@@ -689,6 +712,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (checks the script, figures are rough)")
     parser.add_argument("--policies", type=Path, help="this proxy's policies folder (default: the shipped policies/)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy column")
+    parser.add_argument("--bare", action="store_true",
+                        help="also measure this proxy with no policies (the gateway alone: what the guardrails "
+                             "cost is the difference), interleaved")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="also measure this proxy as it is in another checkout (e.g. a `git worktree` of an "
                              "earlier commit; its own code and policies, this environment's packages), interleaved")
