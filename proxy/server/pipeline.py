@@ -161,6 +161,8 @@ class Gateway:
         self.metrics = metrics
         self.executor = executor
         self.lanes = lanes or ScreenLanes(executor, small_slots=1 << 30)
+        #: Chat requests between admission and their answer (a stream: until it opens), on the loop.
+        self.in_progress = 0
         #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
         self.escalations = Escalations(ledger.store, self.sink, metrics)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
@@ -190,6 +192,15 @@ class Gateway:
         Raises GatewayError for client errors (400/404), provider failures (mapped status) and
         an unavailable ledger (503, fail_closed: no response leaves without its receipts).
         """
+        self.in_progress += 1
+        try:
+            return await self._chat(raw, req, caller, complexity_header, endpoint)
+        finally:
+            self.in_progress -= 1
+
+    async def _chat(self, raw: dict[str, Any], req: ChatCompletionRequest, caller: Caller,
+                    complexity_header: str | None, endpoint: str | None) -> ChatResult:
+        """:meth:`chat`'s work (a streamed answer is counted in progress until its stream opens)."""
         started = time.perf_counter()
         x = self._accept(raw, req, caller, complexity_header)
         x.started, x.endpoint = started, endpoint
@@ -246,9 +257,13 @@ class Gateway:
         t = time.perf_counter()
         params = x.req.upstream_params()  # tools, tool_choice, response_format, user, extra_body: client text too
         definitions = {k: params[k] for k in DEFINITION_KEYS if k in params} or None
+        # Privacy beside Safety/Compliance only when no other request is in progress: under load the
+        # others already use the CPUs, and two threads per screen only contend for the GIL (issue 9)
+        side_by_side = self.in_progress <= 1
         with tracing.span("guardrails.input") as traced:
             try:
                 screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, definitions,
+                                                         side_by_side,
                                                          chars=text_chars(x.messages) + text_chars(definitions))
             except GatewayError:
                 raise

@@ -186,6 +186,28 @@ def test_a_small_input_is_masked_while_safety_and_compliance_judge_it_in_a_side_
     assert seen["safety"] == seen["compliance"] != seen["privacy"]
 
 
+def test_a_caller_under_load_screens_a_small_input_in_its_own_thread_alone(monkeypatch):
+    messages, screens = [user("Hello, I am ada@example.org")], {}
+    for side_by_side in (False, True):
+        rig, seen, judged = Rig(), {}, threading.Event()  # a fresh engine: no scan cache answers the second screen
+        for name, fake in (("safety", rig.safety), ("privacy", rig.pii), ("compliance", rig.domain)):
+            def spy(texts, _detect=fake.detect, _name=name, _seen=seen, _judged=judged):
+                _seen[_name] = threading.current_thread().name
+                if _name == "privacy":  # a side thread, had one been started, gets to run Safety meanwhile
+                    _judged.wait(2)
+                else:
+                    _judged.set()
+                return _detect(texts)
+            monkeypatch.setattr(fake, "detect", spy)
+        screens[side_by_side] = rig.engine.screen_input(messages, None, side_by_side)
+        if not side_by_side:  # (beside it: the test above)
+            assert set(seen.values()) == {threading.current_thread().name}  # no side thread
+    alone, beside = screens[False], screens[True]
+    assert (alone.action, alone.messages) == ("mask", [user("Hello, I am <EMAIL_ADDRESS_1>")])
+    assert [(d.policy_id, d.action, d.evidence) for d in alone.decisions] == \
+        [(d.policy_id, d.action, d.evidence) for d in beside.decisions]
+
+
 def test_a_large_input_is_screened_in_one_thread_and_privacy_skips_a_refused_one(rig, monkeypatch):
     monkeypatch.setattr(engine_module, "PARALLEL_MAX_CHARS", 10)
     screen = rig.engine.screen_input([user("BAD: please diagnose ada@example.org")])

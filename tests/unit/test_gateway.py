@@ -5,7 +5,9 @@ SQLite ledger signed with a fresh key, and real Metrics. No HTTP server of our o
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -88,6 +90,34 @@ async def test_allow_forwards_unchanged_and_streams_the_providers_chunks(rig):
     (receipt,) = await rig.receipts()
     assert (receipt["policy_id"], receipt["guardrail_action"]) == ("matrix", "allow")
     assert receipt["receipt_id"] == result.receipt_id
+
+
+async def test_privacy_runs_beside_the_other_detectors_only_while_no_other_request_is_in_progress(rig, monkeypatch):
+    questions = ("first question", "second question")
+    seen: dict[str, dict[str, Any]] = {q: {"judged": threading.Event()} for q in questions}
+    for policy_id in ("safety", "privacy"):
+        fake = rig.gateway.engine.detectors[policy_id]
+
+        def spy(texts, _detect=fake.detect, _id=policy_id):
+            record = seen.get(texts[0])
+            if record is not None:
+                record[_id] = threading.current_thread().name
+                if _id == "safety":
+                    record["judged"].set()
+                else:  # a side thread, had one been started, gets to run Safety meanwhile
+                    record["judged"].wait(2)
+            return _detect(texts)
+        monkeypatch.setattr(fake, "detect", spy)
+    rig.stub.queue(Reply(text="a slow answer", delay=1.0))
+    first = asyncio.create_task(rig.chat(questions[0]))
+    while not rig.stub.received():  # the first request is at the provider: still in progress
+        await asyncio.sleep(0.01)
+    await rig.chat(questions[1])
+    await first
+    alone, under_load = seen[questions[0]], seen[questions[1]]
+    assert alone["safety"] != alone["privacy"]  # alone: Safety in a side thread beside Privacy
+    assert under_load["safety"] == under_load["privacy"]  # another request in progress: one thread
+    assert rig.gateway.in_progress == 0
 
 
 async def test_mask_forwards_placeholders_and_restores_them_in_the_answer(rig):
