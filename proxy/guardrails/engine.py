@@ -208,8 +208,8 @@ class GuardrailEngine:
 
         ``side_by_side``: Privacy may run beside Safety and Compliance (:data:`PARALLEL_MAX_CHARS`);
         False screens one policy after the other in the calling thread, for a caller whose other
-        screens already keep the CPUs busy (the proxy under concurrent load: the same decisions,
-        +14% throughput at c=32, where two threads per screen only contend for the GIL).
+        work already keeps the CPUs busy (the proxy under concurrent load, where a second thread per
+        screen only contends for the GIL; docs/operations.md "Performance"). Same decisions either way.
         """
         pieces = self._pieces(messages, definitions)
         scan: _PrivacyScan | None = None
