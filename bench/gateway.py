@@ -582,20 +582,18 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
         out.append(f"c=32 throughput: this proxy / LiteLLM = "
                    f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x; per interleaved "
                    f"round {_listed(rounds_c32)} (goal >= 1x, ideally 3x)")
-    base = results.get("baseline")
+    def compared(label: str, target: dict[str, Any], reference: dict[str, Any], what: str) -> str:
+        rounds_c1, rounds_c32 = round_ratios(d, reference, target)
+        throughput = _div(_dig(target, ("c32", "req_per_s")), _dig(reference, ("c32", "req_per_s")))
+        return (f"{label}: p50 overhead at c=1 {over(target):.2f} ms vs {over(reference):.2f} ms, per interleaved "
+                f"round {_listed(rounds_c1)}; c=32 throughput {throughput:.2f}x, per round {_listed(rounds_c32)}{what}")
+
+    base, bare = results.get("baseline"), results.get("bare")
     if s and base:
-        rounds_c1, rounds_c32 = round_ratios(d, base, s)
-        out.append(f"this proxy vs its baseline {base.get('commit', '?')}: p50 overhead at c=1 {over(s):.2f} ms vs "
-                   f"{over(base):.2f} ms, per interleaved round {_listed(rounds_c1)}; c=32 throughput "
-                   f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(base, ('c32', 'req_per_s'))):.2f}x, per round "
-                   f"{_listed(rounds_c32)}")
-    bare = results.get("bare")
-    if bare and lite:
-        rounds_c1, rounds_c32 = round_ratios(d, lite, bare)
-        out.append(f"this proxy with no policies vs LiteLLM: p50 overhead at c=1 {over(bare):.2f} ms vs "
-                   f"{over(lite):.2f} ms, per interleaved round {_listed(rounds_c1)}; c=32 throughput "
-                   f"{_div(_dig(bare, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x, per round "
-                   f"{_listed(rounds_c32)}; the full matrix adds {_sub(over(s), over(bare)) or 0:.2f} ms at c=1")
+        out.append(compared(f"this proxy vs its baseline {base.get('commit', '?')}", s, base, ""))
+    if s and bare and lite:
+        out.append(compared("this proxy with no policies vs LiteLLM", bare, lite,
+                            f"; the full matrix adds {_sub(over(s), over(bare)) or 0:.2f} ms at c=1"))
     for name in sorted(n for n in results if n.startswith("sonate-w")):
         w = results[name]
         if lite:
@@ -628,8 +626,8 @@ def round_ratios(direct: dict[str, Any], reference: dict[str, Any],
     divided by ``reference``'s (LiteLLM's, or a baseline checkout's), and its c=32 throughput
     divided by the reference's (rounds where a figure is missing or the reference's overhead is
     not positive are left out)."""
-    c1 = [(s - d) / (r - d) for d, r, s in zip(*(_dig(x, ("c1", "rounds_p50_ms")) or [] for x in (direct, reference, sonate)))
-          if None not in (d, r, s) and r > d]
+    p50s = (_dig(x, ("c1", "rounds_p50_ms")) or [] for x in (direct, reference, sonate))
+    c1 = [(s - d) / (r - d) for d, r, s in zip(*p50s) if None not in (d, r, s) and r > d]
     c32 = [s / r for r, s in zip(*(_dig(x, ("c32", "rounds_req_per_s")) or [] for x in (reference, sonate))) if r and s]
     return c1, c32
 
