@@ -270,7 +270,7 @@ def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, wor
     and policies, this interpreter's packages), named ``baseline``. ``bare``: no policy at all (an
     empty policies folder: authentication, parsing, the litellm call, receipts and the ledger
     only), named ``bare``."""
-    from tests.support.proxy import CLIENT_KEY, spawn_proxy, write_config
+    from tests.support.proxy import CLIENT_KEY, ROOT as PROXY_ROOT, spawn_proxy, write_config
 
     if baseline is not None:
         policies = baseline / "policies"
@@ -285,8 +285,7 @@ def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, wor
         shutil.copytree(policies, workdir / "policies")
         policies = workdir / "policies"
     config = write_config(workdir, stub_v1, ledger, port, policies, overrides={"server": server})
-    proxy = spawn_proxy(config, ledger, workdir / "keys" / "signing-key.json", port,
-                        *([baseline] if baseline is not None else []))
+    proxy = spawn_proxy(config, ledger, workdir / "keys" / "signing-key.json", port, baseline or PROXY_ROOT)
     try:
         try:
             ready = wait_http(f"{proxy.url}/readyz", proxy.process, 300)
@@ -335,10 +334,10 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 def summary(latencies: list[float], errors: int, seconds: float | None = None) -> dict[str, Any]:
-    """p50/p99 in ms, n, errors, and req/s over ``seconds`` when given."""
+    """p50/p99 in ms, n, errors, and ``seconds`` with req/s over them when given."""
     out = {"p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99), "n": len(latencies), "errors": errors}
     if seconds:
-        out["req_per_s"] = len(latencies) / seconds
+        out["seconds"], out["req_per_s"] = seconds, len(latencies) / seconds
     return out
 
 
@@ -452,32 +451,28 @@ async def interleaved(targets: list[Target], args: argparse.Namespace) -> dict[s
     rounds, with each round's p50 (``rounds_p50_ms``) and throughput (``rounds_req_per_s``), and
     its RSS after each phase.
     """
-    out = {t.name: {**t.info, "c1": {"rounds_p50_ms": []}, "c32": {"rounds_req_per_s": []}} for t in targets}
-    pooled = {t.name: {"c1": [], "c32": []} for t in targets}
-    errors = {t.name: {"c1": 0, "c32": 0} for t in targets}
-    seconds = {t.name: 0.0 for t in targets}
+    out: dict[str, dict[str, Any]] = {t.name: {**t.info} for t in targets}
     per_round = max(1, args.requests // args.rounds)
     async with _session() as session:
         for target in targets:
             await sequential(session, target, 5)  # warm-up: connections, first-call costs
             out[target.name]["rss_phases_mb"] = {"start": target.info.get("rss_start_mb")}
-        for phase in ("c1", "c32"):
+        for phase, per_block in (("c1", "p50_ms"), ("c32", "req_per_s")):
+            pooled: dict[str, list[float]] = {t.name: [] for t in targets}
+            blocks: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
             for r in range(args.rounds):
                 print(f"  {phase} round {r + 1}/{args.rounds} ...", flush=True)
                 for target in targets[r % len(targets):] + targets[:r % len(targets)]:
-                    if phase == "c1":
-                        block = await sequential(session, target, per_round, latencies=pooled[target.name]["c1"])
-                        out[target.name]["c1"]["rounds_p50_ms"].append(block["p50_ms"])
-                    else:
-                        block = await concurrent(session, target, 32, args.seconds / args.rounds,
-                                                 latencies=pooled[target.name]["c32"])
-                        out[target.name]["c32"]["rounds_req_per_s"].append(block.get("req_per_s"))
-                        seconds[target.name] += block["n"] / block["req_per_s"] if block.get("req_per_s") else 0.0
-                    errors[target.name][phase] += block["errors"]
+                    blocks[target.name].append(
+                        await sequential(session, target, per_round, latencies=pooled[target.name]) if phase == "c1"
+                        else await concurrent(session, target, 32, args.seconds / args.rounds,
+                                              latencies=pooled[target.name]))
             for target in targets:
+                done = blocks[target.name]
                 result = out[target.name]
-                result[phase].update(summary(pooled[target.name][phase], errors[target.name][phase],
-                                             seconds[target.name] if phase == "c32" else None))
+                result[phase] = {**summary(pooled[target.name], sum(b["errors"] for b in done),
+                                           sum(b.get("seconds", 0.0) for b in done) or None),
+                                 f"rounds_{per_block}": [b.get(per_block) for b in done]}
                 if target.process is not None:  # RSS (all processes) after each phase: where memory grows
                     result["rss_phases_mb"][phase] = result["rss_after_mb"] = rss_mb(target.process.pid)
     return out
