@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 from proxy.guardrails.detectors import embeddings, windows  # noqa: E402
 from proxy.guardrails.detectors.harm import DEFAULT_WINDOW_THRESHOLD, load_harm_classifier  # noqa: E402
 
-HARM_THRESHOLD = 0.76  # policies/safety.yaml thresholds.harmful_intent (0.74 before the int8 embeddings)
+#: policies/safety.yaml thresholds.harmful_intent (0.76 for harm-minilm-svm-v4, 0.74 before the int8 embeddings)
+HARM_THRESHOLD = float(yaml.safe_load((ROOT / "policies" / "safety.yaml").read_text(encoding="utf-8"))
+                       ["thresholds"]["harmful_intent"])
 W = windows
 #: Schemes measured (name -> windows.Scheme); the chosen one is windows.DEFAULT. (Paragraph boundaries,
 #: merged short sentences and packed windows were measured too and lost: windows.py's docstring.)

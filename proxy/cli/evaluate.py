@@ -69,7 +69,7 @@ def add_guardrails_arguments(parser: argparse.ArgumentParser) -> None:
                       help="utility: only the ordinary prompts (alpaca_seed + TruthfulQA non-regulated "
                            "categories): the share that reaches the model unchanged, masked, escalated, refused")
     data.add_argument("--sample", type=int, help="at most N items per dataset subset (quick runs)")
-    data.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    data.add_argument("--seed", type=int, default=0, help="seed of --sample and of the framed pass (default 0)")
     data.add_argument("--apology-data", type=Path, action="append",
                       help="labelled completions for the model-apology detector; repeatable (default: the two "
                            "sets shipped in proxy/evaluation/data, the tuning set and the held-out set)")
@@ -89,6 +89,9 @@ def add_guardrails_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also print each ordinary prompt that did not pass unchanged (row id, action, "
                              "policies, the text the model receives) — terminal only, never into a report")
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
+    output.add_argument("--no-framed", action="store_true",
+                        help="skip the framed pass (each Safety and Compliance item again with a greeting, "
+                             "reference or sign-off around it; proxy/evaluation/framings.py)")
 
 
 def _loadavg() -> float | None:
@@ -262,6 +265,7 @@ def _meta(args: argparse.Namespace, target: Any, policies_dir: str | None, sourc
 def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Load the items, screen them, measure the apology detector: (report, missing sources)."""
     from proxy import offline
+    from proxy.evaluation.framings import framed_items
     from proxy.evaluation.guardrails import run_items
     from proxy.evaluation.report import build_report
     from proxy.guardrails.detectors.pii import DATASET_ENTITY_MAPPING
@@ -273,16 +277,20 @@ def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[s
     offline.configure_tldextract()
     started, load_before = time.perf_counter(), _loadavg()
     target, policies_dir = _open_target(args)
+    framed: tuple[list[Any], list[Any]] | None = None
     try:
         outcomes = run_items(target, items, progress=not args.no_progress, total=len(items))
         apology = _apology(args.apology_data, target) if args.only is None else None
+        if args.only is None and not args.no_framed:
+            copies = framed_items(items, args.seed)
+            framed = (copies, run_items(target, copies, progress=not args.no_progress, total=len(copies)))
     finally:
         if hasattr(target, "close"):
             target.close()
     meta = _meta(args, target, policies_dir, sources, missing, started, load_before)
     report = build_report(items, outcomes, meta=meta, latency_measures=target.latency_measures,
                           mapping=DATASET_ENTITY_MAPPING, apology=apology,
-                          provenances=_provenances(policies_dir, args.config))
+                          provenances=_provenances(policies_dir, args.config), framed=framed)
     if args.show_touched:
         _print_touched(items, outcomes)
     return report, missing

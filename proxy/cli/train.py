@@ -30,9 +30,17 @@ from proxy.cli.common import Subcommand, UsageError
 HELP = "train a guardrail artefact from the development data"
 
 
+def _count(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
 def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``sonate train safety`` on ``parser``."""
-    from proxy.evaluation.training import ARTEFACT_DIR, EXEMPLARS
+    from proxy.evaluation.training import ARTEFACT_DIR, EXEMPLARS, FRAMED_COPIES
 
     parser.add_argument("--data-dir", type=Path, required=True, help="development data (layout of shared/data)")
     parser.add_argument("--out", type=Path, default=ARTEFACT_DIR, help=f"artefact directory (default {ARTEFACT_DIR})")
@@ -45,6 +53,9 @@ def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exemplars", type=Path, default=EXEMPLARS,
                         help=f"contrast exemplars always trained on (default {EXEMPLARS})")
     parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
+    parser.add_argument("--framed-copies", type=_count, default=FRAMED_COPIES,
+                        help=f"copies of each trained row with a greeting / reference / sign-off around it "
+                             f"(proxy/evaluation/framings.py; default {FRAMED_COPIES}, 0: none)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -56,7 +67,8 @@ def run_safety(args: argparse.Namespace) -> int:
         metadata = train_harm_classifier(args.data_dir, args.out, seed=args.seed, progress=not args.no_progress,
                                          c=args.c, folds=args.folds, repeats=args.repeats,
                                          target_recall=args.target_recall, toxicity_threshold=args.toxicity_threshold,
-                                         exemplars=None if args.no_exemplars else args.exemplars)
+                                         exemplars=None if args.no_exemplars else args.exemplars,
+                                         framed_copies=args.framed_copies)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     print(summary(metadata))

@@ -248,6 +248,36 @@ def both_sides(items: Sequence[Item], outcomes: Sequence[ItemOutcome], provenanc
     return sides
 
 
+def framed_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], framed: Sequence[Item],
+                framed_outcomes: Sequence[ItemOutcome], provenances: Sequence[Provenance]) -> list[dict[str, Any]]:
+    """Robustness to a neutral framing (:mod:`proxy.evaluation.framings`): per (policy, dataset,
+    subset) of the framed items, the share acted on with the framing (``k``/``n``/``rate``/``ci95``)
+    beside the same items' share as written (``plain``). ``side``: caught (positive subsets) or
+    wrongly touched. The rows behind a framed item are its original's (a framed copy of a trained
+    row counts as seen); ``out_of_fold`` is the artefact's cross-validated framed figure (rows-file
+    key ``framed:<dataset>/<subset>``). ``framed`` items are :func:`~proxy.evaluation.framings.framed_items`
+    of ``items``, parallel to ``framed_outcomes``. Raises KeyError for a framed item without its original.
+    """
+    from proxy.evaluation.framings import ITEM_SUFFIX, REPORT_PREFIX
+
+    plain = {i.item_id: (i, o) for i, o in zip(items, outcomes)}
+    groups: dict[tuple[str, str, str], list[tuple[Item, ItemOutcome, ItemOutcome]]] = {}
+    for item, outcome in zip(framed, framed_outcomes):
+        original, original_outcome = plain[item.item_id.removesuffix(ITEM_SUFFIX)]
+        groups.setdefault((item.policy, item.dataset, item.subset), []).append((original, original_outcome, outcome))
+    rows = []
+    for (policy, dataset, subset), triples in groups.items():
+        as_written = [_acted(policy, o) for _, o, _ in triples]
+        acted = [_acted(policy, o) for _, _, o in triples]
+        row = {"policy": policy, "side": "caught" if triples[0][0].positive else "wrongly touched",
+               "dataset": dataset, "subset": subset, "plain": proportion(sum(as_written), len(as_written)).as_dict(),
+               **proportion(sum(acted), len(acted)).as_dict()}
+        _label(row, item_seen([i for i, _, _ in triples], provenances), acted,
+               _oof_for(provenances, policy, f"{REPORT_PREFIX}{dataset}/{subset}"), None)
+        rows.append(row)
+    return rows
+
+
 def _latency(outcomes: Sequence[ItemOutcome], items: Sequence[Item], policy: str | None) -> dict[str, Any]:
     return latency_summary([o.seconds for i, o in zip(items, outcomes) if policy is None or i.policy == policy])
 
@@ -288,13 +318,15 @@ def apology_section(rows: Sequence[dict[str, Any]], scores: Sequence[float], fla
 def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta: dict[str, Any],
                  latency_measures: str, mapping: dict[str, str | None],
                  apology: Sequence[dict[str, Any]] | None = None,
-                 provenances: Sequence[Provenance] = ()) -> dict[str, Any]:
+                 provenances: Sequence[Provenance] = (),
+                 framed: tuple[Sequence[Item], Sequence[ItemOutcome]] | None = None) -> dict[str, Any]:
     """The JSON report of one evaluation run.
 
     ``items`` and ``outcomes`` are parallel; ``meta`` (command, data dir, sample, seed, target
     description, missing sources …) is copied in; ``mapping`` maps gold PII types to the
     detector's; ``provenances`` are the rows files of the evaluated artefacts (figures of a
-    policy no rows file covers are labelled ``unknown``). Raises ValueError when the two
+    policy no rows file covers are labelled ``unknown``); ``framed``: the framed items and their
+    outcomes (:func:`framed_rows`, report key ``framed``). Raises ValueError when the two
     sequences differ in length.
     """
     if len(items) != len(outcomes):
@@ -342,6 +374,8 @@ def build_report(items: Sequence[Item], outcomes: Sequence[ItemOutcome], *, meta
         report["utility"] = utility
     if apology:
         report["apology"] = list(apology)
+    if framed is not None:
+        report["framed"] = framed_rows(items, outcomes, *framed, provenances)
     report["items"] = [
         {"id": i.item_id, "dataset": i.dataset, "subset": i.subset, "policy": i.policy, "positive": i.positive,
          "seen_in_training": s, "action": o.action, "safety_flag": o.safety_flag, "escalated": o.escalated, "domain": o.domain,
@@ -473,6 +507,20 @@ def _both_sides_lines(sides: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines + [""]
 
 
+def _framed_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Safety and Compliance with a greeting, reference or sign-off around each item, beside as written."""
+    lines = ["**Framed prompts** (each Safety and Compliance item once more with one framing of "
+             "proxy/evaluation/framings.py's evaluation list around it — \"Hi there! Quick question from our "
+             "team.\", \"(id 4821)\" — never trained on)", "",
+             "| policy | side | dataset | subset | as written | framed k/n | framed | 95% CI | rows |",
+             "|---|---|---|---|---:|---:|---:|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['policy']} | {row['side']} | {row['dataset']} | {row['subset']} | "
+                     f"{pct(row['plain']['rate'])} | {row['k']}/{row['n']} | {pct(row['rate'])} | {ci(row)} | "
+                     f"{_kind_text(row)} |")
+    return lines + [""]
+
+
 def _utility_lines(u: dict[str, Any]) -> list[str]:
     """Ordinary prompts: share unchanged (utility), masked, escalated, refused, and which policy fired."""
     lines = [f"**Ordinary prompts: what reaches the model** (rows: {_kind_text(u)})", "",
@@ -529,6 +577,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _both_sides_lines(report["both_sides"])
     if "utility" in report:
         lines += _utility_lines(report["utility"])
+    if report.get("framed"):
+        lines += _framed_lines(report["framed"])
     for section in report.get("apology") or []:
         lines += _apology_lines(section)
     lines += _latency_lines(report)

@@ -34,9 +34,12 @@ Model: C-SVC with an RBF kernel (scikit-learn / libsvm, balanced class weights) 
 all-MiniLM-L6-v2 embeddings; its decision values are mapped to probabilities by Platt scaling
 (a one-feature logistic regression) fitted on the out-of-fold decision values. On the development
 split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression (ROC AUC 0.89 vs
-0.85 with the exemplars) at the same AdvBench recall.
+0.85 with the exemplars) at the same AdvBench recall. Every trained row and exemplar is also trained
+on in ``framed_copies`` (default 2) framed copies: the row with a greeting, reference number or
+sign-off around it (:mod:`proxy.evaluation.framings`), so a friendly line around a request does not
+dilute it below the threshold; a fold trains only on the copies of its own training rows.
 
-Provenance: next to the weights, ``harm-minilm-svm-v4.rows.json`` lists the sha256 of every row of
+Provenance: next to the weights, ``harm-minilm-svm-v5.rows.json`` lists the sha256 of every row of
 the final fit (normalised text, :mod:`proxy.evaluation.provenance`) and the out-of-fold rate per
 cross-validated group, so ``sonate eval guardrails`` can label figures in-sample / out-of-fold /
 held-out. :func:`privacy_tuning_rows` writes the same kind of file for the privacy patterns.
@@ -56,12 +59,13 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from proxy.evaluation import provenance
+from proxy.evaluation import framings, provenance
 from proxy.evaluation.data import SOURCES, DataError, Example, load_exemplars, load_training_examples
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
@@ -70,7 +74,9 @@ __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose
            "privacy_tuning_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
-ARTEFACT_VERSION = "harm-minilm-svm-v4"
+ARTEFACT_VERSION = "harm-minilm-svm-v5"
+#: Framed copies of every trained row in the training set (:mod:`proxy.evaluation.framings`).
+FRAMED_COPIES = 2
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
 HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
 BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
@@ -104,42 +110,68 @@ def _new_model(c: float):
     return SVC(C=c, kernel="rbf", gamma="scale", class_weight="balanced", tol=1e-6)
 
 
+@dataclass(frozen=True)
+class CvScores:
+    """Decision values of :func:`cross_validate`: ``oof`` (n,) out of fold, averaged over repeats;
+    ``extra`` (m,) the fold models' mean on the evaluation-only rows; ``probe`` (n,) / ``probe_extra``
+    (m,) the same for the framed probe rows (None without a probe)."""
+
+    oof: np.ndarray
+    extra: np.ndarray
+    probe: np.ndarray | None = None
+    probe_extra: np.ndarray | None = None
+
+
 def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: np.ndarray, y_always: np.ndarray,
-                   x_extra: np.ndarray, *, c: float, folds: int, repeats: int, seed: int,
-                   progress: bool) -> tuple[np.ndarray, np.ndarray]:
+                   x_extra: np.ndarray, *, c: float, folds: int, repeats: int, seed: int, progress: bool,
+                   copies: Sequence[tuple[np.ndarray, np.ndarray]] = (),
+                   probe: tuple[np.ndarray, np.ndarray] | None = None) -> CvScores:
     """Repeated stratified k-fold out-of-fold SVM decision values.
 
     Args:
         x: (n, d) evaluated training rows; y: (n,) 0/1 labels; strata: (n,) stratification labels.
         x_always, y_always: (e, d), (e,) rows added to every fold's training set, never tested.
         x_extra: (m, d) evaluation-only rows, scored by every fold model.
+        copies: framed copies (:func:`proxy.evaluation.framings.training_copies`) as pairs of
+            ((n, d) aligned with ``x``, (e, d) aligned with ``x_always``): a fold trains on the copies
+            of its training rows only, never on a copy of a row it tests.
+        probe: ((n, d), (m, d)) the rows of ``x`` and ``x_extra`` with evaluation framings, scored
+            like the rows they copy (out of fold / by every fold model).
 
     Returns:
-        (oof (n,), extra (m,)): out-of-fold decision values averaged over repeats, and the mean
-        decision value of the fold models on ``x_extra``.
+        :class:`CvScores`.
     """
     from sklearn.model_selection import RepeatedStratifiedKFold
     from tqdm import tqdm
 
     splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
-    oof = np.zeros(len(y))
-    extra = np.zeros(len(x_extra))
+    scores = {name: np.zeros(n) for name, n in (("oof", len(y)), ("extra", len(x_extra)),
+                                                ("probe", len(y)), ("probe_extra", len(x_extra)))}
     splits = list(splitter.split(x, strata))
     for train, test in tqdm(splits, desc="cross-validation", unit="fold", disable=not progress):
-        model = _new_model(c).fit(np.vstack([x[train], x_always]), np.concatenate([y[train], y_always]))
-        oof[test] += model.decision_function(x[test]) / repeats
+        rows = [x[train], x_always] + [v for framed, framed_always in copies for v in (framed[train], framed_always)]
+        labels = [y[train], y_always] * (1 + len(copies))
+        model = _new_model(c).fit(np.vstack(rows), np.concatenate(labels))
+        scores["oof"][test] += model.decision_function(x[test]) / repeats
         if len(x_extra):
-            extra += model.decision_function(x_extra) / len(splits)
-    return oof, extra
+            scores["extra"] += model.decision_function(x_extra) / len(splits)
+        if probe is not None:
+            scores["probe"][test] += model.decision_function(probe[0][test]) / repeats
+            if len(x_extra):
+                scores["probe_extra"] += model.decision_function(probe[1]) / len(splits)
+    if probe is None:
+        return CvScores(scores["oof"], scores["extra"])
+    return CvScores(scores["oof"], scores["extra"], scores["probe"], scores["probe_extra"])
 
 
 def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, *, c: float,
-                      platt: tuple[float, float], threshold: float) -> dict | None:
+                      platt: tuple[float, float], threshold: float, copies: Sequence[np.ndarray] = ()) -> dict | None:
     """XSTest with each prompt *type pair* held out in turn (``homonyms`` with ``contrast_homonyms``).
 
-    Trains on every other row (AdvBench, the other XSTest types, Davidson, exemplars) and scores
-    the held-out pair; reports ROC AUC unsafe-vs-safe and the flag rates at ``threshold``
-    (probabilities through ``platt``). None when XSTest rows carry no ``type``.
+    Trains on every other row (AdvBench, the other XSTest types, Davidson, exemplars) and on the
+    framed ``copies`` of those rows (each aligned with ``x``), and scores the held-out pair;
+    reports ROC AUC unsafe-vs-safe and the flag rates at ``threshold`` (probabilities through
+    ``platt``). None when XSTest rows carry no ``type``.
     """
     from sklearn.model_selection import LeaveOneGroupOut
 
@@ -152,7 +184,8 @@ def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: 
     for _, test in LeaveOneGroupOut().split(idx, groups=pair[idx]):
         held = np.zeros(len(y), dtype=bool)
         held[idx[test]] = True
-        model = _new_model(c).fit(x[~held], y[~held])
+        model = _new_model(c).fit(np.vstack([x[~held]] + [copy[~held] for copy in copies]),
+                                  np.tile(y[~held], 1 + len(copies)))
         scores[test] = model.decision_function(x[held])
     p = 1.0 / (1.0 + np.exp(-(platt[0] * scores + platt[1])))
     g = groups[idx]
@@ -287,8 +320,8 @@ def _cv_section(d: _Design, oof: np.ndarray, harm_all: np.ndarray, toxic: np.nda
                 thresholds: dict[str, float | None], *, repeats: int, seed: int) -> dict:
     """The ``cv`` metadata: scheme, ROC AUCs and per-group rates at each operating point."""
     cv = {"scheme": f"repeated stratified {d.folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
-                    "exemplars in every training fold, never tested; evaluation-only groups scored by every "
-                    "fold model",
+                    "exemplars in every training fold, never tested; a fold trains on the framed copies of "
+                    "its training rows and exemplars only; evaluation-only groups scored by every fold model",
           "roc_auc_harm_vs_benign": round(float(_auc(oof, d.y)), 4),
           "roc_auc_xstest_unsafe_vs_safe": _group_auc(oof, d.groups, "xstest_unsafe", "xstest_safe"),
           "toxicity_only": _rates(toxic, d.groups_all),
@@ -310,7 +343,7 @@ def _fit_rows(d: _Design, x: np.ndarray, x_always: np.ndarray) -> tuple[np.ndarr
 
 
 def _write_weights(out_dir: Path, final, platt: tuple[float, float]) -> Path:
-    """Write ``<out_dir>/harm-minilm-svm-v4.npz`` (created if missing); returns its path."""
+    """Write ``<out_dir>/harm-minilm-svm-v5.npz`` (created if missing); returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
@@ -353,32 +386,39 @@ def _metadata(npz_path: Path, final, sources: list[dict], groups_fit: np.ndarray
 
 def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progress: bool = True, c: float = 3.0,
                           folds: int = 5, repeats: int = 3, target_recall: float = 0.98,
-                          toxicity_threshold: float = 0.90, exemplars: Path | None = EXEMPLARS) -> dict:
-    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v4.{npz,json}``.
+                          toxicity_threshold: float = 0.90, exemplars: Path | None = EXEMPLARS,
+                          framed_copies: int = FRAMED_COPIES) -> dict:
+    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v5.{npz,json}``.
 
-    Steps: read the data and exemplars → labels and strata → embed, toxicity scores →
-    cross-validated decision values → Platt scaling → thresholds and CV rates → XSTest type-pair
-    hold-out → final fit on every training row → weights and metadata.
+    Steps: read the data and exemplars → labels and strata → embed, toxicity scores → framed
+    copies of every trained row (:mod:`proxy.evaluation.framings`) → cross-validated decision
+    values → Platt scaling → thresholds and CV rates (plain and framed) → XSTest type-pair
+    hold-out → final fit on every training row and its copies → weights and metadata.
 
     Args:
         data_dir: folder laid out like ``../shared/data`` (see module docstring).
         out_dir: created if missing; existing files of the same name are overwritten.
-        seed: fixes fold assignment (libsvm itself is deterministic for given data).
+        seed: fixes fold assignment and the framings (libsvm itself is deterministic for given data).
         progress: show tqdm bars on stderr.
         c: the SVM's C (inverse regularisation strength).
         folds, repeats: repeated stratified k-fold; ``folds`` is reduced to the smallest group size.
         target_recall: AdvBench recall the recommended (recall-first) threshold must reach in CV.
         toxicity_threshold: profanity-check threshold used in the combined decision.
         exemplars: the project's contrast exemplars (always trained on), or None for none.
+        framed_copies: framed copies of each trained row added to the training set (0: none).
 
     Returns:
-        The metadata written to the .json (also holds ``cv`` metrics and ``recommended_thresholds``).
+        The metadata written to the .json (also holds ``cv`` metrics and ``recommended_thresholds``;
+        ``cv["framed"]``: the rates with an evaluation framing around every row).
 
     Raises:
         DataError: missing required sources, or too few rows of a group to cross-validate.
+        ValueError: ``framed_copies`` < 0.
     """
     from profanity_check import predict_prob
 
+    if framed_copies < 0:
+        raise ValueError(f"framed_copies must be >= 0, not {framed_copies}")
     examples, extra, sources = _load(data_dir, exemplars)
     d = _design(data_dir, examples, extra, folds)
     texts = [e.text for e in examples]
@@ -387,42 +427,67 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     toxic = np.asarray(predict_prob(texts), dtype=np.float64) >= toxicity_threshold
     x, x_extra = vectors[d.train_mask], vectors[~d.train_mask]
     x_fit, y_fit, groups_fit, strata_fit = _fit_rows(d, x, x_always)
-    oof, extra_scores = cross_validate(x, d.y, d.strata, x_always, y_fit[len(d.y):], x_extra, c=c, folds=d.folds,
-                                       repeats=repeats, seed=seed, progress=progress)
-    platt = fit_platt(oof, d.y)
+    trained = [t for t, keep in zip(texts, d.train_mask) if keep] + [e.text for e in extra]
+    copies = [_embed(copy, progress) for copy in framings.training_copies(trained, framed_copies, seed)]
+    probe_texts = framings.evaluation_framed(texts, seed)
+    probe = _embed(probe_texts, progress)
+    toxic_probe = np.asarray(predict_prob(probe_texts), dtype=np.float64) >= toxicity_threshold
+    cv_scores = cross_validate(x, d.y, d.strata, x_always, y_fit[len(d.y):], x_extra, c=c, folds=d.folds,
+                               repeats=repeats, seed=seed, progress=progress,
+                               copies=[(copy[:len(x)], copy[len(x):]) for copy in copies],
+                               probe=(probe[d.train_mask], probe[~d.train_mask]))
+    platt = fit_platt(cv_scores.oof, d.y)
 
-    decision_all = np.empty(len(examples))
-    decision_all[d.train_mask], decision_all[~d.train_mask] = oof, extra_scores
-    harm_all = 1.0 / (1.0 + np.exp(-(platt[0] * decision_all + platt[1])))
+    harm_all = _probabilities(d, cv_scores.oof, cv_scores.extra, platt)
     thresholds = choose_thresholds(harm_all, toxic, d.groups_all, target_recall=target_recall)
-    cv = _cv_section(d, oof, harm_all, toxic, thresholds, repeats=repeats, seed=seed)
+    cv = _cv_section(d, cv_scores.oof, harm_all, toxic, thresholds, repeats=repeats, seed=seed)
     recommended = thresholds["recall_first"]
-    holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platt=platt, threshold=recommended)
+    harm_framed = _probabilities(d, cv_scores.probe, cv_scores.probe_extra, platt)
+    cv["framed"] = {"framings": "one of proxy/evaluation/framings.py EVALUATION_PREFIXES / EVALUATION_SUFFIXES "
+                                "around every row (never trained on), same folds",
+                    "harmful_intent_threshold": f"{recommended:.2f}",
+                    "roc_auc_xstest_unsafe_vs_safe": _group_auc(cv_scores.probe, d.groups, "xstest_unsafe",
+                                                                "xstest_safe"),
+                    "combined": _rates((harm_framed >= recommended) | toxic_probe, d.groups_all)}
+    holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platt=platt, threshold=recommended,
+                                copies=copies)
     if holdout is not None:
         cv["xstest_type_pair_holdout"] = holdout
 
-    final = _new_model(c).fit(x_fit, y_fit)
+    final = _new_model(c).fit(np.vstack([x_fit, *copies]), np.tile(y_fit, 1 + len(copies)))
     npz_path = _write_weights(out_dir, final, platt)
     hyper = {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced", "tol": 1e-6,
              "seed": seed, "folds": d.folds, "repeats": repeats, "target_advbench_recall": target_recall,
-             "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}}
+             "framed_copies": framed_copies, "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}}
     metadata = _metadata(npz_path, final, sources, groups_fit, hyper, toxicity_threshold, recommended, cv)
     npz_path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     flags = (harm_all >= recommended) | toxic
-    _write_training_rows(npz_path, d, _out_of_fold(flags, d.groups_all, d.train_mask, recommended))
+    framed_flags = (harm_framed >= recommended) | toxic_probe
+    _write_training_rows(npz_path, d, {**_out_of_fold(flags, d.groups_all, d.train_mask, recommended),
+                                       **_out_of_fold(framed_flags, d.groups_all, d.train_mask, recommended,
+                                                      prefix=framings.REPORT_PREFIX)})
     return metadata
 
 
+def _probabilities(d: _Design, trained: np.ndarray, evaluation_only: np.ndarray,
+                   platt: tuple[float, float]) -> np.ndarray:
+    """Platt probabilities over every example: ``trained`` decision values (out of fold) on the
+    training rows, ``evaluation_only`` on the rest."""
+    decision = np.empty(len(d.examples))
+    decision[d.train_mask], decision[~d.train_mask] = trained, evaluation_only
+    return 1.0 / (1.0 + np.exp(-(platt[0] * decision + platt[1])))
+
+
 def _out_of_fold(flags: np.ndarray, groups_all: np.ndarray, train_mask: np.ndarray,
-                 threshold: float) -> dict[str, dict]:
-    """Out-of-fold rate of the combined decision per cross-validated group, keyed by report row
-    (:data:`REPORT_ROWS`): ``{"k", "n", "rate", "threshold", "group"}``."""
+                 threshold: float, prefix: str = "") -> dict[str, dict]:
+    """Out-of-fold rate of the combined decision per cross-validated group, keyed by ``prefix`` + report
+    row (:data:`REPORT_ROWS`): ``{"k", "n", "rate", "threshold", "group"}``."""
     out = {}
     for group, row in REPORT_ROWS.items():
         mask = (groups_all == group) & train_mask
         if mask.any():
             k, n = int(flags[mask].sum()), int(mask.sum())
-            out[row] = {"group": group, "k": k, "n": n, "rate": round(k / n, 6), "threshold": f"{threshold:.2f}"}
+            out[prefix + row] = {"group": group, "k": k, "n": n, "rate": round(k / n, 6), "threshold": f"{threshold:.2f}"}
     return out
 
 
@@ -437,9 +502,10 @@ def _write_training_rows(npz_path: Path, d: _Design, out_of_fold: dict[str, dict
         ARTEFACT_VERSION, "safety", "trained", groups,
         artefact_files={npz_path.name: sha256_file(npz_path), json_path.name: sha256_file(json_path)},
         out_of_fold=out_of_fold,
-        note="rows of the final fit (cross-validated groups and the exemplars, which are in every fold); "
-             "out_of_fold: combined decision (harm >= threshold OR profanity-check >= its threshold) of "
-             "the repeated k-fold, averaged over repeats")
+        note="rows of the final fit (cross-validated groups and the exemplars, which are in every fold; the "
+             "framed copies of proxy/evaluation/framings.py derive from them); out_of_fold: combined decision "
+             "(harm >= threshold OR profanity-check >= its threshold) of the repeated k-fold, averaged over "
+             "repeats; 'framed:' rows: the same with an evaluation framing around every row")
     return provenance.write_rows(npz_path.with_name(f"{ARTEFACT_VERSION}{provenance.ROWS_SUFFIX}"), document)
 
 
@@ -501,6 +567,12 @@ def summary(metadata: dict) -> str:
         for group, rate in values["combined"].items():
             lines.append(f"  {group:20s} n={rate['n']:5d}  {100 * rate['flagged']:5.1f}%  /"
                          f" {100 * values['harm_only'][group]['flagged']:5.1f}%")
+    framed = metadata["cv"].get("framed")
+    if framed:
+        lines.append(f"framed (an evaluation framing around every row, {metadata['hyper_parameters'].get('framed_copies', 0)}"
+                     f" framed training copies per row): at {framed['harmful_intent_threshold']}, XSTest AUC "
+                     f"{framed['roc_auc_xstest_unsafe_vs_safe']}; " + ", ".join(
+                         f"{g} {100 * r['flagged']:.1f}%" for g, r in framed["combined"].items()))
     holdout = metadata["cv"].get("xstest_type_pair_holdout")
     if holdout:
         lines.append(f"{holdout['scheme']}: XSTest AUC {holdout['roc_auc_xstest_unsafe_vs_safe']}, at "

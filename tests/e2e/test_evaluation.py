@@ -303,6 +303,20 @@ def test_both_sides_agree_with_the_policy_sections(report: dict):
     assert any(r["dataset"] == "truthfulqa" and r["metric"] == "share masked" for r in sides["privacy"])
 
 
+def test_framed_rows_repeat_every_safety_and_compliance_subset(report: dict, run_dir: Path):
+    """The framed pass screens each Safety and Compliance item once more, framed (never Privacy's),
+    and its "as written" figures are those of the policy sections."""
+    framed = {(r["policy"], r["dataset"], r["subset"]): r for r in report["framed"]}
+    for policy in ("safety", "compliance"):
+        for row in report["policies"][policy]["rows"]:
+            twin = framed[(policy, row["dataset"], row["subset"])]
+            assert (twin["n"], twin["plain"]["k"], twin["plain"]["n"]) == (row["n"], row["k"], row["n"])
+            assert twin["side"] == ("caught" if row["positive"] else "wrongly touched")
+            assert 0 <= twin["k"] <= twin["n"] and twin["kind"] == row["kind"]
+    assert len(framed) == len(report["framed"]) and not any(p == "privacy" for p, _, _ in framed)
+    assert "**Framed prompts**" in (run_dir / "report.md").read_text()
+
+
 def test_only_utility_runs_the_ordinary_prompts_alone(run_dir: Path, capsys):
     out = run_dir / "utility.json"
     code = main(["eval", "guardrails", "--config", str(ROOT / "config.yaml"), "--data-dir", str(DATA),
@@ -359,9 +373,10 @@ def test_proxy_run_agrees_with_the_in_process_engine(report: dict, proxy, upstre
     out = run_dir / "proxy-report.json"
     code = main(["eval", "guardrails", "--proxy", proxy.url, "--api-key", CLIENT_KEY, "--model", "stub",
                  "--data-dir", str(DATA), "--sources", "xstest,presidio,truthfulqa", "--sample", SAMPLE,
-                 "--seed", SEED, "--no-progress", "--out", str(out)])
+                 "--seed", SEED, "--no-progress", "--no-framed", "--out", str(out)])
     assert code == 0
     via_proxy = json.loads(out.read_text())
+    assert "framed" not in via_proxy  # --no-framed: only the items as written reach the proxy
     assert via_proxy["mode"] == "proxy" and "round trip" in via_proxy["latency"]["measures"]
     in_process = {i["id"]: i for i in report["items"]}
     assert len(via_proxy["items"]) == 5 * int(SAMPLE)
