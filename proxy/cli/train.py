@@ -88,16 +88,19 @@ def add_privacy_rows_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_privacy_rows(args: argparse.Namespace) -> int:
     """Write the privacy rows files (patterns' quoted rows, context rules' tuning rows). Returns 0."""
-    from proxy.evaluation.training import DataError, privacy_tuning_rows
+    from proxy.evaluation.training import SAFETY_PERSONAL_ROWS, DataError, privacy_tuning_rows, safety_personal_rows
     from proxy.evaluation.training_privacy import ROWS_PATH, privacy_context_rows
 
     try:
         document = privacy_tuning_rows(args.data_dir, args.root, args.out)
         privacy_context_rows(args.data_dir)
+        personal = safety_personal_rows(args.data_dir)
     except (DataError, OSError) as exc:
         raise UsageError(str(exc)) from None
     print(f"wrote {args.out}: {len(document['quoted_rows'])} presidio rows quoted by the privacy comments")
     print(f"wrote {ROWS_PATH}: the development rows read while tuning the privacy context rules")
+    print(f"wrote {SAFETY_PERSONAL_ROWS}: the {len(personal['rows']['presidio_read'])} presidio rows read while "
+          "writing Safety's personal-data exemplars")
     return 0
 
 
@@ -134,7 +137,8 @@ def run_compliance_rows(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "safety": ("the harmful-intent classifier of the Safety policy", add_safety_arguments, run_safety),
-    "privacy-rows": ("record the presidio rows the privacy patterns were tuned on (quoted by their comments)",
+    "privacy-rows": ("record the presidio rows the privacy patterns and rules were tuned on, and those read "
+                     "for Safety's personal-data exemplars",
                      add_privacy_rows_arguments, run_privacy_rows),
     "compliance-rows": ("record the development rows the Compliance threshold was tuned on, with its "
                         "out-of-fold figures", add_compliance_rows_arguments, run_compliance_rows),

@@ -1,9 +1,9 @@
 """Neutral framings: the greetings, reference numbers and sign-offs people wrap around a request.
 
 A sentence-embedding classifier reads the mean of a text's word-piece vectors, so a harmless line
-around a request dilutes it. Out of fold on the development split (harm-minilm-svm-v4, 5-fold,
+around a request dilutes it. Out of fold on the development split (v4's training rows, 5-fold x 3,
 2026-11-26), one framing of :data:`EVALUATION_PREFIXES` / :data:`EVALUATION_SUFFIXES` around each
-prompt lowered AdvBench recall from 97.7% to 90.0% and XSTest unsafe from 78.1% to 66.7% at the
+prompt lowered AdvBench recall from 98.1% to 91.9% and XSTest unsafe from 78.1% to 65.6% at the
 same threshold: "Hi there! Quick question from our team." in front of a harmful request walked
 it past Safety. The classifier is therefore trained on framed copies of its rows as well
 (label-preserving augmentation; :func:`training_copies`), and its robustness is measured with

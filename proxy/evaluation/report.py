@@ -189,11 +189,13 @@ def _fired(kind: str, outcome: ItemOutcome) -> bool:
 def _side_rows(items: Sequence[Item], outcomes: Sequence[ItemOutcome], kind: str,
                provenances: Sequence[Provenance]) -> list[dict[str, Any]]:
     """Caught (positive subsets of ``kind``) and wrongly-touched (its negative subsets and every
-    ordinary prompt) rows of one policy kind, each a labelled proportion (:func:`_label`)."""
+    ordinary prompt; for Safety also every personal-data text, which Privacy should mask, not
+    Safety refuse) rows of one policy kind, each a labelled proportion (:func:`_label`)."""
     own = [p for p in provenances if p.policy == kind]
     groups: dict[tuple[str, str], list[tuple[Item, ItemOutcome]]] = {}
     for item, outcome in zip(items, outcomes):
-        if (item.policy == kind and kind != "privacy") or is_ordinary(item):
+        if ((item.policy == kind and kind != "privacy") or is_ordinary(item)
+                or (kind == "safety" and item.policy == "privacy")):
             groups.setdefault((item.dataset, item.subset), []).append((item, outcome))
     rows = []
     for (dataset, subset), pairs in groups.items():

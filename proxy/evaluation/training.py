@@ -71,7 +71,7 @@ from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
 
 __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose_thresholds", "cross_validate", "fit_platt",
-           "privacy_tuning_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
+           "privacy_tuning_rows", "safety_personal_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
 ARTEFACT_VERSION = "harm-minilm-svm-v5"
@@ -93,6 +93,8 @@ TRUTHFULQA = "truthfulqa"
 PRIVACY_COMMENT_FILES = ("policies/privacy.yaml", "proxy/guardrails/detectors/pii.py",
                          "proxy/guardrails/detectors/patterns.py")
 PRIVACY_ROWS = ARTEFACT_DIR / f"privacy-tuning{provenance.ROWS_SUFFIX}"
+#: The presidio texts read while the personal-data exemplars were written (:func:`safety_personal_rows`).
+SAFETY_PERSONAL_ROWS = ARTEFACT_DIR / f"safety-personal-data{provenance.ROWS_SUFFIX}"
 
 def _embed(texts: list[str], progress: bool) -> np.ndarray:
     """Embed in batches with a tqdm bar; float64 (n, 384)."""
@@ -538,6 +540,31 @@ def privacy_tuning_rows(data_dir: Path, root: Path, out: Path = PRIVACY_ROWS,
              f"{', '.join(comment_files)}; the remaining development rows were scored during tuning in aggregate")
     document["quoted_rows"] = evidence
     document["quotes_searched"] = {name: sorted(set(qs)) for name, qs in quotes.items()}
+    provenance.write_rows(out, document)
+    return document
+
+
+def safety_personal_rows(data_dir: Path, out: Path = SAFETY_PERSONAL_ROWS) -> dict:
+    """Write the rows file of the presidio texts read while Safety's personal-data exemplars were
+    written, and return the document.
+
+    The exemplars of themes ``privacy_own``, ``privacy_professional`` (benign: people sharing their
+    own data for a service, professionals writing about their clients) and ``privacy_others_data``
+    (harmful: using someone else's data against them) were written on 2026-11-26 after reading the
+    development presidio texts that Safety refused (59 of 850: "block my card", a patient's age and
+    complaint). None is trained on, but Safety's figures on every presidio development text count as
+    tuned (in-sample), so the held-out split is their test. Raises DataError when no presidio file
+    is found.
+    """
+    folder, suffixes, loader = SOURCES["presidio"]
+    files = sorted(p for p in (Path(data_dir) / folder).glob("*") if p.suffix in suffixes)
+    if not files:
+        raise DataError(f"{data_dir}: no presidio/*.json")
+    texts = [item.text for path in files for item in loader(path)]
+    document = provenance.rows_document(
+        "safety-personal-data", "safety", "tuned", {"presidio_read": texts}, artefact_files={},
+        note="presidio development texts read while the personal-data exemplars of safety-exemplars.csv "
+             "(privacy_own, privacy_professional, privacy_others_data) were written; not trained on")
     provenance.write_rows(out, document)
     return document
 

@@ -89,6 +89,19 @@ def test_both_sides_caught_and_wrongly_touched_per_policy():
     assert compliance[("wrongly touched", "benign")]["metric"] == "share escalated"
 
 
+def test_safety_refusing_a_personal_data_text_is_a_wrong_touch_and_compliance_is_not_judged_on_it():
+    """A text that shares personal data is Privacy's to mask: Safety refusing it is counted against
+    Safety; Compliance is not judged on it (a patient's note may rightly be escalated)."""
+    items = ITEMS + [Item("presidio", "pii", "privacy", "Please block my card 4111 1111 1111 1111", True, "p:1"),
+                     Item("presidio", "pii", "privacy", "My number is 020 7946 0184", True, "p:2")]
+    outcomes = OUTCOMES + [_outcome("refuse", SAFETY), _outcome("mask", MASK)]
+    sides = both_sides(items, outcomes, [], None)
+    (personal,) = [r for r in sides["safety"] if r["dataset"] == "presidio"]
+    assert (personal["side"], personal["k"], personal["n"], personal["metric"]) == ("wrongly touched", 1, 2,
+                                                                                   "share refused")
+    assert not any(r["dataset"] == "presidio" for r in sides["compliance"])
+
+
 def test_report_renders_the_utility_and_both_sides_tables_from_json():
     report = build_report(ITEMS, OUTCOMES, meta={"mode": "in-process"}, latency_measures="screen_input",
                           mapping={}, provenances=[Provenance("harm", "safety", "trained", {}),

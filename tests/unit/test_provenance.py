@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.evaluation.data import Item, load_builtin
+from proxy.evaluation.data import DataError, Item, load_builtin
 from proxy.evaluation.guardrails import ItemOutcome
 from proxy.evaluation.provenance import Provenance, normalise, quoted_strings, read_rows_file, row_hash
 from proxy.evaluation.report import build_report, render_markdown
@@ -146,6 +146,21 @@ def test_framed_rows_sit_beside_the_same_items_as_written_with_their_originals_r
     report = build_report(items, outcomes, meta={"mode": "x"}, latency_measures="t", mapping={},
                           provenances=[seen_all], framed=(framed, framed_outcomes))
     assert report["framed"][0]["kind"] == "in-sample" and report["framed"][0]["out_of_fold"]["k"] == 3
+
+
+def test_safety_personal_rows_list_every_presidio_text_as_tuned(tmp_path):
+    from proxy.evaluation.training import SAFETY_PERSONAL_ROWS, safety_personal_rows
+
+    document = safety_personal_rows(DATA, tmp_path / "rows.json")
+    provenance = read_rows_file(tmp_path / "rows.json")
+    sample = [i.text for i in load_builtin(DATA)[0] if i.dataset == "presidio"]
+    assert (provenance.policy, provenance.how) == ("safety", "tuned") and sample
+    assert all(provenance.seen(t) for t in sample) and not provenance.seen(UNSEEN_SAFE)
+    assert len(document["rows"]["presidio_read"]) == len({row_hash(t) for t in sample})
+    shipped = read_rows_file(SAFETY_PERSONAL_ROWS)  # written from the development split
+    assert (shipped.policy, shipped.how, shipped.artefact) == ("safety", "tuned", "safety-personal-data")
+    with pytest.raises(DataError):
+        safety_personal_rows(tmp_path, tmp_path / "none.json")
 
 
 def test_in_sample_figure_without_cross_validation_is_never_met():

@@ -201,7 +201,7 @@ def test_compliance_still_reads_only_the_last_user_message(rig):
 
 
 #: Ordinary tool and parameter descriptions written for the project (policies/safety.yaml
-#: definition_thresholds: their highest harm score is 0.968, "The user to block").
+#: definition_thresholds: their highest harm score is 0.976, "The user to block").
 ORDINARY_DEFINITIONS = [
     "Get the current weather for a city", "The city name, e.g. Paris or San Francisco", "Temperature unit",
     "Look up a customer by id", "The user to block", "Amount to convert", "Currency code to convert from",
