@@ -489,7 +489,8 @@ def _out_of_fold(flags: np.ndarray, groups_all: np.ndarray, train_mask: np.ndarr
         mask = (groups_all == group) & train_mask
         if mask.any():
             k, n = int(flags[mask].sum()), int(mask.sum())
-            out[prefix + row] = {"group": group, "k": k, "n": n, "rate": round(k / n, 6), "threshold": f"{threshold:.2f}"}
+            out[prefix + row] = {"group": group, "k": k, "n": n, "rate": round(k / n, 6),
+                                 "threshold": f"{threshold:.2f}"}
     return out
 
 
@@ -596,9 +597,10 @@ def summary(metadata: dict) -> str:
                          f" {100 * values['harm_only'][group]['flagged']:5.1f}%")
     framed = metadata["cv"].get("framed")
     if framed:
-        lines.append(f"framed (an evaluation framing around every row, {metadata['hyper_parameters'].get('framed_copies', 0)}"
-                     f" framed training copies per row): at {framed['harmful_intent_threshold']}, XSTest AUC "
-                     f"{framed['roc_auc_xstest_unsafe_vs_safe']}; " + ", ".join(
+        copies = metadata["hyper_parameters"].get("framed_copies", 0)
+        lines.append(f"framed (an evaluation framing around every row, {copies} framed training copies per row): at "
+                     f"{framed['harmful_intent_threshold']}, XSTest AUC {framed['roc_auc_xstest_unsafe_vs_safe']}; "
+                     + ", ".join(
                          f"{g} {100 * r['flagged']:.1f}%" for g, r in framed["combined"].items()))
     holdout = metadata["cv"].get("xstest_type_pair_holdout")
     if holdout:
