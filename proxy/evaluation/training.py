@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 
 from proxy.evaluation import framings, provenance
-from proxy.evaluation.data import SOURCES, DataError, Example, load_exemplars, load_training_examples
+from proxy.evaluation.data import SOURCES, DataError, Example, Item, load_exemplars, load_training_examples
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
 
@@ -512,6 +512,15 @@ def _write_training_rows(npz_path: Path, d: _Design, out_of_fold: dict[str, dict
     return provenance.write_rows(npz_path.with_name(f"{ARTEFACT_VERSION}{provenance.ROWS_SUFFIX}"), document)
 
 
+def _presidio_items(data_dir: Path) -> list[Item]:
+    """Every item of ``<data_dir>/presidio/*.json``, files in name order. Raises DataError when there is none."""
+    folder, suffixes, loader = SOURCES["presidio"]
+    files = sorted(p for p in (Path(data_dir) / folder).glob("*") if p.suffix in suffixes)
+    if not files:
+        raise DataError(f"{data_dir}: no presidio/*.json")
+    return [item for path in files for item in loader(path)]
+
+
 def privacy_tuning_rows(data_dir: Path, root: Path, out: Path = PRIVACY_ROWS,
                         comment_files: tuple[str, ...] = PRIVACY_COMMENT_FILES) -> dict:
     """Write the rows file of the privacy patterns: the presidio rows their comments quote.
@@ -522,11 +531,7 @@ def privacy_tuning_rows(data_dir: Path, root: Path, out: Path = PRIVACY_ROWS,
 
     Returns the document written to ``out``. Raises DataError when no presidio file is found.
     """
-    folder, suffixes, loader = SOURCES["presidio"]
-    files = sorted(p for p in (Path(data_dir) / folder).glob("*") if p.suffix in suffixes)
-    if not files:
-        raise DataError(f"{data_dir}: no presidio/*.json")
-    items = [item for path in files for item in loader(path)]
+    items = _presidio_items(data_dir)
     quotes = {name: provenance.quoted_strings(Path(root) / name) for name in comment_files}
     tuned, evidence = [], []
     for item in items:
@@ -557,11 +562,7 @@ def safety_personal_rows(data_dir: Path, out: Path = SAFETY_PERSONAL_ROWS) -> di
     tuned (in-sample), so the held-out split is their test. Raises DataError when no presidio file
     is found.
     """
-    folder, suffixes, loader = SOURCES["presidio"]
-    files = sorted(p for p in (Path(data_dir) / folder).glob("*") if p.suffix in suffixes)
-    if not files:
-        raise DataError(f"{data_dir}: no presidio/*.json")
-    texts = [item.text for path in files for item in loader(path)]
+    texts = [item.text for item in _presidio_items(data_dir)]
     document = provenance.rows_document(
         "safety-personal-data", "safety", "tuned", {"presidio_read": texts}, artefact_files={},
         note="presidio development texts read while the personal-data exemplars of safety-exemplars.csv "
