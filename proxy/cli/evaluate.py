@@ -229,7 +229,7 @@ def _provenances(policies_dir: str | None, config_path: str | None) -> list[Any]
         for name, spec in (domains or {}).items():  # as DomainClassifier fits: description + examples
             rows.update({row_hash(t): name for t in (spec["description"], *spec["examples"])})
     if rows:
-        found.append(Provenance("domain-logreg", "compliance", "trained", rows,
+        found.append(Provenance("domain-svm", "compliance", "trained", rows,
                                 source=f"{policies_dir}: compliance detector.domains (description + examples)"))
     return found
 

@@ -55,7 +55,7 @@ def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
     parser.add_argument("--framed-copies", type=_count, default=FRAMED_COPIES,
                         help=f"copies of each trained row with a greeting / reference / sign-off around it "
-                             f"(proxy/evaluation/framings.py; default {FRAMED_COPIES}, 0: none)")
+                             f"(proxy/guardrails/framings.py; default {FRAMED_COPIES}, 0: none)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 

@@ -67,6 +67,7 @@ import numpy as np
 
 from proxy.evaluation import framings, provenance
 from proxy.evaluation.data import SOURCES, DataError, Example, Item, load_exemplars, load_training_examples
+from proxy.guardrails import framings as augment
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
 
@@ -134,7 +135,7 @@ def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: n
         x: (n, d) evaluated training rows; y: (n,) 0/1 labels; strata: (n,) stratification labels.
         x_always, y_always: (e, d), (e,) rows added to every fold's training set, never tested.
         x_extra: (m, d) evaluation-only rows, scored by every fold model.
-        copies: framed copies (:func:`proxy.evaluation.framings.training_copies`) as pairs of
+        copies: framed copies (:func:`proxy.guardrails.framings.training_copies`) as pairs of
             ((n, d) aligned with ``x``, (e, d) aligned with ``x_always``): a fold trains on the copies
             of its training rows only, never on a copy of a row it tests.
         probe: ((n, d), (m, d)) the rows of ``x`` and ``x_extra`` with evaluation framings, scored
@@ -430,7 +431,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     x, x_extra = vectors[d.train_mask], vectors[~d.train_mask]
     x_fit, y_fit, groups_fit, strata_fit = _fit_rows(d, x, x_always)
     trained = [t for t, keep in zip(texts, d.train_mask) if keep] + [e.text for e in extra]
-    copies = [_embed(copy, progress) for copy in framings.training_copies(trained, framed_copies, seed)]
+    copies = [_embed(copy, progress) for copy in augment.training_copies(trained, framed_copies, seed)]
     probe_texts = framings.evaluation_framed(texts, seed)
     probe = _embed(probe_texts, progress)
     toxic_probe = np.asarray(predict_prob(probe_texts), dtype=np.float64) >= toxicity_threshold
@@ -506,7 +507,7 @@ def _write_training_rows(npz_path: Path, d: _Design, out_of_fold: dict[str, dict
         artefact_files={npz_path.name: sha256_file(npz_path), json_path.name: sha256_file(json_path)},
         out_of_fold=out_of_fold,
         note="rows of the final fit (cross-validated groups and the exemplars, which are in every fold; the "
-             "framed copies of proxy/evaluation/framings.py derive from them); out_of_fold: combined decision "
+             "framed copies of proxy/guardrails/framings.py derive from them); out_of_fold: combined decision "
              "(harm >= threshold OR profanity-check >= its threshold) of the repeated k-fold, averaged over "
              "repeats; 'framed:' rows: the same with an evaluation framing around every row")
     return provenance.write_rows(npz_path.with_name(f"{ARTEFACT_VERSION}{provenance.ROWS_SUFFIX}"), document)

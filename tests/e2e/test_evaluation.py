@@ -189,7 +189,7 @@ def test_report_structure(report: dict):
         ("in-sample", "out-of-fold")}
     assert report["policies"]["privacy"]["kind"] in ("held-out", "mixed", "in-sample")  # a rows file covers it
     artefacts = {p["artefact"] for p in report["provenance"]}
-    assert {"privacy-patterns", "domain-logreg"} <= artefacts  # + the harm classifier's rows file(s)
+    assert {"privacy-patterns", "domain-svm"} <= artefacts  # + the harm classifier's rows file(s)
     assert any(a.startswith("harm-minilm-svm-") for a in artefacts)
     # no text of any item is written into the report (alpaca_seed is NC)
     assert all("text" not in i for i in report["items"])

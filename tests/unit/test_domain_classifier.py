@@ -138,16 +138,37 @@ def _small_config() -> DomainClassifierConfig:
     })
 
 
-@pytest.mark.parametrize("n_classes", [2, 3])
-def test_linear_softmax_reproduces_sklearn_predict_proba(n_classes):
-    from sklearn.linear_model import LogisticRegression
+@pytest.mark.parametrize("n_classes", [2, 3, 5])
+def test_pairwise_svm_reproduces_sklearn_predict_proba(n_classes):
+    """The numpy port of libsvm's probability estimate (served without scikit-learn) gives
+    scikit-learn's own ``SVC.predict_proba`` and one-vs-one decision values to rounding."""
+    import warnings
 
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(60, 5))
-    y = np.arange(60) % n_classes
-    reference = LogisticRegression(C=10.0, max_iter=2000, class_weight="balanced").fit(x, y)
-    ours = domain_weights.fit(x, list(y), 10.0)
-    np.testing.assert_allclose(ours.proba(x), reference.predict_proba(x), atol=1e-9)
+    from sklearn.svm import SVC
+
+    rng = np.random.default_rng(n_classes)
+    x = rng.normal(size=(90, 6))
+    y = np.arange(90) % n_classes
+    x[:, 0] += y  # classes overlap but are not identical
+    ours = domain_weights.fit(x, list(y), 3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        reference = SVC(C=3.0, kernel="rbf", gamma="scale", class_weight="balanced", probability=True,
+                        random_state=0).fit(x, y)
+        decision = SVC(C=3.0, kernel="rbf", gamma="scale", class_weight="balanced",
+                       decision_function_shape="ovo").fit(x, y)
+    queries = rng.normal(size=(40, 6)) + np.linspace(-1, n_classes, 40)[:, None]
+    proba = ours.proba(queries)
+    np.testing.assert_allclose(proba, reference.predict_proba(queries), atol=1e-9)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+    assert len(set(proba.argmax(axis=1).tolist())) > 1  # the queries reach more than one class
+    if n_classes > 2:  # scikit-learn negates a two-class SVC's decision values; the port keeps libsvm's
+        np.testing.assert_allclose(ours.decision(queries), decision.decision_function(queries), atol=1e-9)
+
+
+def test_fit_refuses_labels_with_a_missing_class():
+    with pytest.raises(ValueError, match="every class present"):
+        domain_weights.fit(np.eye(6), [0, 0, 2, 2, 0, 2], 3.0)
 
 
 def test_fit_key_changes_with_every_input():
@@ -169,7 +190,9 @@ def test_weights_are_cached_and_reused(tmp_path, monkeypatch):
     expected = first.probabilities(text)
     assert np.allclose(DomainClassifier(_small_config()).probabilities(text), expected)
     # The next start reads the cache: uniform weights stored under the key give uniform scores.
-    flat = domain_weights.LinearSoftmax(np.zeros_like(first.weights.coef), np.zeros(3))
+    w = first.weights  # no support vector and zero intercepts: every pair 50/50, so every domain 1/3
+    flat = domain_weights.PairwiseRbfSvm(w.support_vectors[:0], w.dual_coef[:, :0], np.zeros_like(w.intercept),
+                                         np.zeros_like(w.n_support), w.gamma, w.prob_a, np.zeros_like(w.prob_b))
     domain_weights.dump(flat, first.fit_key, cached)
     assert np.allclose(DomainClassifier(_small_config()).probabilities(text), 1 / 3)
     # A file whose stored key differs is ignored: the classifier refits.
@@ -177,12 +200,24 @@ def test_weights_are_cached_and_reused(tmp_path, monkeypatch):
     assert np.allclose(DomainClassifier(_small_config()).probabilities(text), expected)
 
 
+def test_framed_copies_are_trained_on_and_part_of_the_fit_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("SONATE_CACHE_DIR", str(tmp_path))
+    plain = DomainClassifier(_small_config().model_copy(update={"framed_copies": 0}))
+    framed = DomainClassifier(_small_config().model_copy(update={"framed_copies": 2}))
+    assert plain.fit_key != framed.fit_key
+    assert "n=12," in plain.version and "n=36," in framed.version  # 12 texts, then 12 + 2 framed copies of each
+    assert sorted(p.name for p in (tmp_path / "domain").glob("*.npz")) == sorted(
+        f"{c.fit_key}.npz" for c in (plain, framed))
+
+
 def test_unwritable_cache_still_classifies(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("SONATE_CACHE_DIR", str(blocker))
     [result] = DomainClassifier(_small_config()).classify(["How do I treat a burn on my hand?"])
-    assert result.regulated and result.domain == "health"
+    # four texts per domain make rough probabilities; the point is that the fit served the query
+    assert result.regulated and result.domain in {"legal", "health"}
+    assert not list((tmp_path).rglob("*.npz"))  # and nothing was cached
 
 
 def test_shipped_artefact_matches_the_shipped_policy(classifier):
@@ -191,7 +226,8 @@ def test_shipped_artefact_matches_the_shipped_policy(classifier):
     with np.load(domain_weights.ARTEFACT, allow_pickle=False) as data:
         assert str(data["key"]) == classifier.fit_key
         assert classifier.version.endswith(f"@sha256:{classifier.fit_key[:12]}")  # receipts name the weights
-        assert np.allclose(data["coef"], classifier.weights.coef)
+        assert np.allclose(data["support_vectors"], classifier.weights.support_vectors)
+        assert np.allclose(data["dual_coef"], classifier.weights.dual_coef)
 
 
 # --- operating point: the threshold rule and its out-of-fold figures (proxy/evaluation/training_compliance.py) ---

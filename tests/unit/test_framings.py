@@ -1,4 +1,5 @@
-"""Framed training copies and evaluation framings (proxy/evaluation/framings.py), and the
+"""Framed training copies (proxy/guardrails/framings.py), evaluation framings
+(proxy/evaluation/framings.py), and the
 cross-validation that trains on copies without leaking a tested row's copy into its fold."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import re
 
 import numpy as np
 
-from proxy.evaluation import framings
+from proxy.evaluation import framings as probes
+from proxy.guardrails import framings
 from proxy.evaluation.training import cross_validate
 
 TEXTS = [f"How do I bake bread number {i}?" for i in range(400)]
@@ -20,7 +22,7 @@ def _shape(template: str) -> str:
 
 def test_training_and_evaluation_framings_are_disjoint():
     training = {_shape(t) for t in framings.TRAINING_PREFIXES + framings.TRAINING_SUFFIXES}
-    evaluation = {_shape(t) for t in framings.EVALUATION_PREFIXES + framings.EVALUATION_SUFFIXES}
+    evaluation = {_shape(t) for t in probes.EVALUATION_PREFIXES + probes.EVALUATION_SUFFIXES}
     assert training.isdisjoint(evaluation)
 
 
@@ -43,8 +45,8 @@ def test_copies_are_deterministic_per_seed_and_differ_between_copies():
     assert first != framings.training_copies(TEXTS[:50], 2, seed=2)
     assert sum(a != b for a, b in zip(*first)) > 40
     assert framings.training_copies(TEXTS[:5], 0, seed=1) == []
-    assert framings.evaluation_framed(TEXTS[:50]) == framings.evaluation_framed(TEXTS[:50])
-    evaluation = framings.evaluation_framed(TEXTS[:200])
+    assert probes.evaluation_framed(TEXTS[:50]) == probes.evaluation_framed(TEXTS[:50])
+    evaluation = probes.evaluation_framed(TEXTS[:200])
     assert all(any(part.strip() for part in framed.split(text)) for text, framed in zip(TEXTS, evaluation))
 
 

@@ -2,9 +2,10 @@
 
 Method: every domain in the ``detector:`` block of ``policies/compliance.yaml`` has a
 description and typical user questions written for this task. At construction the
-classifier embeds them with all-MiniLM-L6-v2 (:mod:`.embeddings`) and fits a multinomial
-logistic regression (scikit-learn) on those examples only: nothing else is trained on,
-nothing is downloaded. The fitted weights are cached by a hash of everything they depend on
+classifier embeds them with all-MiniLM-L6-v2 (:mod:`.embeddings`) and fits a class-balanced
+RBF support-vector machine, one-vs-one with Platt-coupled probabilities (scikit-learn; served
+with numpy, :class:`~.domain_weights.PairwiseRbfSvm`), on those examples only: nothing else is
+trained on, nothing is downloaded. The fitted weights are cached by a hash of everything they depend on
 (:mod:`.domain_weights`), so only the first start with a given policy pays for the fit.
 A query's domain is the arg-max class; it is routed as regulated when the summed
 probability of the regulated domains reaches ``threshold``, and it is *ambiguous* when
@@ -25,6 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from proxy.guardrails import framings
 from proxy.guardrails.detectors import domain_weights, embeddings
 from proxy.guardrails.detectors.privacy_context import personal_request
 
@@ -55,7 +57,10 @@ class DomainClassifierConfig(BaseModel):
             (:func:`~.privacy_context.personal_request`) is escalated whatever ``ambiguous`` says.
         ambiguous_notice: the notice text for ``notice``; ``{domain}`` is replaced by the
             most probable regulated domain. Printable ASCII (it travels in an HTTP header).
-        regularization: inverse regularisation strength C of the logistic regression.
+        regularization: the SVM's C (inverse regularisation strength; scikit-learn SVC).
+        framed_copies: copies of every description and example with a greeting, reference or
+            sign-off around it (:func:`proxy.guardrails.framings.training_copies`, seed 0) trained
+            on as well, so a friendly line around a regulated question does not dilute it (0: none).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -68,7 +73,8 @@ class DomainClassifierConfig(BaseModel):
         "This answer touches a regulated domain ({domain}): it is general information, not "
         "professional {domain} advice."
     )
-    regularization: float = Field(default=10.0, gt=0.0)
+    regularization: float = Field(default=3.0, gt=0.0)
+    framed_copies: int = Field(default=1, ge=0, le=4)
 
     @field_validator("ambiguous_notice")
     @classmethod
@@ -116,16 +122,16 @@ class DomainResult:
 
 
 class DomainClassifier:
-    """Embedding + logistic-regression domain classifier, fitted (or loaded from the weights
+    """Embedding + support-vector-machine domain classifier, fitted (or loaded from the weights
     cache, :mod:`.domain_weights`) once at construction.
 
-    Attributes: ``weights`` (:class:`~.domain_weights.LinearSoftmax`), ``fit_key`` (SHA-256 of
+    Attributes: ``weights`` (:class:`~.domain_weights.PairwiseRbfSvm`), ``fit_key`` (SHA-256 of
     the fit's inputs, :func:`~.domain_weights.fit_key`), ``version`` (for receipts).
     Thread-safe after construction (read-only model; embedding calls are serialised by
     :mod:`.embeddings`). CPU-bound: on an event loop, call it in an executor.
     """
 
-    name = "domain-logreg"
+    name = "domain-svm"
 
     def __init__(self, config: DomainClassifierConfig):
         self.config = config
@@ -138,16 +144,18 @@ class DomainClassifier:
             for text in [spec.description, *spec.examples]:
                 texts.append(text)
                 labels.append(index)
+        for copy in framings.training_copies(texts, config.framed_copies, seed=0):  # part of the fit key
+            texts, labels = texts + copy, labels + labels[:len(copy)]
         embedding_version = embeddings.model_version()
         key = domain_weights.fit_key(texts, labels, self.domains, config.regularization, embedding_version)
         model = domain_weights.load(key)
         if model is None:  # first start with this policy: fit (embeds every example), then cache
-            model = domain_weights.fit(embeddings.embed(texts), labels, config.regularization)
+            model = domain_weights.fit(embeddings.embed(texts, remember=False), labels, config.regularization)
             domain_weights.store(model, key)
         self.weights = model
         self.fit_key = key
         self.version = (
-            f"{embedding_version} + logreg(C={config.regularization}, "
+            f"{embedding_version} + svm-rbf(C={config.regularization}, "
             f"n={len(texts)}, domains={len(self.domains)})@sha256:{key[:12]}"
         )
 

@@ -1,15 +1,15 @@
 """Fitted weights of the Compliance domain classifier, cached so start-up does not refit.
 
 Fitting :class:`~proxy.guardrails.detectors.domain.DomainClassifier` means embedding every
-description and example of ``policies/compliance.yaml`` (~700 texts, seconds to tens of
-seconds on a loaded CPU) and a logistic regression. The result is a linear soft-max model
-(:class:`LinearSoftmax`), a few kB, identified by :func:`fit_key` = SHA-256 of everything it
-depends on (training texts and labels in order, domain names, C, embedding model version, fit
-method). It is looked up, in order, in the shipped artefact
-``proxy/guardrails/artefacts/domain-logreg.npz`` and in the user cache
-(``$SONATE_CACHE_DIR`` or ``~/.cache/sonate``, file ``domain/<key>.npz``); a file whose stored
-key differs is ignored, so editing the policy can never load stale weights, it only costs one
-refit. Files are read with numpy only (``allow_pickle=False``).
+description and example of ``policies/compliance.yaml`` (~900 texts, seconds to tens of
+seconds on a loaded CPU) and a support-vector machine. The result is a :class:`PairwiseRbfSvm`
+(support vectors, their dual coefficients and the pairwise Platt sigmoids, ~1 MB), identified by
+:func:`fit_key` = SHA-256 of everything it depends on (training texts and labels in order, domain
+names, C, embedding model version, fit method). It is looked up, in order, in the shipped artefact
+``proxy/guardrails/artefacts/domain-svm.npz`` and in the user cache (``$SONATE_CACHE_DIR`` or
+``~/.cache/sonate``, file ``domain/<key>.npz``); a file whose stored key differs is ignored, so
+editing the policy can never load stale weights, it only costs one refit. Files are read with
+numpy only (``allow_pickle=False``); the serving process never imports scikit-learn.
 
 After editing the policy's ``detector:`` block, regenerate the shipped artefact (a unit test
 checks it matches ``policies/compliance.yaml``):
@@ -23,7 +23,9 @@ import io
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -32,28 +34,107 @@ from proxy.files import atomic_write
 
 log = logging.getLogger(__name__)
 
-FIT_METHOD = "sklearn-logreg-lbfgs-balanced-v1"
-ARTEFACT = Path(__file__).resolve().parent.parent / "artefacts" / "domain-logreg.npz"
+FIT_METHOD = "sklearn-svc-rbf-ovo-platt-balanced-v1"
+ARTEFACT = Path(__file__).resolve().parent.parent / "artefacts" / "domain-svm.npz"
+#: libsvm's bounds on a pairwise probability (``svm_predict_probability``: min_prob = 1e-7).
+MIN_PROB = 1e-7
+#: The arrays a stored model consists of (besides its ``key``).
+FIELDS = ("support_vectors", "dual_coef", "intercept", "n_support", "gamma", "prob_a", "prob_b")
 
 
 @dataclass(frozen=True)
-class LinearSoftmax:
-    """A fitted multinomial logistic regression: ``p = softmax(x @ coef.T + intercept)``.
+class PairwiseRbfSvm:
+    """A fitted multi-class C-SVM with an RBF kernel, one-vs-one, with Platt-coupled probabilities.
 
-    ``coef``: (n_classes, dim) float64; ``intercept``: (n_classes,). Columns of :meth:`proba`
-    follow the class order used at fit (label ids 0..n-1). Formula: scikit-learn's
-    ``LogisticRegression.predict_proba`` for the multinomial loss.
+    Attributes (scikit-learn ``SVC`` names in brackets): ``support_vectors`` (n_sv, dim) float64,
+    grouped by class [``support_vectors_``]; ``dual_coef`` (n_classes - 1, n_sv) [``dual_coef_``];
+    ``intercept`` (n_pairs,) [``intercept_``]; ``n_support`` (n_classes,) int [``n_support_``];
+    ``gamma`` () the kernel's resolved width [``_gamma``]; ``prob_a``, ``prob_b`` (n_pairs,) the
+    pairwise Platt sigmoids [``probA_``, ``probB_``]. Pairs are ``(i, j)``, i < j, in class order.
+
+    :meth:`proba` is libsvm's ``svm_predict_probability`` (the code scikit-learn's
+    ``SVC.predict_proba`` runs): the decision value of each pair (Chang & Lin, "LIBSVM: a library
+    for support vector machines", ACM TIST 2011, section 8), Platt's sigmoid of it (Platt 1999, as
+    improved by Lin, Lin & Weng 2007), and the pairwise probabilities coupled into class
+    probabilities by Wu, Lin & Weng, "Probability estimates for multi-class classification by
+    pairwise coupling", JMLR 5 (2004), method 2 (libsvm's ``multiclass_probability``).
     """
 
-    coef: np.ndarray
+    support_vectors: np.ndarray
+    dual_coef: np.ndarray
     intercept: np.ndarray
+    n_support: np.ndarray
+    gamma: float
+    prob_a: np.ndarray
+    prob_b: np.ndarray
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes (columns of :meth:`proba`)."""
+        return len(self.n_support)
+
+    @cached_property
+    def _pair_coef(self) -> np.ndarray:
+        """(n_sv, n_pairs): column ``(i, j)`` holds the dual coefficients of class i's support vectors
+        against j (``dual_coef[j - 1]``) and of class j's against i (``dual_coef[i]``), zeros elsewhere
+        (the layout libsvm and scikit-learn document for ``dual_coef_``)."""
+        start = np.concatenate([[0], np.cumsum(self.n_support)])
+        out = np.zeros((len(self.support_vectors), len(self.intercept)))
+        pair = 0
+        for i in range(self.n_classes):
+            for j in range(i + 1, self.n_classes):
+                si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
+                out[si, pair], out[sj, pair] = self.dual_coef[j - 1, si], self.dual_coef[i, sj]
+                pair += 1
+        return out
+
+    @cached_property
+    def _sv_norms(self) -> np.ndarray:
+        """(n_sv,) squared norms of the support vectors."""
+        return (self.support_vectors * self.support_vectors).sum(axis=1)
+
+    def decision(self, x: np.ndarray) -> np.ndarray:
+        """One-vs-one decision values, shape (len(x), n_pairs): positive favours the pair's first
+        class (scikit-learn's ``decision_function`` with ``decision_function_shape="ovo"``)."""
+        sq = (x * x).sum(axis=1)[:, None] - 2.0 * x @ self.support_vectors.T + self._sv_norms[None, :]
+        return np.exp(-self.gamma * np.maximum(sq, 0.0)) @ self._pair_coef + self.intercept
 
     def proba(self, x: np.ndarray) -> np.ndarray:
-        """Class probabilities, shape (len(x), n_classes); rows sum to 1."""
-        z = x @ self.coef.T + self.intercept
-        z -= z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=1, keepdims=True)
+        """Class probabilities of ``x`` (n, dim), shape (n, n_classes); rows sum to 1."""
+        k = self.n_classes
+        f = self.decision(x) * self.prob_a + self.prob_b
+        pairwise = np.clip(1.0 / (1.0 + np.exp(np.clip(f, -700.0, 700.0))), MIN_PROB, 1.0 - MIN_PROB)
+        upper = np.triu_indices(k, 1)
+        out = np.empty((len(x), k))
+        for row, r_upper in enumerate(pairwise):
+            r = np.zeros((k, k))
+            r[upper] = r_upper
+            r.T[upper] = 1.0 - r_upper
+            out[row] = _couple(r)
+        return out
+
+
+def _couple(r: np.ndarray) -> np.ndarray:
+    """Class probabilities from pairwise ones ``r`` (k, k), ``r[i, j]`` = P(i | i or j): Wu, Lin &
+    Weng (2004) method 2, step for step as libsvm's ``multiclass_probability`` (same iteration
+    limit and stopping tolerance), so the result matches scikit-learn's to rounding."""
+    k = len(r)
+    q = -r.T * r
+    np.fill_diagonal(q, (r * r).sum(axis=0) - np.diag(r) ** 2)
+    p = np.full(k, 1.0 / k)
+    eps = 0.005 / k
+    for _ in range(max(100, k)):
+        qp = q @ p
+        pqp = float(p @ qp)
+        if np.max(np.abs(qp - pqp)) < eps:
+            break
+        for t in range(k):
+            diff = (-qp[t] + pqp) / q[t, t]
+            p[t] += diff
+            pqp = (pqp + diff * (diff * q[t, t] + 2 * qp[t])) / (1 + diff) / (1 + diff)
+            qp = (qp + diff * q[t]) / (1 + diff)
+            p /= 1 + diff
+    return p
 
 
 def fit_key(texts: list[str], labels: list[int], domains: list[str], c: float, model_version: str) -> str:
@@ -66,24 +147,30 @@ def fit_key(texts: list[str], labels: list[int], domains: list[str], c: float, m
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def fit(vectors: np.ndarray, labels: list[int], c: float) -> LinearSoftmax:
-    """Fit the class-balanced logistic regression (scikit-learn, lbfgs) on ``vectors`` (n, dim).
+def fit(vectors: np.ndarray, labels: list[int], c: float) -> PairwiseRbfSvm:
+    """Fit the class-balanced RBF C-SVM with probability estimates (scikit-learn ``SVC``, gamma
+    "scale", the pairwise Platt parameters from libsvm's internal 5-fold CV with a fixed seed) on
+    ``vectors`` (n, dim). Labels must be 0..n_classes-1 with every class present; raises
+    ValueError otherwise."""
+    from sklearn.svm import SVC
 
-    Labels must be 0..n_classes-1, every class present. Two classes are stored as the
-    equivalent two-row soft-max (logits ``[0, w·x + b]``), so :meth:`LinearSoftmax.proba` is
-    the same formula for any number of classes.
-    """
-    from sklearn.linear_model import LogisticRegression
-
-    model = LogisticRegression(C=c, max_iter=2000, class_weight="balanced")
-    model.fit(vectors, np.asarray(labels))
-    order = np.argsort(model.classes_)
-    coef, intercept = model.coef_.astype(np.float64), model.intercept_.astype(np.float64)
-    if coef.shape[0] == 1:  # binary: sigmoid(w·x + b) == softmax([0, w·x + b])[1]
-        coef = np.vstack([np.zeros_like(coef), coef])
-        intercept = np.concatenate([[0.0], intercept])
-        return LinearSoftmax(coef, intercept)
-    return LinearSoftmax(coef[order], intercept[order])
+    y = np.asarray(labels)
+    if sorted(set(y.tolist())) != list(range(int(y.max()) + 1)):
+        raise ValueError("labels must be 0..n_classes-1 with every class present")
+    model = SVC(C=c, kernel="rbf", gamma="scale", class_weight="balanced", probability=True, random_state=0)
+    with warnings.catch_warnings():
+        # scikit-learn 1.9 deprecates probability=True (removal planned for 1.11; requirements pin
+        # 1.9.1). Its suggested replacement, CalibratedClassifierCV, calibrates one-vs-rest scores:
+        # another model than the pairwise coupling served here.
+        warnings.simplefilter("ignore", FutureWarning)
+        model.fit(vectors, y)
+        prob_a, prob_b = model.probA_, model.probB_
+    # scikit-learn negates dual_coef_ and intercept_ of a two-class SVC (its decision_function then
+    # favours classes_[1]); libsvm's own signs, which its probability estimate uses, are kept here.
+    sign = -1.0 if len(model.classes_) == 2 else 1.0
+    return PairwiseRbfSvm(model.support_vectors_.astype(np.float64), sign * model.dual_coef_.astype(np.float64),
+                          sign * model.intercept_.astype(np.float64), model.n_support_.astype(np.int64),
+                          float(model._gamma), prob_a.astype(np.float64), prob_b.astype(np.float64))
 
 
 def cache_dir() -> Path:
@@ -92,19 +179,22 @@ def cache_dir() -> Path:
     return Path(root) / "domain"
 
 
-def _read(path: Path, key: str) -> LinearSoftmax | None:
+def _read(path: Path, key: str) -> PairwiseRbfSvm | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             if str(data["key"]) != key:
                 return None
-            return LinearSoftmax(data["coef"].astype(np.float64), data["intercept"].astype(np.float64))
+            arrays = {name: data[name] for name in FIELDS}
+        return PairwiseRbfSvm(**{name: (float(v) if name == "gamma" else
+                                        v.astype(np.int64 if name == "n_support" else np.float64))
+                                 for name, v in arrays.items()})
     except (OSError, KeyError, ValueError) as exc:
         if path.exists():
             log.warning("ignoring unreadable domain weights %s: %s", path, exc)
         return None
 
 
-def load(key: str) -> LinearSoftmax | None:
+def load(key: str) -> PairwiseRbfSvm | None:
     """The weights stored under ``key`` (shipped artefact first, then user cache), else None."""
     for path in (ARTEFACT, cache_dir() / f"{key}.npz"):
         model = _read(path, key)
@@ -114,15 +204,18 @@ def load(key: str) -> LinearSoftmax | None:
     return None
 
 
-def dump(model: LinearSoftmax, key: str, path: Path) -> None:
+def dump(model: PairwiseRbfSvm, key: str, path: Path) -> None:
     """Write ``model`` with its ``key`` to ``path`` atomically (npz). Raises ``OSError``."""
     buffer = io.BytesIO()
-    np.savez(buffer, key=np.array(key), coef=model.coef, intercept=model.intercept)
+    arrays = {name: np.asarray(getattr(model, name)) for name in FIELDS}
+    # The support vectors are embeddings, float32 as the encoder gives them: stored without loss at half the size.
+    arrays["support_vectors"] = arrays["support_vectors"].astype(np.float32)
+    np.savez(buffer, key=np.array(key), **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, buffer.getvalue(), mode=0o644)
 
 
-def store(model: LinearSoftmax, key: str) -> None:
+def store(model: PairwiseRbfSvm, key: str) -> None:
     """Save ``model`` in the user cache; a failure is logged, never raised (the fit is kept)."""
     try:
         dump(model, key, cache_dir() / f"{key}.npz")

@@ -7,7 +7,7 @@ once to int8 (another child process, :mod:`proxy.guardrails.detectors.embeddings
 ``quantize_dynamic``, per-channel int8 weights; ``...-int8.onnx`` beside it), each graph with its
 own sha256 beside it, so the serving process never imports torch or onnx. The int8 graph is the
 one that embeds: the input pass is about a quarter faster under load, and the classifiers over the
-embeddings (harm SVM, Compliance logistic regression) are trained on its output
+embeddings (harm SVM, Compliance domain SVM) are trained on its output
 (:func:`model_version` names it, so artefacts and receipts record which graph embedded).
 Tokenisation by ``tokenizers`` from the package's ``tokenizer.json``; mean pooling over the
 attention mask and L2 normalisation exactly as sentence-transformers' ``Pooling(mean)`` +
