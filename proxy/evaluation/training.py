@@ -39,7 +39,7 @@ on in ``framed_copies`` (default 2) framed copies: the row with a greeting, refe
 sign-off around it (:mod:`proxy.evaluation.framings`), so a friendly line around a request does not
 dilute it below the threshold; a fold trains only on the copies of its own training rows.
 
-Provenance: next to the weights, ``harm-minilm-svm-v5.rows.json`` lists the sha256 of every row of
+Provenance: next to the weights, ``harm-minilm-svm-v6.rows.json`` lists the sha256 of every row of
 the final fit (normalised text, :mod:`proxy.evaluation.provenance`) and the out-of-fold rate per
 cross-validated group, so ``sonate eval guardrails`` can label figures in-sample / out-of-fold /
 held-out. :func:`privacy_tuning_rows` writes the same kind of file for the privacy patterns.
@@ -75,7 +75,7 @@ __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose
            "privacy_tuning_rows", "safety_personal_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
-ARTEFACT_VERSION = "harm-minilm-svm-v5"
+ARTEFACT_VERSION = "harm-minilm-svm-v6"
 #: Framed copies of every trained row in the training set (:mod:`proxy.evaluation.framings`).
 FRAMED_COPIES = 2
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
@@ -346,7 +346,7 @@ def _fit_rows(d: _Design, x: np.ndarray, x_always: np.ndarray) -> tuple[np.ndarr
 
 
 def _write_weights(out_dir: Path, final, platt: tuple[float, float]) -> Path:
-    """Write ``<out_dir>/harm-minilm-svm-v5.npz`` (created if missing); returns its path."""
+    """Write ``<out_dir>/harm-minilm-svm-v6.npz`` (created if missing); returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
@@ -391,7 +391,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
                           folds: int = 5, repeats: int = 3, target_recall: float = 0.98,
                           toxicity_threshold: float = 0.90, exemplars: Path | None = EXEMPLARS,
                           framed_copies: int = FRAMED_COPIES) -> dict:
-    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v5.{npz,json}``.
+    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v6.{npz,json}``.
 
     Steps: read the data and exemplars → labels and strata → embed, toxicity scores → framed
     copies of every trained row (:mod:`proxy.evaluation.framings`) → cross-validated decision

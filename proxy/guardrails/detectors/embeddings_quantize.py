@@ -6,7 +6,7 @@ its dynamically quantized copy to ``OUT``: weights of the MatMul/Gather operator
 one scale per output channel (``per_channel=True``), activations quantized at run time per call
 (``quantize_dynamic``: no calibration data, so nothing of the evaluation sets shapes the graph).
 Embeddings from it have cosine 0.99 (mean) to the float32 ones; the classifiers over them
-(``artefacts/harm-minilm-svm-v5.*``, ``artefacts/domain-svm.npz``) are trained on its output.
+(``artefacts/harm-minilm-svm-v6.*``, ``artefacts/domain-svm.npz``) are trained on its output.
 
 It runs in a child process started by :func:`~proxy.guardrails.detectors.embeddings.ensure_onnx`
 (through :func:`~.exported.ensure_export`), so the serving process never imports ``onnx``.

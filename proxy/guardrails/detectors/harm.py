@@ -38,7 +38,7 @@ import numpy as np
 from proxy.guardrails.detectors import embeddings, windows
 
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
-DEFAULT_ARTEFACT = "harm-minilm-svm-v5"
+DEFAULT_ARTEFACT = "harm-minilm-svm-v6"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
 DEFAULT_WINDOW_THRESHOLD = 0.9975
 
@@ -74,7 +74,7 @@ class HarmClassifier:
     Attributes:
         name: model family, e.g. ``"harm-minilm-svm"``.
         version: artefact version plus a prefix of the weights' sha256, e.g.
-            ``"harm-minilm-svm-v5@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
+            ``"harm-minilm-svm-v6@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
         metadata: the artefact's JSON metadata (sources, hyper-parameters, CV metrics, thresholds).
 
     Thread-safe: the weights are read-only; embedding is serialised inside ``embeddings.embed``.
@@ -227,8 +227,8 @@ def artefact_paths(artefact: str | Path, artefact_dir: Path = ARTEFACT_DIR) -> t
     """Resolve an artefact reference to its (.npz, .json) paths.
 
     Args:
-        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v5"``) or a path to either file or
-            to the common stem (``/x/harm-minilm-svm-v5``).
+        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v6"``) or a path to either file or
+            to the common stem (``/x/harm-minilm-svm-v6``).
         artefact_dir: directory searched for bare names.
     """
     ref = Path(artefact)
