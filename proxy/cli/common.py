@@ -58,3 +58,16 @@ def fetch_key_document(url: str, *, timeout: float = 10.0) -> Any:
             return json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise UsageError(f"cannot fetch keys from {url}: {exc}") from None
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: the argument as an integer >= ``minimum`` (ArgumentTypeError otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    return parse

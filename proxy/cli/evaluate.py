@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from proxy.cli.common import Subcommand, UsageError
+from proxy.cli.common import Subcommand, UsageError, int_at_least
 from proxy.evaluation.data import DEFAULT_DATA_DIR, SOURCES  # one default: $SONATE_DATA_DIR or ../shared/data
 
 HELP = "measure guardrails and KPIs on labelled data"
@@ -476,15 +476,8 @@ def _weights(text: str) -> dict[str, float]:
     return weights
 
 
-def _positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+#: argparse type of the counts below: an integer >= 1.
+_positive = int_at_least(1)
 
 
 def add_fairness_arguments(parser: argparse.ArgumentParser) -> None:

@@ -25,17 +25,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from proxy.cli.common import Subcommand, UsageError
+from proxy.cli.common import Subcommand, UsageError, int_at_least
 
 HELP = "train a guardrail artefact from the development data"
-
-
-def _count(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
-    return value
 
 
 def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +45,7 @@ def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exemplars", type=Path, default=EXEMPLARS,
                         help=f"contrast exemplars always trained on (default {EXEMPLARS})")
     parser.add_argument("--no-exemplars", action="store_true", help="train without the exemplars")
-    parser.add_argument("--framed-copies", type=_count, default=FRAMED_COPIES,
+    parser.add_argument("--framed-copies", type=int_at_least(0), default=FRAMED_COPIES,
                         help=f"copies of each trained row with a greeting / reference / sign-off around it "
                              f"(proxy/guardrails/framings.py; default {FRAMED_COPIES}, 0: none)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

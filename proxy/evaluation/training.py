@@ -36,7 +36,7 @@ all-MiniLM-L6-v2 embeddings; its decision values are mapped to probabilities by 
 split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression (ROC AUC 0.89 vs
 0.85 with the exemplars) at the same AdvBench recall. Every trained row and exemplar is also trained
 on in ``framed_copies`` (default 2) framed copies: the row with a greeting, reference number or
-sign-off around it (:mod:`proxy.evaluation.framings`), so a friendly line around a request does not
+sign-off around it (:mod:`proxy.guardrails.framings`), so a friendly line around a request does not
 dilute it below the threshold; a fold trains only on the copies of its own training rows.
 
 Provenance: next to the weights, ``harm-minilm-svm-v6.rows.json`` lists the sha256 of every row of
@@ -76,7 +76,7 @@ __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose
 
 ARTEFACT_NAME = "harm-minilm-svm"
 ARTEFACT_VERSION = "harm-minilm-svm-v6"
-#: Framed copies of every trained row in the training set (:mod:`proxy.evaluation.framings`).
+#: Framed copies of every trained row in the training set (:mod:`proxy.guardrails.framings`).
 FRAMED_COPIES = 2
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
 HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
@@ -148,8 +148,9 @@ def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: n
     from tqdm import tqdm
 
     splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
-    scores = {name: np.zeros(n) for name, n in (("oof", len(y)), ("extra", len(x_extra)),
-                                                ("probe", len(y)), ("probe_extra", len(x_extra)))}
+    scores = {"oof": np.zeros(len(y)), "extra": np.zeros(len(x_extra))}
+    if probe is not None:
+        scores.update(probe=np.zeros(len(y)), probe_extra=np.zeros(len(x_extra)))
     splits = list(splitter.split(x, strata))
     for train, test in tqdm(splits, desc="cross-validation", unit="fold", disable=not progress):
         rows = [x[train], x_always] + [v for framed, framed_always in copies for v in (framed[train], framed_always)]
@@ -162,9 +163,7 @@ def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: n
             scores["probe"][test] += model.decision_function(probe[0][test]) / repeats
             if len(x_extra):
                 scores["probe_extra"] += model.decision_function(probe[1]) / len(splits)
-    if probe is None:
-        return CvScores(scores["oof"], scores["extra"])
-    return CvScores(scores["oof"], scores["extra"], scores["probe"], scores["probe_extra"])
+    return CvScores(**scores)
 
 
 def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, *, c: float,
@@ -394,7 +393,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v6.{npz,json}``.
 
     Steps: read the data and exemplars → labels and strata → embed, toxicity scores → framed
-    copies of every trained row (:mod:`proxy.evaluation.framings`) → cross-validated decision
+    copies of every trained row (:mod:`proxy.guardrails.framings`) → cross-validated decision
     values → Platt scaling → thresholds and CV rates (plain and framed) → XSTest type-pair
     hold-out → final fit on every training row and its copies → weights and metadata.
 

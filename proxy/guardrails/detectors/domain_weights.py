@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from proxy.files import atomic_write
+from proxy.guardrails.detectors.kernels import rbf_kernel
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +102,9 @@ class PairwiseRbfSvm:
 
     def decision(self, x: np.ndarray) -> np.ndarray:
         """One-vs-one decision values, shape (len(x), n_pairs): positive favours the pair's first
-        class (scikit-learn's ``decision_function`` with ``decision_function_shape="ovo"``). The dot
-        products with the support vectors run in float32, as the harm classifier's
-        (:mod:`.harm`): one text reads the support vectors from memory once, so the float64 copy
-        took twice as long; decision values differ from float64 by < 1e-5."""
-        x = np.asarray(x, dtype=np.float64)
-        dots = (x.astype(np.float32) @ self._sv32.T).astype(np.float64)
-        sq = (x * x).sum(axis=1)[:, None] - 2.0 * dots + self._sv_norms[None, :]
-        return np.exp(-self.gamma * np.maximum(sq, 0.0)) @ self._pair_coef + self.intercept
+        class (scikit-learn's ``decision_function`` with ``decision_function_shape="ovo"``; the
+        kernel in float32 dot products, :func:`~.kernels.rbf_kernel`: within 1e-5 of it)."""
+        return rbf_kernel(x, self._sv32, self._sv_norms, self.gamma) @ self._pair_coef + self.intercept
 
     def proba(self, x: np.ndarray) -> np.ndarray:
         """Class probabilities of ``x`` (n, dim), shape (n, n_classes); rows sum to 1."""

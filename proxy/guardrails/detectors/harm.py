@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from proxy.guardrails.detectors import embeddings, windows
+from proxy.guardrails.detectors.kernels import rbf_kernel
 
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
 DEFAULT_ARTEFACT = "harm-minilm-svm-v6"
@@ -137,9 +138,7 @@ class HarmClassifier:
             raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}), got {vectors.shape}")
         if self.kind == "linear":
             return vectors @ self.coef + self.intercept
-        dots = (vectors.astype(np.float32) @ self._sv32.T).astype(np.float64)
-        sq = (vectors ** 2).sum(axis=1)[:, None] + self._sv_sq[None, :] - 2.0 * dots
-        return np.exp(-self.gamma * np.maximum(sq, 0.0)) @ self.dual_coef + self.intercept
+        return rbf_kernel(vectors, self._sv32, self._sv_sq, self.gamma) @ self.dual_coef + self.intercept
 
     def predict_proba_embeddings(self, vectors: np.ndarray) -> np.ndarray:
         """Probabilities for precomputed embeddings.
