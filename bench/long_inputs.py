@@ -124,9 +124,9 @@ class Scorer:
         new = list(dict.fromkeys(t for t in texts if t not in self.cache))
         for head in range(0, len(new), 256):
             batch = new[head:head + 256]
-            vectors = embeddings.embed(batch)
+            vectors = embeddings.embed_layers(batch)  # (n, views, 384): the harm classifier reads both, Compliance the last
             harm = self.harm.predict_proba_embeddings(vectors)
-            rows = self.domain.weights.proba(vectors.astype(np.float64))
+            rows = self.domain.weights.proba(vectors[:, 0].astype(np.float64))
             regulated = rows[:, self.domain._regulated].sum(axis=1)
             for text, h, r in zip(batch, harm, regulated):
                 self.cache[text] = (float(h), float(r))

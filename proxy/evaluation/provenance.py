@@ -3,7 +3,7 @@
 A *rows file* (``<artefact>.rows.json`` next to the artefact in ``proxy/guardrails/artefacts``)
 records the sha256 of the normalised text of every row the artefact was trained or tuned on:
 
-- ``harm-minilm-svm-v6.rows.json``: written by ``sonate train safety`` (:mod:`.training`), every
+- ``harm-minilm-svm-v7.rows.json``: written by ``sonate train safety`` (:mod:`.training`), every
   row of the final fit (AdvBench, XSTest, Davidson "neither", the project's exemplars), by group,
   and the cross-validated (out-of-fold) rates of the combined safety decision per group;
 - ``privacy-tuning.rows.json``: written by ``sonate train privacy-rows``: the presidio rows whose
@@ -54,7 +54,7 @@ class Provenance:
     """The rows one artefact was trained or tuned on.
 
     Attributes:
-        artefact: artefact id, e.g. ``harm-minilm-svm-v6`` or ``privacy-patterns``.
+        artefact: artefact id, e.g. ``harm-minilm-svm-v7`` or ``privacy-patterns``.
         policy: policy kind whose figures it concerns (``safety``, ``privacy``, ``compliance``).
         how: ``trained`` or ``tuned``.
         rows: row hash -> training group.

@@ -38,8 +38,16 @@ split the RBF SVM ranked XSTest unsafe-vs-safe better than a logistic regression
 on in ``framed_copies`` (default 2) framed copies: the row with a greeting, reference number or
 sign-off around it (:mod:`proxy.guardrails.framings`), so a friendly line around a request does not
 dilute it below the threshold; a fold trains only on the copies of its own training rows.
+From v7 there are two such SVMs, with the same folds, rows and copies: one over the sentence
+embedding (the last layer, mean-pooled) and one over the fifth of the six layers, mean-pooled the
+same way (:func:`~proxy.guardrails.detectors.embeddings.embed_layers`); the probability is the
+geometric mean of their Platt probabilities (:func:`~proxy.guardrails.detectors.harm.combine_views`).
+Out of fold (5-fold x 3) the fifth layer alone ranked XSTest unsafe-vs-safe at ROC AUC 0.978 against
+0.961 for the last layer but refused 18 of 407 TruthfulQA questions (2 for the last layer); the
+geometric mean kept most of the XSTest gain (unsafe caught 75 -> 84 of 96, safe refused 9 -> 5 of
+120) at 5 of 407 (docs/evaluation.md, "harm-minilm-svm-v7").
 
-Provenance: next to the weights, ``harm-minilm-svm-v6.rows.json`` lists the sha256 of every row of
+Provenance: next to the weights, ``harm-minilm-svm-v7.rows.json`` lists the sha256 of every row of
 the final fit (normalised text, :mod:`proxy.evaluation.provenance`) and the out-of-fold rate per
 cross-validated group, so ``sonate eval guardrails`` can label figures in-sample / out-of-fold /
 held-out. :func:`privacy_tuning_rows` writes the same kind of file for the privacy patterns.
@@ -69,13 +77,15 @@ from proxy.evaluation import framings, provenance
 from proxy.evaluation.data import SOURCES, DataError, Example, Item, load_exemplars, load_training_examples
 from proxy.guardrails import framings as augment
 from proxy.guardrails.detectors import embeddings
-from proxy.guardrails.detectors.harm import ARTEFACT_DIR, sha256_file
+from proxy.guardrails.detectors.harm import ARTEFACT_DIR, LAYER5_PREFIX, combine_views, sha256_file
 
 __all__ = ["ARTEFACT_DIR", "ARTEFACT_VERSION", "DataError", "EXEMPLARS", "choose_thresholds", "cross_validate", "fit_platt",
            "privacy_tuning_rows", "safety_personal_rows", "summary", "train_harm_classifier", "type_pair_holdout"]
 
 ARTEFACT_NAME = "harm-minilm-svm"
-ARTEFACT_VERSION = "harm-minilm-svm-v6"
+ARTEFACT_VERSION = "harm-minilm-svm-v7"
+#: Array-name prefix of each embedding view's SVM in the artefact (embeddings.embed_layers order).
+VIEW_PREFIXES = ("", LAYER5_PREFIX)
 #: Framed copies of every trained row in the training set (:mod:`proxy.guardrails.framings`).
 FRAMED_COPIES = 2
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
@@ -98,13 +108,15 @@ PRIVACY_ROWS = ARTEFACT_DIR / f"privacy-tuning{provenance.ROWS_SUFFIX}"
 SAFETY_PERSONAL_ROWS = ARTEFACT_DIR / f"safety-personal-data{provenance.ROWS_SUFFIX}"
 
 def _embed(texts: list[str], progress: bool) -> np.ndarray:
-    """Embed in batches with a tqdm bar; float64 (n, 384)."""
+    """Embed in batches with a tqdm bar; float64 (n, :data:`~embeddings.LAYERS`, 384): per text the
+    last layer's and the fifth layer's vector (:func:`~embeddings.embed_layers`)."""
     from tqdm import tqdm
 
     chunks = []
     for start in tqdm(range(0, len(texts), EMBED_BATCH), desc="embedding", unit="batch", disable=not progress):
-        chunks.append(embeddings.embed(texts[start:start + EMBED_BATCH]))
-    return np.vstack(chunks).astype(np.float64) if chunks else np.zeros((0, embeddings.DIMENSIONS))
+        chunks.append(embeddings.embed_layers(texts[start:start + EMBED_BATCH]))
+    return np.concatenate(chunks).astype(np.float64) if chunks \
+        else np.zeros((0, embeddings.LAYERS, embeddings.DIMENSIONS))
 
 
 def _new_model(c: float):
@@ -167,13 +179,16 @@ def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: n
 
 
 def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, *, c: float,
-                      platt: tuple[float, float], threshold: float, copies: Sequence[np.ndarray] = ()) -> dict | None:
+                      platts: Sequence[tuple[float, float]], threshold: float,
+                      copies: Sequence[np.ndarray] = ()) -> dict | None:
     """XSTest with each prompt *type pair* held out in turn (``homonyms`` with ``contrast_homonyms``).
 
-    Trains on every other row (AdvBench, the other XSTest types, Davidson, exemplars) and on the
-    framed ``copies`` of those rows (each aligned with ``x``), and scores the held-out pair;
-    reports ROC AUC unsafe-vs-safe and the flag rates at ``threshold`` (probabilities through
-    ``platt``). None when XSTest rows carry no ``type``.
+    ``x`` (n, views, d): one SVM per view, each trained on every other row (AdvBench, the other
+    XSTest types, Davidson, exemplars) and on the framed ``copies`` of those rows (each (n, views,
+    d), aligned with ``x``), scores the held-out pair; the views' probabilities (through
+    ``platts``, one per view) are combined as the classifier does (:func:`~.harm.combine_views`).
+    Reports ROC AUC unsafe-vs-safe and the flag rates at ``threshold``. None when XSTest rows
+    carry no ``type``.
     """
     from sklearn.model_selection import LeaveOneGroupOut
 
@@ -181,18 +196,19 @@ def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: 
     if not xs.any():
         return None
     pair = np.array([s.removeprefix("contrast_") if m else "" for s, m in zip(strata, xs)])
-    scores = np.zeros(int(xs.sum()))
     idx = np.flatnonzero(xs)
+    per_view = np.zeros((len(platts), int(xs.sum())))
     for _, test in LeaveOneGroupOut().split(idx, groups=pair[idx]):
         held = np.zeros(len(y), dtype=bool)
         held[idx[test]] = True
-        model = _new_model(c).fit(np.vstack([x[~held]] + [copy[~held] for copy in copies]),
-                                  np.tile(y[~held], 1 + len(copies)))
-        scores[test] = model.decision_function(x[held])
-    p = 1.0 / (1.0 + np.exp(-(platt[0] * scores + platt[1])))
+        for view, (a, b) in enumerate(platts):
+            model = _new_model(c).fit(np.vstack([x[~held, view]] + [copy[~held, view] for copy in copies]),
+                                      np.tile(y[~held], 1 + len(copies)))
+            per_view[view, test] = 1.0 / (1.0 + np.exp(-(a * model.decision_function(x[held, view]) + b)))
+    p = combine_views(list(per_view))
     g = groups[idx]
     return {"scheme": "leave one XSTest type pair out (train on all other rows)",
-            "roc_auc_xstest_unsafe_vs_safe": _group_auc(scores, g, "xstest_unsafe", "xstest_safe"),
+            "roc_auc_xstest_unsafe_vs_safe": _group_auc(p, g, "xstest_unsafe", "xstest_safe"),
             "harm_only": _rates(p >= threshold, g)}
 
 
@@ -320,7 +336,8 @@ def _design(data_dir: Path, examples: list[Example], extra: list[Example], folds
 
 def _cv_section(d: _Design, oof: np.ndarray, harm_all: np.ndarray, toxic: np.ndarray,
                 thresholds: dict[str, float | None], *, repeats: int, seed: int) -> dict:
-    """The ``cv`` metadata: scheme, ROC AUCs and per-group rates at each operating point."""
+    """The ``cv`` metadata: scheme, ROC AUCs (from ``oof``, the training rows' out-of-fold scores: any
+    score increasing with harm, here the combined probability) and per-group rates at each operating point."""
     cv = {"scheme": f"repeated stratified {d.folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
                     "exemplars in every training fold, never tested; a fold trains on the framed copies of "
                     "its training rows and exemplars only; evaluation-only groups scored by every fold model",
@@ -344,23 +361,27 @@ def _fit_rows(d: _Design, x: np.ndarray, x_always: np.ndarray) -> tuple[np.ndarr
     return np.vstack([x, x_always]), np.concatenate([d.y, y_always]), groups, strata
 
 
-def _write_weights(out_dir: Path, final, platt: tuple[float, float]) -> Path:
-    """Write ``<out_dir>/harm-minilm-svm-v6.npz`` (created if missing); returns its path."""
+def _write_weights(out_dir: Path, finals: Sequence, platts: Sequence[tuple[float, float]]) -> Path:
+    """Write ``<out_dir>/harm-minilm-svm-v7.npz`` (created if missing): each view's SVM under its
+    :data:`VIEW_PREFIXES` prefix; returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
-    _write_npz(npz_path, {
-        "support_vectors": final.support_vectors_.astype(np.float32),
-        "dual_coef": final.dual_coef_[0].astype(np.float64),
-        "gamma": np.float64(final._gamma),
-        "intercept": np.float64(final.intercept_[0]),
-        "platt_a": np.float64(platt[0]),
-        "platt_b": np.float64(platt[1]),
-    })
+    arrays: dict[str, np.ndarray] = {}
+    for prefix, final, platt in zip(VIEW_PREFIXES, finals, platts):
+        arrays.update({
+            prefix + "support_vectors": final.support_vectors_.astype(np.float32),
+            prefix + "dual_coef": final.dual_coef_[0].astype(np.float64),
+            prefix + "gamma": np.float64(final._gamma),
+            prefix + "intercept": np.float64(final.intercept_[0]),
+            prefix + "platt_a": np.float64(platt[0]),
+            prefix + "platt_b": np.float64(platt[1]),
+        })
+    _write_npz(npz_path, arrays)
     return npz_path
 
 
-def _metadata(npz_path: Path, final, sources: list[dict], groups_fit: np.ndarray, hyper: dict,
+def _metadata(npz_path: Path, finals: Sequence, sources: list[dict], groups_fit: np.ndarray, hyper: dict,
               toxicity_threshold: float, recommended: float, cv: dict) -> dict:
     """The artefact's ``.json``: format, score formula, provenance, training rows and CV metrics."""
     import sklearn
@@ -368,15 +389,18 @@ def _metadata(npz_path: Path, final, sources: list[dict], groups_fit: np.ndarray
     return {
         "name": ARTEFACT_NAME, "version": ARTEFACT_VERSION,
         "format": "npz: support_vectors float32 (k, 384), dual_coef float64 (k,), gamma, intercept, platt_a, "
-                  "platt_b float64 ()",
-        "score": "sigmoid(platt_a * (sum_i dual_coef_i * exp(-gamma * ||x - sv_i||^2) + intercept) + platt_b)",
+                  "platt_b float64 () over the last layer's embedding; the same arrays prefixed layer5_ over the "
+                  "fifth layer's",
+        "score": "sqrt(p(x_last) * p(x_layer5)), each p(x) = sigmoid(platt_a * (sum_i dual_coef_i * "
+                 "exp(-gamma * ||x - sv_i||^2) + intercept) + platt_b) with its own view's arrays",
         "weights_sha256": sha256_file(npz_path),
         "embedding_model": embeddings.model_version(), "trained_with": f"scikit-learn=={sklearn.__version__}",
         "training_data": sources,
         "label_rule": {"harmful": list(HARMFUL_GROUPS), "benign": list(BENIGN_GROUPS),
                        "evaluation_only": list(EVAL_ONLY_GROUPS)},
         "training_rows": {g: int((groups_fit == g).sum()) for g in sorted(set(groups_fit.tolist()))},
-        "support_vectors": int(final.support_vectors_.shape[0]),
+        "support_vectors": {prefix.rstrip("_") or "last": int(final.support_vectors_.shape[0])
+                            for prefix, final in zip(VIEW_PREFIXES, finals)},
         "hyper_parameters": hyper,
         "toxicity_in_combined_decision": {"detector": "profanity-check",
                                           "threshold": f"{toxicity_threshold:.2f}"},
@@ -390,12 +414,14 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
                           folds: int = 5, repeats: int = 3, target_recall: float = 0.98,
                           toxicity_threshold: float = 0.90, exemplars: Path | None = EXEMPLARS,
                           framed_copies: int = FRAMED_COPIES) -> dict:
-    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v6.{npz,json}``.
+    """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v7.{npz,json}``.
 
-    Steps: read the data and exemplars → labels and strata → embed, toxicity scores → framed
-    copies of every trained row (:mod:`proxy.guardrails.framings`) → cross-validated decision
-    values → Platt scaling → thresholds and CV rates (plain and framed) → XSTest type-pair
-    hold-out → final fit on every training row and its copies → weights and metadata.
+    Steps: read the data and exemplars → labels and strata → embed (two views per text: the last
+    and the fifth layer), toxicity scores → framed copies of every trained row
+    (:mod:`proxy.guardrails.framings`) → per view, cross-validated decision values (the same folds)
+    and Platt scaling → the views' probabilities combined (:func:`~.harm.combine_views`) →
+    thresholds and CV rates (plain and framed) → XSTest type-pair hold-out → per view, the final
+    fit on every training row and its copies → weights and metadata.
 
     Args:
         data_dir: folder laid out like ``../shared/data`` (see module docstring).
@@ -424,7 +450,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     examples, extra, sources = _load(data_dir, exemplars)
     d = _design(data_dir, examples, extra, folds)
     texts = [e.text for e in examples]
-    vectors = _embed(texts + [e.text for e in extra], progress)
+    vectors = _embed(texts + [e.text for e in extra], progress)  # (n, views, 384)
     vectors, x_always = vectors[:len(texts)], vectors[len(texts):]
     toxic = np.asarray(predict_prob(texts), dtype=np.float64) >= toxicity_threshold
     x, x_extra = vectors[d.train_mask], vectors[~d.train_mask]
@@ -434,34 +460,40 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     probe_texts = framings.evaluation_framed(texts, seed)
     probe = _embed(probe_texts, progress)
     toxic_probe = np.asarray(predict_prob(probe_texts), dtype=np.float64) >= toxicity_threshold
-    cv_scores = cross_validate(x, d.y, d.strata, x_always, y_fit[len(d.y):], x_extra, c=c, folds=d.folds,
-                               repeats=repeats, seed=seed, progress=progress,
-                               copies=[(copy[:len(x)], copy[len(x):]) for copy in copies],
-                               probe=(probe[d.train_mask], probe[~d.train_mask]))
-    platt = fit_platt(cv_scores.oof, d.y)
+    platts, plain, framed = [], [], []
+    for view in range(len(VIEW_PREFIXES)):  # one SVM per embedding view, the same folds
+        scores = cross_validate(x[:, view], d.y, d.strata, x_always[:, view], y_fit[len(d.y):], x_extra[:, view],
+                                c=c, folds=d.folds, repeats=repeats, seed=seed, progress=progress,
+                                copies=[(copy[:len(x), view], copy[len(x):, view]) for copy in copies],
+                                probe=(probe[d.train_mask, view], probe[~d.train_mask, view]))
+        platts.append(fit_platt(scores.oof, d.y))
+        plain.append(_probabilities(d, scores.oof, scores.extra, platts[-1]))
+        framed.append(_probabilities(d, scores.probe, scores.probe_extra, platts[-1]))
+    harm_all, harm_framed = combine_views(plain), combine_views(framed)
 
-    harm_all = _probabilities(d, cv_scores.oof, cv_scores.extra, platt)
     thresholds = choose_thresholds(harm_all, toxic, d.groups_all, target_recall=target_recall)
-    cv = _cv_section(d, cv_scores.oof, harm_all, toxic, thresholds, repeats=repeats, seed=seed)
+    cv = _cv_section(d, harm_all[d.train_mask], harm_all, toxic, thresholds, repeats=repeats, seed=seed)
     recommended = thresholds["recall_first"]
-    harm_framed = _probabilities(d, cv_scores.probe, cv_scores.probe_extra, platt)
     cv["framed"] = {"framings": "one of proxy/evaluation/framings.py EVALUATION_PREFIXES / EVALUATION_SUFFIXES "
                                 "around every row (never trained on), same folds",
                     "harmful_intent_threshold": f"{recommended:.2f}",
-                    "roc_auc_xstest_unsafe_vs_safe": _group_auc(cv_scores.probe, d.groups, "xstest_unsafe",
-                                                                "xstest_safe"),
+                    "roc_auc_xstest_unsafe_vs_safe": _group_auc(harm_framed[d.train_mask], d.groups,
+                                                                "xstest_unsafe", "xstest_safe"),
                     "combined": _rates((harm_framed >= recommended) | toxic_probe, d.groups_all)}
-    holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platt=platt, threshold=recommended,
+    holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platts=platts, threshold=recommended,
                                 copies=copies)
     if holdout is not None:
         cv["xstest_type_pair_holdout"] = holdout
 
-    final = _new_model(c).fit(np.vstack([x_fit, *copies]), np.tile(y_fit, 1 + len(copies)))
-    npz_path = _write_weights(out_dir, final, platt)
+    finals = [_new_model(c).fit(np.vstack([x_fit[:, view], *(copy[:, view] for copy in copies)]),
+                                np.tile(y_fit, 1 + len(copies))) for view in range(len(VIEW_PREFIXES))]
+    npz_path = _write_weights(out_dir, finals, platts)
     hyper = {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced", "tol": 1e-6,
              "seed": seed, "folds": d.folds, "repeats": repeats, "target_advbench_recall": target_recall,
-             "framed_copies": framed_copies, "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)}}
-    metadata = _metadata(npz_path, final, sources, groups_fit, hyper, toxicity_threshold, recommended, cv)
+             "framed_copies": framed_copies, "views": ["last layer", "fifth layer"], "combination": "geometric mean",
+             "platt": {prefix.rstrip("_") or "last": {"a": round(a, 6), "b": round(b, 6)}
+                       for prefix, (a, b) in zip(VIEW_PREFIXES, platts)}}
+    metadata = _metadata(npz_path, finals, sources, groups_fit, hyper, toxicity_threshold, recommended, cv)
     npz_path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     flags = (harm_all >= recommended) | toxic
     framed_flags = (harm_framed >= recommended) | toxic_probe

@@ -300,7 +300,8 @@ def test_training_end_to_end_on_samples(tmp_path):
         {"advbench": 60, "davidson_neither": 30, "xstest_safe": 30, "xstest_unsafe": 30}
     assert rows["exemplar_harmful"] + rows["exemplar_benign"] == exemplars["rows"]
     copies = saved["hyper_parameters"]["framed_copies"]
-    assert copies == 2 and saved["support_vectors"] <= sum(rows.values()) * (1 + copies)
+    assert copies == 2 and set(saved["support_vectors"]) == {"last", "layer5"}
+    assert all(0 < k <= sum(rows.values()) * (1 + copies) for k in saved["support_vectors"].values())
     framed = saved["cv"]["framed"]["combined"]  # an evaluation framing around every row, out of fold
     assert framed["advbench"]["n"] == 60 and 0.0 <= framed["advbench"]["flagged"] <= 1.0
     assert saved["cv"]["operating_points"]["recall_first"]["combined"]["advbench"]["flagged"] >= 0.97
@@ -338,6 +339,12 @@ def test_shipped_artefact_metadata_records_no_nc_training():
     assert set(meta["training_rows"]).isdisjoint({"alpaca_seed", "davidson_hate", "davidson_offensive"})
 
 
+def harm_arrays(svc, platt_a: float, platt_b: float) -> dict:
+    """The arrays of a harm artefact's SVM from a fitted two-class scikit-learn SVC."""
+    return {"support_vectors": svc.support_vectors_, "dual_coef": svc.dual_coef_[0], "gamma": np.float64(svc._gamma),
+            "intercept": svc.intercept_[0], "platt_a": np.float64(platt_a), "platt_b": np.float64(platt_b)}
+
+
 def test_rbf_svm_scoring_matches_libsvm():
     """The numpy scorer reproduces scikit-learn/libsvm's SVC decision function and the Platt link."""
     from sklearn.svm import SVC
@@ -349,14 +356,26 @@ def test_rbf_svm_scoring_matches_libsvm():
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     y = (x[:, 0] + 0.1 * rng.normal(size=80) > 0).astype(int)
     svc = SVC(C=3.0, kernel="rbf", gamma="scale").fit(x, y)
-    harm = HarmClassifier({"support_vectors": svc.support_vectors_, "dual_coef": svc.dual_coef_[0],
-                           "gamma": np.float64(svc._gamma), "intercept": svc.intercept_[0],
-                           "platt_a": np.float64(2.0), "platt_b": np.float64(-0.5)},
-                          {"name": "t", "version": "t-v0"})
+    harm = HarmClassifier(harm_arrays(svc, 2.0, -0.5), {"name": "t", "version": "t-v0"})
     probe = x[:10] + 0.05 * rng.normal(size=(10, 384))
-    np.testing.assert_allclose(harm.decision_function(probe), svc.decision_function(probe), rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(harm.predict_proba_embeddings(probe),
-                               1 / (1 + np.exp(-(2.0 * svc.decision_function(probe) - 0.5))), rtol=1e-6)
+    np.testing.assert_allclose(harm.views[0].decision(probe), svc.decision_function(probe), rtol=1e-6, atol=1e-9)
+    p_last = 1 / (1 + np.exp(-(2.0 * svc.decision_function(probe) - 0.5)))
+    np.testing.assert_allclose(harm.predict_proba_embeddings(probe), p_last, rtol=1e-6)
+    assert harm.layers == 1
+    # v7: a second SVM over another view (keys prefixed layer5_); the probability is the geometric mean
+    x5 = rng.normal(size=(80, 384))
+    x5 /= np.linalg.norm(x5, axis=1, keepdims=True)
+    svc5 = SVC(C=3.0, kernel="rbf", gamma="scale").fit(x5, y)
+    both = HarmClassifier({**harm_arrays(svc, 2.0, -0.5),
+                           **{"layer5_" + k: v for k, v in harm_arrays(svc5, 1.5, 0.2).items()}},
+                          {"name": "t", "version": "t-v7"})
+    probe5 = x5[:10] + 0.05 * rng.normal(size=(10, 384))
+    p5 = 1 / (1 + np.exp(-(1.5 * svc5.decision_function(probe5) + 0.2)))
+    assert both.layers == 2
+    np.testing.assert_allclose(both.predict_proba_embeddings(np.stack([probe, probe5], axis=1)),
+                               np.sqrt(p_last * p5), rtol=1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        both.predict_proba_embeddings(probe)  # one view given, two needed
     with pytest.raises(ArtefactError, match="support vectors"):
         HarmClassifier({"support_vectors": np.zeros((3, 10)), "dual_coef": np.zeros(3), "gamma": 1.0,
                         "intercept": 0.0, "platt_a": 1.0, "platt_b": 0.0}, {"name": "t", "version": "t"})

@@ -6,7 +6,9 @@ scikit-learn or pickle at run time:
 
 - ``<artefact>.npz``: the weights, one of two forms —
   *RBF support-vector machine* (``harm-minilm-svm-v*``): ``support_vectors`` float32 (k, 384),
-  ``dual_coef`` float64 (k,), ``gamma``, ``intercept``, ``platt_a``, ``platt_b`` float64 ();
+  ``dual_coef`` float64 (k,), ``gamma``, ``intercept``, ``platt_a``, ``platt_b`` float64 (), over
+  the sentence embedding (the last layer); from v7 also the same six arrays prefixed ``layer5_``:
+  a second SVM over the fifth layer's pooled vector (:func:`~.embeddings.embed_layers`);
   *linear* (``harm-minilm-lr-v1``): ``coef`` float64 (384,), ``intercept`` float64 ();
 - ``<artefact>.json``: metadata (name, version, embedding model, training-data sources with the
   sha256 of each input file, hyper-parameters, cross-validated metrics, recommended thresholds,
@@ -17,7 +19,9 @@ Scores (x = the L2-normalised embedding):
 - RBF SVM: decision ``f(x) = sum_i dual_coef_i * exp(-gamma * ||x - sv_i||^2) + intercept``
   (libsvm's C-SVC decision function, Chang & Lin 2011, LIBSVM §4), turned into a probability by
   Platt scaling ``p = sigmoid(platt_a * f(x) + platt_b)`` (Platt 1999), fitted on
-  cross-validated decision values;
+  cross-validated decision values; with a second SVM, the probability is the geometric mean of the
+  two SVMs' probabilities (an ensemble of two views of one encoder: out of fold, XSTest unsafe caught
+  75 → 84 of 96 and safe refused 9 → 5 of 120 at the same AdvBench recall, docs/evaluation.md);
 - linear: ``p = sigmoid(x · coef + intercept)``.
 
 A text longer than the embedding model reads (256 word pieces) is also scored window by window
@@ -39,9 +43,11 @@ from proxy.guardrails.detectors import embeddings, windows
 from proxy.guardrails.detectors.kernels import rbf_kernel
 
 ARTEFACT_DIR = Path(__file__).resolve().parent.parent / "artefacts"
-DEFAULT_ARTEFACT = "harm-minilm-svm-v6"
+DEFAULT_ARTEFACT = "harm-minilm-svm-v7"
+#: Prefix of the second (fifth-layer) SVM's arrays in a v7 artefact.
+LAYER5_PREFIX = "layer5_"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
-DEFAULT_WINDOW_THRESHOLD = 0.9975
+DEFAULT_WINDOW_THRESHOLD = 0.99
 
 _log = logging.getLogger(__name__)
 
@@ -69,13 +75,55 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return out
 
 
+def combine_views(probabilities: list[np.ndarray]) -> np.ndarray:
+    """One probability per text from each view's: their geometric mean, shape of each input (n,).
+
+    An ensemble of the SVMs over the last and the fifth layer (module docstring); the geometric
+    mean is high only when both views are, and chosen, with the mean and the minimum, out of fold
+    (docs/evaluation.md). Training (:mod:`proxy.evaluation.training`) combines with this function too.
+    """
+    return np.prod(probabilities, axis=0) ** (1.0 / len(probabilities))
+
+
+class _Svm:
+    """One RBF SVM with its Platt link, from the arrays of an artefact (keys with ``prefix``)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], prefix: str = "") -> None:
+        """Raises KeyError for a missing array, ArtefactError for mismatched shapes."""
+        dim = embeddings.DIMENSIONS
+        support_vectors = arrays[prefix + "support_vectors"]
+        self.dual_coef = arrays[prefix + "dual_coef"].reshape(-1)
+        self.gamma = float(arrays[prefix + "gamma"].reshape(()))
+        self.intercept = float(arrays[prefix + "intercept"].reshape(()))
+        self.platt = (float(arrays[prefix + "platt_a"].reshape(())), float(arrays[prefix + "platt_b"].reshape(())))
+        if support_vectors.ndim != 2 or support_vectors.shape[1] != dim \
+                or self.dual_coef.shape != (support_vectors.shape[0],):
+            raise ArtefactError(
+                f"harm classifier {prefix}support vectors have shape {support_vectors.shape} and dual "
+                f"coefficients {self.dual_coef.shape}, expected (k, {dim}) and (k,)")
+        self._sv_sq = (support_vectors ** 2).sum(axis=1)
+        # only a float32 copy is kept for the dot products (3x faster on one text than float64,
+        # decision values differ < 1e-6; the artefact stores them as float32 anyway): v7's 4,748
+        # support vectors take 7 MB instead of 22 MB
+        self._sv32 = np.ascontiguousarray(support_vectors, dtype=np.float32)
+
+    def decision(self, vectors: np.ndarray) -> np.ndarray:
+        """Decision values (n,) of embeddings (n, 384)."""
+        return rbf_kernel(vectors, self._sv32, self._sv_sq, self.gamma) @ self.dual_coef + self.intercept
+
+    def proba(self, vectors: np.ndarray) -> np.ndarray:
+        """Platt probabilities (n,) of embeddings (n, 384)."""
+        return _sigmoid(self.platt[0] * self.decision(vectors) + self.platt[1])
+
+
 class HarmClassifier:
-    """Harmful-intent classifier over sentence embeddings (RBF SVM + Platt, or linear).
+    """Harmful-intent classifier over sentence embeddings (RBF SVM + Platt, two of them over two
+    layers from v7, or linear).
 
     Attributes:
         name: model family, e.g. ``"harm-minilm-svm"``.
         version: artefact version plus a prefix of the weights' sha256, e.g.
-            ``"harm-minilm-svm-v6@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
+            ``"harm-minilm-svm-v7@sha256:1a2b3c4d5e6f"`` — pins the exact weights in receipts.
         metadata: the artefact's JSON metadata (sources, hyper-parameters, CV metrics, thresholds).
 
     Thread-safe: the weights are read-only; embedding is serialised inside ``embeddings.embed``.
@@ -87,7 +135,8 @@ class HarmClassifier:
         Args:
             weights: either ``{"coef" (384,), "intercept" ()}`` (linear) or
                 ``{"support_vectors" (k, 384), "dual_coef" (k,), "gamma", "intercept",
-                "platt_a", "platt_b"}`` (RBF SVM); see the module docstring.
+                "platt_a", "platt_b"}`` (RBF SVM), optionally with the same keys prefixed
+                ``layer5_`` (the fifth layer's SVM); see the module docstring.
             metadata: artefact metadata; needs ``name`` and ``version``.
 
         Raises:
@@ -103,19 +152,9 @@ class HarmClassifier:
         try:
             if "support_vectors" in arrays:
                 self.kind = "rbf-svm"
-                self.support_vectors = arrays["support_vectors"]
-                self.dual_coef = arrays["dual_coef"].reshape(-1)
-                self.gamma = float(arrays["gamma"].reshape(()))
-                self.intercept = float(arrays["intercept"].reshape(()))
-                self.platt = (float(arrays["platt_a"].reshape(())), float(arrays["platt_b"].reshape(())))
-                if self.support_vectors.ndim != 2 or self.support_vectors.shape[1] != dim \
-                        or self.dual_coef.shape != (self.support_vectors.shape[0],):
-                    raise ArtefactError(
-                        f"harm classifier support vectors have shape {self.support_vectors.shape} and dual "
-                        f"coefficients {self.dual_coef.shape}, expected (k, {dim}) and (k,)")
-                self._sv_sq = (self.support_vectors ** 2).sum(axis=1)
-                # float32 copy for the dot products (3x faster on one text; decision values differ < 1e-6)
-                self._sv32 = np.ascontiguousarray(self.support_vectors, dtype=np.float32)
+                #: One SVM per embedding view: the last layer's, then (v7) the fifth layer's.
+                self.views = [_Svm(arrays)] + ([_Svm(arrays, LAYER5_PREFIX)] if LAYER5_PREFIX + "support_vectors"
+                                               in arrays else [])
             elif "coef" in arrays:
                 self.kind = "linear"
                 self.coef = arrays["coef"]
@@ -131,32 +170,39 @@ class HarmClassifier:
         digest = metadata.get("weights_sha256", "")
         self.version: str = f"{metadata['version']}@sha256:{digest[:12]}" if digest else metadata["version"]
 
-    def decision_function(self, vectors: np.ndarray) -> np.ndarray:
-        """Raw decision values (before the probability link) for embeddings (n, 384) → (n,)."""
-        vectors = np.asarray(vectors, dtype=np.float64)
-        if vectors.ndim != 2 or vectors.shape[1] != embeddings.DIMENSIONS:
-            raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}), got {vectors.shape}")
-        if self.kind == "linear":
-            return vectors @ self.coef + self.intercept
-        return rbf_kernel(vectors, self._sv32, self._sv_sq, self.gamma) @ self.dual_coef + self.intercept
+    @property
+    def layers(self) -> int:
+        """Embedding views the classifier reads per text: 2 for a v7 artefact, else 1."""
+        return len(self.views) if self.kind == "rbf-svm" else 1
 
     def predict_proba_embeddings(self, vectors: np.ndarray) -> np.ndarray:
         """Probabilities for precomputed embeddings.
 
         Args:
-            vectors: float array (n, 384), rows L2-normalised as produced by ``embeddings.embed``.
+            vectors: float array (n, 384) (one view) or (n, :attr:`layers`, 384) as produced by
+                ``embeddings.embed_layers`` (a one-view classifier reads view 0, the last layer);
+                rows L2-normalised.
 
         Returns:
-            float64 array (n,), each in [0, 1].
+            float64 array (n,), each in [0, 1]: the Platt probability, or with two views the
+            geometric mean of both views' (module docstring).
 
         Raises:
             ValueError: wrong shape.
         """
-        decision = self.decision_function(vectors)
+        vectors = np.asarray(vectors, dtype=np.float64)
+        if vectors.ndim == 2:
+            vectors = vectors[:, None, :]
+        if vectors.ndim != 3 or vectors.shape[1] < self.layers or vectors.shape[2] != embeddings.DIMENSIONS:
+            raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}) or "
+                             f"(n, {self.layers}, {embeddings.DIMENSIONS}), got {vectors.shape}")
         if self.kind == "linear":
-            return _sigmoid(decision)
-        a, b = self.platt
-        return _sigmoid(a * decision + b)
+            return _sigmoid(vectors[:, 0] @ self.coef + self.intercept)
+        return combine_views([svm.proba(vectors[:, view]) for view, svm in enumerate(self.views)])
+
+    def _embed(self, texts: list[str], remember: bool = True) -> np.ndarray:
+        """The embeddings this classifier reads: (n, 384), or (n, 2, 384) for two views."""
+        return embeddings.embed_layers(texts, remember) if self.layers > 1 else embeddings.embed(texts, remember)
 
     def predict_proba(self, texts: list[str], window_threshold: float | None = DEFAULT_WINDOW_THRESHOLD) -> np.ndarray:
         """Probability that each text expresses intent to cause harm (see :meth:`predict_proba_located`).
@@ -200,14 +246,14 @@ class HarmClassifier:
         texts = list(texts)
         if not texts:
             return np.zeros(0, dtype=np.float64), []
-        probabilities = self.predict_proba_embeddings(embeddings.embed(texts))
+        probabilities = self.predict_proba_embeddings(self._embed(texts))
         located: list[dict[str, int] | None] = [None] * len(texts)
         if window_threshold is None:
             return probabilities, located
         cut = [(i, w) for i, text in enumerate(texts) for w in windows.windows(text)]
         if not cut:
             return probabilities, located
-        scored = self.predict_proba_embeddings(embeddings.embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
+        scored = self.predict_proba_embeddings(self._embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
         for i, count in Counter(i for i, _ in cut).items():
             located[i] = {"start": 0, "end": len(texts[i]), "windows": count}
         highest = np.zeros(len(texts))
@@ -226,8 +272,8 @@ def artefact_paths(artefact: str | Path, artefact_dir: Path = ARTEFACT_DIR) -> t
     """Resolve an artefact reference to its (.npz, .json) paths.
 
     Args:
-        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v6"``) or a path to either file or
-            to the common stem (``/x/harm-minilm-svm-v6``).
+        artefact: a name in ``artefact_dir`` (``"harm-minilm-svm-v7"``) or a path to either file or
+            to the common stem (``/x/harm-minilm-svm-v7``).
         artefact_dir: directory searched for bare names.
     """
     ref = Path(artefact)

@@ -9,7 +9,7 @@ Configured by the ``detector:`` block of a safety policy::
         models_dir: null                # default $SONATE_MODELS_DIR or ~/.cache/sonate/models
         fallback: null                  # profanity-check: used when the model is missing or mismatched
       harmful_intent:
-        artefact: harm-minilm-svm-v6     # in proxy/guardrails/artefacts, or a path
+        artefact: harm-minilm-svm-v7     # in proxy/guardrails/artefacts, or a path
       guard:                             # optional second stage (proxy.guardrails.detectors.guard)
         enabled: false                   # LLM guard for the uncertain band only; off by default
 
@@ -103,7 +103,7 @@ class SafetyDetector:
 
     Attributes:
         name: active detectors, e.g. ``"profanity-check+harm-minilm-svm"``.
-        version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-svm-v6@sha256:..."``.
+        version: their versions, e.g. ``"alt-profanity-check==1.9.1+harm-minilm-svm-v7@sha256:..."``.
         components: ``[{"name", "version"}, ...]`` for receipt evidence: the toxicity model, the
             harm classifier and the embedding model it reads; the toxicity entry carries
             ``"fallback_for": <model id>`` when the operator's fallback replaced the configured model.
