@@ -117,27 +117,29 @@ class Scorer:
         self.harm = load_harm_classifier()
         policy = next(p for p in load_policies(ROOT / "policies") if p.kind == "compliance")
         self.domain = _compliance(policy)
-        self.cache: dict[str, tuple[float, float]] = {}
+        self.cache: dict[tuple[str, bool], tuple[float, float]] = {}
         self.pieces = 0
 
-    def score(self, texts: list[str]) -> list[tuple[float, float]]:
-        new = list(dict.fromkeys(t for t in texts if t not in self.cache))
+    def score(self, texts: list[str], window: bool = False) -> list[tuple[float, float]]:
+        """(harm, regulated) per text; ``window``: harm as a long text's window is scored
+        (HarmClassifier.window_proba), else as a whole text."""
+        new = list(dict.fromkeys(t for t in texts if (t, window) not in self.cache))
         for head in range(0, len(new), 256):
             batch = new[head:head + 256]
             vectors = embeddings.embed_layers(batch)  # (n, views, 384): the harm classifier reads both, Compliance the last
-            harm = self.harm.predict_proba_embeddings(vectors)
+            harm = self.harm.window_proba(vectors) if window else self.harm.predict_proba_embeddings(vectors)
             rows = self.domain.weights.proba(vectors[:, 0].astype(np.float64))
             regulated = rows[:, self.domain._regulated].sum(axis=1)
             for text, h, r in zip(batch, harm, regulated):
-                self.cache[text] = (float(h), float(r))
-        return [self.cache[t] for t in texts]
+                self.cache[(text, window)] = (float(h), float(r))
+        return [self.cache[(t, window)] for t in texts]
 
 
 def scheme_scores(scorer: Scorer, scheme, texts: list[str]) -> np.ndarray:
     """(n, 4): whole harm, max window harm, whole regulated, max window regulated (0 when no windows)."""
     cut = [[(w.start, w.end) for w in scheme(t)] for t in texts]
     flat = [t[s:e] for t, spans in zip(texts, cut) for s, e in spans]
-    scored = iter(scorer.score(flat))
+    scored = iter(scorer.score(flat, window=True))
     whole = scorer.score(texts)
     out = np.zeros((len(texts), 4))
     for i, spans in enumerate(cut):

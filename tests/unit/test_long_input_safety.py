@@ -162,7 +162,7 @@ def test_a_long_texts_windows_do_not_fill_the_embedding_cache(harm):
 
 def test_long_text_scores_at_least_what_the_truncated_whole_scores(harm):
     texts = [PROSE * 4, ASK + " " + PROSE * 4]
-    whole = harm.predict_proba_embeddings(embeddings.embed(texts))
+    whole = harm.predict_proba_embeddings(embeddings.embed_layers(texts))
     windowed = harm.predict_proba(texts)
     assert np.all(windowed >= whole)
     assert whole[1] < 0.1 <= WHOLE <= windowed[1]  # even at the head, the prose after it hides the request
@@ -180,7 +180,7 @@ def test_texts_that_fit_the_model_score_exactly_as_before(harm):
     texts = _short_texts()
     assert all(pieces(t) <= FITS_PIECES for t in texts) and all(windows(t) == [] for t in texts)
     probabilities, located = harm.predict_proba_located(texts)
-    before = harm.predict_proba_embeddings(embeddings.embed(texts))  # the formula used before windows
+    before = harm.predict_proba_embeddings(embeddings.embed_layers(texts))  # the formula used before windows
     assert np.array_equal(probabilities, before)
     assert located == [None] * len(texts)
 
@@ -238,7 +238,7 @@ def test_no_window_threshold_judges_a_long_text_by_its_truncated_whole(harm):
     text = PROSE * 4 + ASK
     (probability,), (where,) = harm.predict_proba_located([text], window_threshold=None)
     assert where is None
-    assert probability == harm.predict_proba_embeddings(embeddings.embed([text]))[0] < WHOLE
+    assert probability == harm.predict_proba_embeddings(embeddings.embed_layers([text]))[0] < WHOLE
 
 
 def test_compliance_routes_a_long_text_by_its_truncated_whole(engine):

@@ -26,7 +26,12 @@ Scores (x = the L2-normalised embedding):
 
 A text longer than the embedding model reads (256 word pieces) is also scored window by window
 (:mod:`proxy.guardrails.detectors.windows`); its probability is the maximum of its truncated whole
-and the windows that reach a stricter window threshold.
+and the windows that reach a stricter window threshold. A window (a sentence or a wrapped line's
+fragment of a long text) is scored by the last layer's SVM alone (:meth:`HarmClassifier.window_proba`):
+the fifth layer's scores such fragments higher ("Killing a worker mid-write is safe:" 0.9965 against
+0.9943), and with both views a window threshold that kept the ordinary texts of
+``bench/long_inputs.py`` and the tests passing (0.996) caught 86% of requests inserted into long
+prose, against 95% for the last layer alone at 0.9975 (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ DEFAULT_ARTEFACT = "harm-minilm-svm-v7"
 #: Prefix of the second (fifth-layer) SVM's arrays in a v7 artefact.
 LAYER5_PREFIX = "layer5_"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
-DEFAULT_WINDOW_THRESHOLD = 0.99
+DEFAULT_WINDOW_THRESHOLD = 0.9975
 
 _log = logging.getLogger(__name__)
 
@@ -200,6 +205,14 @@ class HarmClassifier:
             return _sigmoid(vectors[:, 0] @ self.coef + self.intercept)
         return combine_views([svm.proba(vectors[:, view]) for view, svm in enumerate(self.views)])
 
+    def window_proba(self, vectors: np.ndarray) -> np.ndarray:
+        """Probabilities (n,) of the windows of long texts: the last layer's SVM alone (module
+        docstring); ``vectors`` as for :meth:`predict_proba_embeddings`. Raises ValueError for a wrong shape."""
+        vectors = np.asarray(vectors, dtype=np.float64)
+        if self.kind == "rbf-svm" and vectors.ndim == 3 and vectors.shape[2] == embeddings.DIMENSIONS:
+            return self.views[0].proba(vectors[:, 0])
+        return self.predict_proba_embeddings(vectors)
+
     def _embed(self, texts: list[str], remember: bool = True) -> np.ndarray:
         """The embeddings this classifier reads: (n, 384), or (n, 2, 384) for two views."""
         return embeddings.embed_layers(texts, remember) if self.layers > 1 else embeddings.embed(texts, remember)
@@ -253,7 +266,7 @@ class HarmClassifier:
         cut = [(i, w) for i, text in enumerate(texts) for w in windows.windows(text)]
         if not cut:
             return probabilities, located
-        scored = self.predict_proba_embeddings(self._embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
+        scored = self.window_proba(self._embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
         for i, count in Counter(i for i, _ in cut).items():
             located[i] = {"start": 0, "end": len(texts[i]), "windows": count}
         highest = np.zeros(len(texts))
