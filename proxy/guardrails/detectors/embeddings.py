@@ -63,9 +63,11 @@ _lock = threading.Lock()
 #: Recent embeddings by text digest (:func:`cache_key`): the Safety and Compliance detectors embed
 #: the same message, and chat clients resend their history, so most texts are embedded once.
 #: Keyed by a 16-byte digest, not the text, so the cache's size is bounded by its count whatever
-#: the texts' length (20,000 × (16 B + 2 × 1.5 KB vectors) ≈ 62 MB; keyed by text, 20,000 distinct
-#: 150 KB prompts would have held 3 GB).
-_CACHE_SIZE = 20_000
+#: the texts' length (10,000 × (16 B + 2 × 1.5 KB vectors) ≈ 31 MB, what 20,000 one-view entries
+#: took before the fifth layer was added; keyed by text, 10,000 distinct 150 KB prompts would hold
+#: 1.5 GB). The engine's scan cache (proxy/guardrails/cache.py) answers a resent message before it
+#: is embedded again, so this cache mostly serves the detectors of one request.
+_CACHE_SIZE = 10_000
 _cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
 
 
