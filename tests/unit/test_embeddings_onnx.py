@@ -70,6 +70,16 @@ def test_onnx_embeddings_match_sentence_transformers(torch_reference):
         assert cosine.min() >= 0.9999, f"view {view}: cosine {cosine.min():.6f} for {texts[worst][:80]!r}"
 
 
+def test_torch_fallback_gives_the_float32_graphs_views():
+    """Without onnxruntime the same weights run on torch (transformers): both views equal the float32 graph's."""
+    texts = _texts()[:60]
+    torch_vectors = embeddings._TorchEncoder(embeddings.source_dir()).encode(texts)
+    onnx = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), embeddings.source_dir()).encode(texts)
+    assert torch_vectors.shape == onnx.shape == (len(texts), embeddings.LAYERS, embeddings.DIMENSIONS)
+    cosine = (torch_vectors * onnx).sum(axis=2)
+    assert cosine.min() >= 0.9999, cosine.min(axis=0)
+
+
 def test_int8_graph_stays_close_to_the_float32_one():
     """The served int8 graph (dynamic per-channel quantization) against the float32 export: the
     classifiers are trained on the int8 output, this bounds how far it may drift."""

@@ -91,6 +91,11 @@ class PairwiseRbfSvm:
         return out
 
     @cached_property
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs ``(i, j)``, i < j, in class order, as index arrays (``np.triu_indices``)."""
+        return np.triu_indices(self.n_classes, 1)
+
+    @cached_property
     def _sv_norms(self) -> np.ndarray:
         """(n_sv,) squared norms of the support vectors."""
         return (self.support_vectors * self.support_vectors).sum(axis=1)
@@ -111,7 +116,7 @@ class PairwiseRbfSvm:
         k = self.n_classes
         f = self.decision(x) * self.prob_a + self.prob_b
         pairwise = np.clip(1.0 / (1.0 + np.exp(np.clip(f, -700.0, 700.0))), MIN_PROB, 1.0 - MIN_PROB)
-        i, j = np.triu_indices(k, 1)
+        i, j = self._pairs
         r = np.zeros((len(x), k, k))
         r[:, i, j], r[:, j, i] = pairwise, 1.0 - pairwise
         return couple(r)

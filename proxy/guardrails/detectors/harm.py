@@ -90,6 +90,18 @@ def combine_views(probabilities: list[np.ndarray]) -> np.ndarray:
     return np.prod(probabilities, axis=0) ** (1.0 / len(probabilities))
 
 
+def _views(vectors: np.ndarray, needed: int) -> np.ndarray:
+    """``vectors`` (n, 384) or (n, views, 384) as float64 (n, views, 384) with at least ``needed``
+    views; raises ValueError otherwise."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim == 2:
+        vectors = vectors[:, None, :]
+    if vectors.ndim != 3 or vectors.shape[1] < needed or vectors.shape[2] != embeddings.DIMENSIONS:
+        raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}) or "
+                         f"(n, {needed}, {embeddings.DIMENSIONS}), got {vectors.shape}")
+    return vectors
+
+
 class _Svm:
     """One RBF SVM with its Platt link, from the arrays of an artefact (keys with ``prefix``)."""
 
@@ -195,23 +207,18 @@ class HarmClassifier:
         Raises:
             ValueError: wrong shape.
         """
-        vectors = np.asarray(vectors, dtype=np.float64)
-        if vectors.ndim == 2:
-            vectors = vectors[:, None, :]
-        if vectors.ndim != 3 or vectors.shape[1] < self.layers or vectors.shape[2] != embeddings.DIMENSIONS:
-            raise ValueError(f"expected embeddings of shape (n, {embeddings.DIMENSIONS}) or "
-                             f"(n, {self.layers}, {embeddings.DIMENSIONS}), got {vectors.shape}")
+        vectors = _views(vectors, self.layers)
         if self.kind == "linear":
             return _sigmoid(vectors[:, 0] @ self.coef + self.intercept)
         return combine_views([svm.proba(vectors[:, view]) for view, svm in enumerate(self.views)])
 
     def window_proba(self, vectors: np.ndarray) -> np.ndarray:
         """Probabilities (n,) of the windows of long texts: the last layer's SVM alone (module
-        docstring); ``vectors`` as for :meth:`predict_proba_embeddings`. Raises ValueError for a wrong shape."""
-        vectors = np.asarray(vectors, dtype=np.float64)
-        if self.kind == "rbf-svm" and vectors.ndim == 3 and vectors.shape[2] == embeddings.DIMENSIONS:
-            return self.views[0].proba(vectors[:, 0])
-        return self.predict_proba_embeddings(vectors)
+        docstring); ``vectors`` as for :meth:`predict_proba_embeddings` (only view 0 is read).
+        Raises ValueError for a wrong shape."""
+        if self.kind == "linear":
+            return self.predict_proba_embeddings(vectors)
+        return self.views[0].proba(_views(vectors, 1)[:, 0])
 
     def _embed(self, texts: list[str], remember: bool = True) -> np.ndarray:
         """The embeddings this classifier reads: (n, 384), or (n, 2, 384) for two views."""
