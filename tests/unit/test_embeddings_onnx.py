@@ -8,6 +8,7 @@ Davidson tweets, each with its LICENSE) plus edge cases (empty, one character, l
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,49 @@ def test_int8_graph_stays_close_to_the_float32_one():
     cosine = (int8 * float32).sum(axis=2)  # (n, views)
     assert (cosine.mean(axis=0) >= 0.99).all() and cosine.min() >= 0.97, (cosine.mean(axis=0), cosine.min(axis=0))
     assert embeddings.model_version().endswith(f"+{embeddings.QUANTIZATION}")
+
+
+def _exact_vectors() -> dict:
+    from tests.support.exact_vectors import PATH
+
+    return json.loads(PATH.read_text(encoding="utf-8"))
+
+
+def test_int8_vectors_are_the_exact_integer_ones_on_this_cpu():
+    """The served int8 graph gives the vectors recorded with exact integer products
+    (tests/support/exact_vectors.py), whatever the x86 CPU: without ``EXACT_INT8`` a CPU without
+    VNNI saturated uint8 x int8 pair sums and gave these texts cosine 0.962-0.986, and other
+    guardrail decisions than the machine the classifiers were trained on. The bound leaves room for
+    the float parts of the graph (layer norm, softmax, GELU), whose kernels differ by instruction
+    set; exact integer products were cosine 1.0 on the recording machine."""
+    recorded = _exact_vectors()
+    graph = embeddings.ensure_onnx()
+    assert recorded["graph"] == graph.name, "the graph changed: re-record with python -m tests.support.exact_vectors"
+    served = embeddings.OnnxEncoder(graph, embeddings.source_dir(), batch=1).encode(recorded["texts"])
+    cosine = (served * np.array(recorded["vectors"], dtype=np.float32)).sum(axis=2)  # (texts, views)
+    assert cosine.min() >= 0.999, dict(zip(recorded["texts"], cosine.min(axis=1).round(5)))
+
+
+def _has_vnni() -> bool:
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+@pytest.mark.skipif(_has_vnni(), reason="a VNNI CPU computes exact int8 products with or without the setting")
+def test_without_the_setting_this_cpu_saturates():
+    """Why ``EXACT_INT8`` is there: on an x86 CPU without VNNI, a session without it embeds the
+    recorded texts differently (the saturating VPMADDUBSW path), so the setting is what makes the
+    test above pass here."""
+    import onnxruntime
+
+    recorded = _exact_vectors()
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    encoder = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
+    encoder.session = onnxruntime.InferenceSession(str(embeddings.ensure_onnx()), options,
+                                                   providers=["CPUExecutionProvider"])
+    cosine = (encoder.encode(recorded["texts"]) * np.array(recorded["vectors"], dtype=np.float32)).sum(axis=2)
+    assert cosine.min() < 0.995, cosine
 
 
 def test_int8_embeddings_do_not_depend_on_the_other_texts_of_a_call():
