@@ -201,10 +201,10 @@ def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: 
     for _, test in LeaveOneGroupOut().split(idx, groups=pair[idx]):
         held = np.zeros(len(y), dtype=bool)
         held[idx[test]] = True
-        for view, (a, b) in enumerate(platts):
+        for view, platt in enumerate(platts):
             model = _new_model(c).fit(np.vstack([x[~held, view]] + [copy[~held, view] for copy in copies]),
                                       np.tile(y[~held], 1 + len(copies)))
-            per_view[view, test] = 1.0 / (1.0 + np.exp(-(a * model.decision_function(x[held, view]) + b)))
+            per_view[view, test] = platt_probability(model.decision_function(x[held, view]), platt)
     p = combine_views(list(per_view))
     g = groups[idx]
     return {"scheme": "leave one XSTest type pair out (train on all other rows)",
@@ -219,6 +219,11 @@ def fit_platt(decision: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
     model = LogisticRegression(C=1e6, solver="lbfgs", max_iter=10000, tol=1e-10).fit(decision.reshape(-1, 1), y)
     return float(model.coef_[0, 0]), float(model.intercept_[0])
+
+
+def platt_probability(decision: np.ndarray, platt: tuple[float, float]) -> np.ndarray:
+    """The Platt link of :func:`fit_platt`: sigmoid(a * decision + b), shape of ``decision``."""
+    return 1.0 / (1.0 + np.exp(-(platt[0] * decision + platt[1])))
 
 
 def _rates(flags: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
@@ -509,7 +514,7 @@ def _probabilities(d: _Design, trained: np.ndarray, evaluation_only: np.ndarray,
     training rows, ``evaluation_only`` on the rest."""
     decision = np.empty(len(d.examples))
     decision[d.train_mask], decision[~d.train_mask] = trained, evaluation_only
-    return 1.0 / (1.0 + np.exp(-(platt[0] * decision + platt[1])))
+    return platt_probability(decision, platt)
 
 
 def _out_of_fold(flags: np.ndarray, groups_all: np.ndarray, train_mask: np.ndarray,
