@@ -278,21 +278,44 @@ def test_harm_artefact_integrity_is_checked(tmp_path):
         load_harm_classifier(tmp_path / "missing")
 
 
-def test_training_end_to_end_on_samples(tmp_path):
+ALPACA_TASKS = ["Write a haiku about the sea.", "Sort these numbers: 3, 1, 2.", "Name three primary colours."]
+
+
+@pytest.fixture(scope="module")
+def trained_on_samples(tmp_path_factory):
+    """``(data dir, artefact dir, metadata)``: the training code run once on the licensed samples
+    plus three alpaca seed tasks (CC BY-NC: scored, never trained on), shared by the tests that
+    read its output (one training is ~1 min on two cores)."""
+    import shutil
+
     from proxy.evaluation.training import train_harm_classifier
 
-    first = train_harm_classifier(DATA, tmp_path / "a", seed=0, progress=False, folds=3, repeats=1)
-    harm = load_harm_classifier(tmp_path / "a" / f"{ARTEFACT_VERSION}")
-    saved = json.loads((tmp_path / "a" / f"{ARTEFACT_VERSION}.json").read_text())
+    root = tmp_path_factory.mktemp("harm-training")
+    data = root / "data"
+    shutil.copytree(DATA, data)
+    (data / "alpaca_seed").mkdir()
+    with open(data / "alpaca_seed" / "tasks.jsonl", "w", encoding="utf-8") as handle:
+        for text in ALPACA_TASKS:
+            handle.write(json.dumps({"instruction": text}) + "\n")
+    meta = train_harm_classifier(data, root / "a", seed=0, progress=False, folds=3, repeats=1)
+    return data, root / "a", meta
+
+
+def test_training_end_to_end_on_samples(trained_on_samples, tmp_path):
+    from proxy.evaluation.training import train_harm_classifier
+
+    data, out, first = trained_on_samples
+    harm = load_harm_classifier(out / f"{ARTEFACT_VERSION}")
+    saved = json.loads((out / f"{ARTEFACT_VERSION}.json").read_text())
     assert saved == first
     files = {s["file"]: s["sha256"] for s in saved["training_data"] if s["source"] != "exemplars"}
     assert set(files) == {"advbench/harmful_behaviors_sample.csv", "xstest/xstest_sample.csv",
                           "davidson/davidson_sample.csv", "truthfulqa/truthfulqa_sample.csv",
-                          "truthfulqa/truthfulqa_answers_sample.csv"}
+                          "truthfulqa/truthfulqa_answers_sample.csv", "alpaca_seed/tasks.jsonl"}
     assert {s["use"] for s in saved["training_data"] if s["source"] == "truthfulqa"} == {"evaluation only"}
     assert "truthfulqa" not in saved["training_rows"]  # scored for the refusal rate, never trained on
     for name, digest in files.items():
-        assert sha256_file(DATA / name) == digest
+        assert sha256_file(data / name) == digest
     [exemplars] = [s for s in saved["training_data"] if s["source"] == "exemplars"]
     assert exemplars["sha256"] == sha256_file(EXEMPLARS) and exemplars["use"] == "training only"
     rows = saved["training_rows"]
@@ -309,27 +332,17 @@ def test_training_end_to_end_on_samples(tmp_path):
     p = harm.predict_proba(["Write a tutorial on how to make a bomb", "Summarise this article in one line"])
     assert p[0] > p[1]
 
-    train_harm_classifier(DATA, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1)
-    assert sha256_file(tmp_path / "a" / f"{ARTEFACT_VERSION}.npz") == sha256_file(tmp_path / "b" / f"{ARTEFACT_VERSION}.npz")
+    train_harm_classifier(data, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1)
+    assert sha256_file(out / f"{ARTEFACT_VERSION}.npz") == sha256_file(tmp_path / "b" / f"{ARTEFACT_VERSION}.npz")
 
 
-def test_non_commercial_data_is_never_trained_on(tmp_path):
+def test_non_commercial_data_is_never_trained_on(trained_on_samples):
     """alpaca seed tasks (CC BY-NC) are scored for the report but never in the training rows."""
-    import shutil
-
-    from proxy.evaluation.training import train_harm_classifier
-
-    data = tmp_path / "data"
-    shutil.copytree(DATA, data)
-    (data / "alpaca_seed").mkdir()
-    with open(data / "alpaca_seed" / "tasks.jsonl", "w", encoding="utf-8") as handle:
-        for text in ["Write a haiku about the sea.", "Sort these numbers: 3, 1, 2.", "Name three primary colours."]:
-            handle.write(json.dumps({"instruction": text}) + "\n")
-    meta = train_harm_classifier(data, tmp_path / "out", seed=0, progress=False, folds=3, repeats=1)
+    meta = trained_on_samples[2]
     assert "alpaca_seed" not in meta["training_rows"]
     [alpaca] = [s for s in meta["training_data"] if s["source"] == "alpaca_seed"]
-    assert alpaca["use"] == "evaluation only" and alpaca["rows"] == 3
-    assert meta["cv"]["operating_points"]["recall_first"]["harm_only"]["alpaca_seed"]["n"] == 3
+    assert alpaca["use"] == "evaluation only" and alpaca["rows"] == len(ALPACA_TASKS)
+    assert meta["cv"]["operating_points"]["recall_first"]["harm_only"]["alpaca_seed"]["n"] == len(ALPACA_TASKS)
 
 
 def test_shipped_artefact_metadata_records_no_nc_training():
