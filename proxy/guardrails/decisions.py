@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.guardrails.detector import detector_identity
-from proxy.guardrails.schema import PRECEDENCE, CompliancePolicy, ContinuityPolicy, PrivacyPolicy, SafetyPolicy
+from proxy.guardrails.schema import (
+    PRECEDENCE,
+    UNREADABLE_CONTENT,
+    CompliancePolicy,
+    ContinuityPolicy,
+    PrivacyPolicy,
+    SafetyPolicy,
+)
 
 
 def fmt_score(value: float) -> str:
@@ -80,6 +87,25 @@ def safety_decision(policy: SafetyPolicy, stage: str, worst: dict[str, float], d
             # a long text's window that gave a fired score: {"start", "end", "windows"} (character offsets)
             **({"located": {c: worst.located[c] for c in fired if c in worst.located}}
                if any(c in getattr(worst, "located", {}) for c in fired) else {}),
+        },
+    )
+
+
+def unreadable_decision(policy: SafetyPolicy, parts: dict[str, int]) -> Decision | None:
+    """Refuse when ``policy`` refuses content parts no detector reads
+    (``unreadable_parts: refuse``) and ``parts`` (part type -> how many the judged messages carry)
+    counts any; None otherwise. The category :data:`~proxy.guardrails.schema.UNREADABLE_CONTENT`
+    scores 1 (a rule, not a detector: ``evidence.detector`` names it)."""
+    if policy.unreadable_parts != "refuse" or not any(parts.values()):
+        return None
+    return Decision(
+        policy_id=policy.id, kind="safety", stage="input", action="refuse",
+        scores={UNREADABLE_CONTENT: fmt_score(1.0)},
+        evidence={
+            "stage": "input",
+            "categories": [UNREADABLE_CONTENT],
+            "unreadable_parts": {k: n for k, n in sorted(parts.items()) if n},
+            "detector": {"name": "unreadable-parts", "version": "policy rule (unreadable_parts: refuse)"},
         },
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any, Callable, NamedTuple
@@ -31,6 +32,7 @@ from proxy.guardrails.decisions import (
     privacy_decision,
     safety_decision,
     summary_decision,
+    unreadable_decision,
     worst_scores,
 )
 from proxy.guardrails.detector import ApologyCheck, Detector
@@ -46,6 +48,7 @@ from proxy.guardrails.messages import (
     message_text,
     screened_text,
     text_pieces,
+    unreadable_parts,
 )
 from proxy.guardrails.plan import ContinuityPlan, DomainRoute, InputScreen, Message, OutputScreen, SummaryResult
 from proxy.guardrails.registry import DetectorRegistry, default_registry
@@ -184,6 +187,14 @@ class GuardrailEngine:
                                              self.detectors[policy.id]))
         return [d for d in fired if d is not None]
 
+    def _unreadable(self, messages: list[Message]) -> list[Decision]:
+        """Refuse decisions of the input safety policies that refuse content parts no detector
+        reads (:attr:`~proxy.guardrails.schema.SafetyPolicy.unreadable_parts`) when ``messages``
+        carry any."""
+        parts = Counter(kind for m in messages for kind in unreadable_parts(m))
+        fired = (unreadable_decision(p, parts) for p in self._policies("safety", "input"))
+        return [d for d in fired if d is not None]
+
     def _policy(self, policy_id: str) -> Any:
         return next(p for p in self.policies if p.id == policy_id)
 
@@ -193,8 +204,9 @@ class GuardrailEngine:
 
         Everything the client wrote is input (:mod:`proxy.guardrails.messages`): Safety judges
         every message's texts (:func:`input_texts`: client-written assistant turns, tool calls and
-        tool results too), Privacy masks every text piece of every message (tool-call arguments
-        inside their JSON), Compliance reads the last user message. ``definitions`` (the request's
+        tool results too), and refuses content parts no detector reads (images, audio, file data)
+        where its policy says ``unreadable_parts: refuse``; Privacy masks every text piece of every
+        message (tool-call arguments inside their JSON), Compliance reads the last user message. ``definitions`` (the request's
         ``tools`` / ``tool_choice`` / ``response_format``, any subset, None: none) are input too:
         Safety judges their :func:`~proxy.guardrails.messages.definition_texts` (a refusal caused
         by them alone records no verdict for the user's turn), Privacy masks them before the messages
@@ -249,7 +261,8 @@ class GuardrailEngine:
         withheld = withheld_indexes(messages, settled)
         judged = [m for i, m in enumerate(messages) if i not in withheld]
         tool_texts = definition_texts(definitions)
-        message_refusals = self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
+        message_refusals = (self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
+                            or self._unreadable(judged))
         refusals = message_refusals or (self._safety("input", lambda p: tool_texts, definitions=True)
                                         if tool_texts else [])
         return _Judgement(route, settled, withheld, refusals, message_refusals)

@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 __all__ = ["TextPiece", "text_pieces", "text_parts", "map_text", "map_tool_calls", "message_text",
            "screened_text", "last_user_text", "DEFINITION_KEYS", "definition_pieces", "definition_texts",
-           "map_definitions"]
+           "map_definitions", "UNREADABLE_PART_TYPES", "unreadable_parts"]
 
 #: ``fn(field, text) -> new text``: the rewrite the walker applies to each piece.
 _Rewrite = Callable[[str, str], str]
@@ -157,6 +157,30 @@ def text_pieces(message: dict[str, Any]) -> list[TextPiece]:
 
     _walk(copy.deepcopy(message), collect)
     return pieces
+
+
+#: Content-part types whose payload no detector reads: an image (URL or data URL), base64 audio,
+#: a file's data or id (a file part's ``filename`` is text and screened like any other).
+UNREADABLE_PART_TYPES = ("image_url", "input_audio", "file")
+
+
+def unreadable_parts(message: dict[str, Any]) -> list[str]:
+    """The type of each content part of ``message`` that carries a payload no detector reads
+    (:data:`UNREADABLE_PART_TYPES`; a ``file`` part only with ``file_data`` or ``file_id``), in
+    order; ``[]`` for string content."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    kinds = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "file":
+            payload = part.get("file")
+            if isinstance(payload, dict) and (payload.get("file_data") or payload.get("file_id")):
+                kinds.append(kind)
+        elif kind in UNREADABLE_PART_TYPES:
+            kinds.append(kind)
+    return kinds
 
 
 def text_parts(message: dict[str, Any]) -> list[str]:

@@ -25,6 +25,8 @@ Stage = Literal["input", "output"]
 
 #: Precedence when several policies fire (docs/architecture.md): refuse > escalate > mask > summarize > allow.
 PRECEDENCE = ("refuse", "escalate", "mask", "summarize", "allow")
+#: Safety's category for a refusal of content parts no detector reads (``SafetyPolicy.unreadable_parts``).
+UNREADABLE_CONTENT = "unreadable_content"
 
 
 class HoldBack(BaseModel):
@@ -95,6 +97,11 @@ class SafetyPolicy(_Policy):
     #: and definitions are terse imperatives ("Look up a customer by id") that read like
     #: instructions, so they may get stricter (higher) thresholds than messages.
     definition_thresholds: dict[str, Decimal] = Field(default_factory=dict)
+    #: Content parts no detector reads (images, audio, file data: ``messages.UNREADABLE_PART_TYPES``)
+    #: on input: ``"forward"`` (the default) passes them to the provider unscreened; ``"refuse"``
+    #: refuses a request whose judged messages carry any (category :data:`UNREADABLE_CONTENT`), for
+    #: routes where text inside an image or a recording must not reach the model unscreened.
+    unreadable_parts: Literal["forward", "refuse"] = "forward"
 
     def for_definitions(self) -> "SafetyPolicy":
         """This policy with :attr:`definition_thresholds` over :attr:`thresholds` (a copy)."""

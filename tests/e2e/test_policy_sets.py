@@ -3,7 +3,8 @@
 
 The config is the example of docs/operations.md "Policy sets and hot reload": the support team's
 set turns Compliance off and makes Privacy strict (output stage too, context rule off), the
-analytics key's set keeps Privacy's placeholders in the answer. Same prompt, different keys →
+analytics key's set keeps Privacy's placeholders in the answer and refuses content parts no
+detector reads (images, audio, file data). Same prompt, different keys →
 different actions, and every receipt names its set and the policy version. The file watch is on
 (``policy_watch_seconds``): moving a key to another set in config.yaml takes effect without a restart.
 """
@@ -34,7 +35,8 @@ POLICY_SETS = {
                 "policies": {"compliance.regulated": {"enabled": False},
                              "privacy.pii": {"stages": ["input", "output"],
                                              "detector": {"score_threshold": 0.3, "context": {"enabled": False}}}}},
-    "analytics": {"policies": {"privacy.pii": {"restore_in_answer": False}}},
+    "analytics": {"policies": {"privacy.pii": {"restore_in_answer": False},
+                               "safety.harm": {"unreadable_parts": "refuse"}}},
 }
 OVERRIDES = {"policy_sets": POLICY_SETS, "teams": {"support": {"policy_set": "support"}},
              "policy_watch_seconds": 0.5}
@@ -117,6 +119,25 @@ def test_the_analytics_key_keeps_the_placeholders_in_the_answer(proxy_sets, upst
     answer = kept.choices[0].message.content
     assert "john.smith@example.com" not in answer and "<EMAIL_ADDRESS_1>" in answer
     assert receipt(proxy_sets, raw.headers["x-sonate-receipt-id"])["evidence"]["policy_set"] == "analytics"
+
+
+def test_an_image_is_forwarded_by_default_and_refused_where_the_set_refuses_unreadable_parts(proxy_sets, upstream):
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What does this chart show?"}, image]}]
+    raws = {}
+    for key in (CLIENT_KEY, ANALYTICS_KEY):
+        client = openai.OpenAI(base_url=proxy_sets.v1, api_key=key, max_retries=0, timeout=60)
+        raws[key] = client.chat.completions.with_raw_response.create(model="stub", messages=messages)
+    assert raws[CLIENT_KEY].headers["x-sonate-guardrail-action"] == "allow"
+    (sent,) = upstream.received()  # the default set forwarded it; the analytics set forwarded nothing
+    assert sent["messages"][0]["content"][1] == image
+    refused = raws[ANALYTICS_KEY]
+    assert refused.headers["x-sonate-guardrail-action"] == "refuse"
+    assert refused.parse().choices[0].finish_reason == "content_filter"
+    r = receipt(proxy_sets, refused.headers["x-sonate-receipt-id"])
+    assert (r["policy_id"], r["guardrail_action"], r["evidence"]["policy_set"]) == ("safety.harm", "refuse", "analytics")
+    assert r["evidence"]["unreadable_parts"] == {"image_url": 1}
+    assert r["evidence"]["categories"] == ["unreadable_content"]
 
 
 def test_the_admin_api_shows_the_active_version_sets_and_assignments(proxy_sets):

@@ -283,6 +283,41 @@ def test_the_policy_may_judge_only_the_latest_assistant_turns():
     assert none.engine.screen_input(prefill("HARM")).action == "allow"
 
 
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+AUDIO = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+
+
+def with_parts(text: str, *parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
+
+
+def test_unreadable_parts_are_forwarded_by_default_and_refused_when_the_policy_says_so(rig):
+    named_file = {"type": "file", "file": {"filename": "notes.txt"}}  # a name only: text, screened
+    data_file = {"type": "file", "file": {"filename": "scan.pdf", "file_data": "JVBERi0="}}
+    messages = [with_parts("What is in this picture?", IMAGE, IMAGE), user("And this?"),
+                with_parts("Listen.", AUDIO, named_file, data_file)]
+    assert rig.engine.screen_input(messages).action == "allow"  # default: forward
+
+    strict = Rig([SAFETY.model_copy(update={"unreadable_parts": "refuse"}), PRIVACY])
+    screen = strict.engine.screen_input(messages)
+    assert screen.action == "refuse" and screen.apology == "Refused by policy."
+    [decision] = screen.decisions
+    assert decision.scores == {"unreadable_content": "1.0000"}
+    assert decision.evidence["categories"] == ["unreadable_content"]
+    assert decision.evidence["unreadable_parts"] == {"file": 1, "image_url": 2, "input_audio": 1}
+    assert strict.engine.screen_input([with_parts("Hi", named_file), user("Go on.")]).action == "allow"
+    assert strict.engine.screen_input([user("Describe a sunset.")]).action == "allow"
+
+
+def test_a_refused_history_turn_with_an_image_is_withheld_not_refused_again():
+    strict = Rig([SAFETY.model_copy(update={"unreadable_parts": "refuse"})])
+    first = [with_parts("What is in this picture?", IMAGE)]
+    assert strict.engine.screen_input(first).action == "refuse"
+    later = [*first, {"role": "assistant", "content": "Refused by policy."}, user("Then describe a sunset.")]
+    screen = strict.engine.screen_input(later)
+    assert screen.action == "allow" and "image_url" not in json.dumps(screen.messages)
+
+
 def test_pii_in_tool_calls_and_tool_results_is_masked_and_restored(rig):
     arguments = '{"to": "ada@example.org", "cc": ["bob@example.com"], "note": "for Ada Lovelace", "n": 3}'
     messages = [user("Send it."),
