@@ -190,9 +190,12 @@ class GuardrailEngine:
     def _unreadable(self, messages: list[Message]) -> list[Decision]:
         """Refuse decisions of the input safety policies that refuse content parts no detector
         reads (:attr:`~proxy.guardrails.schema.SafetyPolicy.unreadable_parts`) when ``messages``
-        carry any."""
+        carry any (the parts are counted only when such a policy exists: the default forwards)."""
+        refusing = [p for p in self._policies("safety", "input") if p.unreadable_parts == "refuse"]
+        if not refusing:
+            return []
         parts = Counter(kind for m in messages for kind in unreadable_parts(m))
-        fired = (unreadable_decision(p, parts) for p in self._policies("safety", "input"))
+        fired = (unreadable_decision(p, parts) for p in refusing)
         return [d for d in fired if d is not None]
 
     def _policy(self, policy_id: str) -> Any:
