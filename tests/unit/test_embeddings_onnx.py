@@ -137,6 +137,28 @@ def test_without_the_setting_this_cpu_saturates(monkeypatch):
     assert cosine.min() < 0.995, cosine
 
 
+def test_the_served_settings_give_the_exact_products_vectors_to_the_bit(monkeypatch):
+    """Where :func:`~embeddings.exact_int8_settings` leaves ``EXACT_INT8`` out (a CPU with AVX-512
+    VNNI, for speed), the served encoder's vectors are bit for bit those of an encoder with the
+    setting; on other CPUs both sessions carry it (the comparison then holds by construction)."""
+    texts = _texts()
+    served = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
+    monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", frozenset())  # the setting whatever the CPU
+    exact = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
+    np.testing.assert_array_equal(served.encode(texts), exact.encode(texts))
+
+
+def test_exact_int8_settings_by_cpu_flags(tmp_path):
+    assert embeddings.exact_int8_settings(frozenset({"avx2", "fma"})) == embeddings.EXACT_INT8
+    assert embeddings.exact_int8_settings(frozenset({"avx2", "avx_vnni"})) == embeddings.EXACT_INT8
+    assert embeddings.exact_int8_settings(frozenset()) == embeddings.EXACT_INT8  # unknown CPU: exact
+    assert embeddings.exact_int8_settings(frozenset({"avx2", "avx512bw", "avx512_vnni"})) == {}
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_vnni\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert embeddings.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_vnni"}
+    assert embeddings.cpu_flags(tmp_path / "missing") == frozenset()
+
+
 def test_int8_embeddings_do_not_depend_on_the_other_texts_of_a_call():
     """Dynamic quantization scales activations per ONNX call, so batched texts would change each
     other's vectors; the served encoder runs one text per call: a text's vector is its own, to the bit."""
