@@ -25,6 +25,9 @@ embedding cache answers):
 
 - c=1: ``--requests`` sequential chat completions, p50/p99 latency (ms);
 - c=32: ``--seconds`` of 32 concurrent clients, throughput (req/s) and p50/p99;
+- the CPU time each proxy (all its processes) used per request at c=1 and at c=32 (user +
+  system, from /proc): on a machine this small the load generator and the stub share the same
+  cores, so at c=32 throughput follows the CPU a request costs in all three;
   both split into ``--rounds`` interleaved rounds with every target up at once (round *r*:
   each target's share of requests, then of seconds, in rotated order), so a slow stretch of a
   shared machine weighs on every target alike; the ratios are also given per round;
@@ -152,23 +155,42 @@ def wait_http(url: str, process: subprocess.Popen, timeout: float) -> float:
     raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
 
 
-def rss_mb(pid: int) -> float:
-    """Resident set size in MB (2^20 bytes) of ``pid`` plus all its descendants, from /proc."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its live descendants, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [pid]
+    tree, todo = [], [pid]
     while todo:
         current = todo.pop()
+        tree.append(current)
         todo += children.get(current, [])
+    return tree
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size in MB (2^20 bytes) of ``pid`` plus all its descendants, from /proc."""
+    total = 0
+    for current in process_tree(pid):
         with contextlib.suppress(OSError):
             for line in (Path("/proc") / str(current) / "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
     return total / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) used so far by ``pid`` and its live descendants,
+    from /proc/PID/stat (``utime`` and ``stime``, proc(5))."""
+    ticks = 0
+    for current in process_tree(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (Path("/proc") / str(current) / "stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -460,19 +482,26 @@ async def interleaved(targets: list[Target], args: argparse.Namespace) -> dict[s
         for phase, per_block in (("c1", "p50_ms"), ("c32", "req_per_s")):
             pooled: dict[str, list[float]] = {t.name: [] for t in targets}
             blocks: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
+            cpu = {t.name: 0.0 for t in targets}  # the target's CPU seconds (all its processes) in this phase
             for r in range(args.rounds):
                 print(f"  {phase} round {r + 1}/{args.rounds} ...", flush=True)
                 for target in targets[r % len(targets):] + targets[:r % len(targets)]:
+                    before = cpu_seconds(target.process.pid) if target.process is not None else None
                     blocks[target.name].append(
                         await sequential(session, target, per_round, latencies=pooled[target.name]) if phase == "c1"
                         else await concurrent(session, target, 32, args.seconds / args.rounds,
                                               latencies=pooled[target.name]))
+                    if before is not None:
+                        cpu[target.name] += cpu_seconds(target.process.pid) - before
             for target in targets:
                 done = blocks[target.name]
                 result = out[target.name]
                 result[phase] = {**summary(pooled[target.name], sum(b["errors"] for b in done),
                                            sum(b.get("seconds", 0.0) for b in done) or None),
                                  f"rounds_{per_block}": [b.get(per_block) for b in done]}
+                answered = result[phase]["n"] + result[phase]["errors"]
+                if target.process is not None and answered:
+                    result[phase]["cpu_ms_per_request"] = 1000 * cpu[target.name] / answered
                 if target.process is not None:  # RSS (all processes) after each phase: where memory grows
                     result["rss_phases_mb"][phase] = result["rss_after_mb"] = rss_mb(target.process.pid)
     return out
@@ -529,6 +558,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         (f"stream TTFT p50 ({STREAM_CHUNKS} chunks, {STREAM_GAP * 1000:.0f} ms apart)",
          lambda n: _ms(get(n, 'stream', 'ttft_p50_ms'))),
         ("stream total p50", lambda n: _ms(get(n, 'stream', 'total_p50_ms'))),
+        ("CPU per request, c=1 / c=32 (all processes)",
+         lambda n: "" if get(n, 'c1', 'cpu_ms_per_request') is None else
+         f"{get(n, 'c1', 'cpu_ms_per_request'):.1f} ms / {get(n, 'c32', 'cpu_ms_per_request') or 0:.1f} ms"),
         ("errors (c=1 / c=32 / stream)", lambda n: f"{get(n, 'c1', 'errors')} / {get(n, 'c32', 'errors')} / "
                                                    f"{get(n, 'stream', 'errors')}"),
         ("RSS after start / after the load (all processes)",
@@ -577,6 +609,10 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
         out.append(f"c=32 throughput: this proxy / LiteLLM = "
                    f"{_div(_dig(s, ('c32', 'req_per_s')), _dig(lite, ('c32', 'req_per_s'))):.2f}x; per interleaved "
                    f"round {_listed(rounds_c32)} (goal >= 1x, ideally 3x)")
+        cpu_s, cpu_lite = (_dig(r, ("c32", "cpu_ms_per_request")) for r in (s, lite))
+        if cpu_s and cpu_lite:
+            out.append(f"CPU per request at c=32 (all processes): this proxy {cpu_s:.1f} ms vs LiteLLM "
+                       f"{cpu_lite:.1f} ms = {cpu_s / cpu_lite:.2f}x (the load generator and the stub use the same CPUs)")
     def compared(label: str, target: dict[str, Any], reference: dict[str, Any], what: str) -> str:
         rounds_c1, rounds_c32 = round_ratios(d, reference, target)
         throughput = _div(_dig(target, ("c32", "req_per_s")), _dig(reference, ("c32", "req_per_s")))
