@@ -86,14 +86,15 @@ def validation_error(exc: ValidationError) -> GatewayError:
     first = exc.errors()[0]
     param = param_path(first["loc"]) or None
     more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-    return GatewayError(400, f"Invalid value for '{param}': {first['msg']}{more}", param=param,
-                        code="invalid_value")
+    where = f"Invalid value for '{param}'" if param else "Invalid request body"  # a check of the whole body
+    return GatewayError(400, f"{where}: {first['msg']}{more}", param=param, code="invalid_value")
 
 
 async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, dict[str, Any]]:
     """(validated body, the JSON object as received) of ``request``.
 
-    Raises GatewayError 400 for malformed JSON (NaN/Infinity included), a body nested deeper
+    Raises GatewayError 400 for malformed JSON (NaN/Infinity and unpaired UTF-16 surrogate escapes
+    such as ``"\\ud800"``, which are no text, included), a body nested deeper
     than ``server.limits.max_json_depth`` (issue 13: a 5,000-level array answered 500), a body that
     is not a JSON object, or a body ``model`` rejects; aiohttp raises 413 above ``client_max_size``.
     """
@@ -113,6 +114,12 @@ async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, d
     try:
         return model.model_validate_json(raw_bytes), raw
     except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":  # text Python's parser reads but pydantic's refuses: a lone surrogate
+            raise GatewayError(400, "We could not parse the JSON body of your request: "
+                                    f"{first.get('ctx', {}).get('error', first['msg'])} (a \\ud800-\\udfff "
+                                    "escape is only text as one half of a surrogate pair)",
+                               code="invalid_json") from None
         raise validation_error(exc) from None
 
 

@@ -244,6 +244,7 @@ def test_long_conversation_is_summarized(proxy, client, upstream, keys):
     (json.dumps({"model": "stub", "messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "invalid_value"),
     (json.dumps({"model": "stub", "messages": []}).encode(), 400, "invalid_value"),
     (b'{"model": "stub", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}', 400, "invalid_json"),
+    (b'{"model": "stub", "messages": [{"role": "user", "content": "half an emoji \\ud83d"}]}', 400, "invalid_json"),
     (json.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]}).encode(), 404, "model_not_found"),
     (json.dumps({"model": "stub", "messages": [{"role": "user", "content": "x" * 70000}]}).encode(), 413, "request_too_large"),
 ])
@@ -251,6 +252,7 @@ def test_bad_input_gets_openai_error_never_500(proxy, upstream, body, status, co
     got, _, err = http(proxy, "POST", "/v1/chat/completions", body)
     assert (got, err["error"]["code"]) == (status, code)
     assert err["error"]["message"] and "Traceback" not in err["error"]["message"]
+    assert "'None'" not in err["error"]["message"]  # every message names the parameter or the body
     assert upstream.received() == []
 
 
