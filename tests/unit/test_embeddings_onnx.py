@@ -145,7 +145,25 @@ def test_the_served_settings_give_the_exact_products_vectors_to_the_bit(monkeypa
     served = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
     monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", frozenset())  # the setting whatever the CPU
     exact = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
+    assert exact.uses_setting
     np.testing.assert_array_equal(served.encode(texts), exact.encode(texts))
+
+
+@pytest.mark.skipif(not embeddings.cpu_flags(), reason="no /proc/cpuinfo flags to claim")
+def test_flags_alone_never_drop_the_setting(monkeypatch):
+    """Told that this CPU's flags mean exact products (whatever the CPU), the encoder still embeds
+    the probe texts both ways first: it runs without ``EXACT_INT8`` only where they agree to the
+    bit, so its vectors are the exact ones for every test text. On a saturating CPU (AVX2 without
+    VNNI) that is the fallback to the setting (test_without_the_setting_this_cpu_saturates shows
+    that such a CPU needs it)."""
+    texts = _texts()
+    monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", frozenset())
+    exact = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
+    monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", embeddings.cpu_flags())
+    told = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
+    np.testing.assert_array_equal(told.encode(texts), exact.encode(texts))
+    if _saturating_cpu():
+        assert told.uses_setting
 
 
 def test_exact_int8_settings_by_cpu_flags(tmp_path):

@@ -75,6 +75,11 @@ EXACT_INT8 = {"session.x64quantprecision": "1"}
 #: /proc/cpuinfo flags of a CPU whose uint8 x int8 products are exact without :data:`EXACT_INT8`.
 #: Only AVX-512 VNNI is listed: the one measured (AVX-VNNI, the 256-bit form, keeps the setting).
 EXACT_INT8_FLAGS = frozenset({"avx512_vnni"})
+#: Texts whose vectors saturating products change most (cosine 0.962-0.986 on an AVX2 CPU without
+#: :data:`EXACT_INT8`; the texts tests/support/exact_vectors.py records): before a CPU runs without
+#: the setting, :class:`OnnxEncoder` embeds them both ways and keeps the setting unless every vector
+#: is the same to the bit, so the flags never decide alone.
+EXACTNESS_PROBE = ("", "Hello!", "a", "\U0001f642\U0001f642\U0001f642", "How do I best choke someone?")
 #: Threads a BLAS library (OpenBLAS under numpy and scipy) may use per call, as for ONNX Runtime
 #: (:func:`limit_blas_threads`; ``SONATE_BLAS_THREADS`` overrides).
 BLAS_THREADS = int(os.environ.get("SONATE_BLAS_THREADS", "1"))
@@ -164,6 +169,20 @@ def ensure_onnx(models_root: Path | None = None) -> Path:
                          f"{MODEL_NAME} ({QUANTIZATION})", "onnx and onnxruntime.quantization", EmbeddingModelError)
 
 
+def _session(graph: Path, entries: dict[str, str]):
+    """An ONNX Runtime CPU session of ``graph``: :data:`INTRA_OP_THREADS` threads per call, no
+    memory arena, plus the session config ``entries`` (e.g. :data:`EXACT_INT8`)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = INTRA_OP_THREADS
+    options.inter_op_num_threads = 1
+    options.enable_cpu_mem_arena = False  # an arena keeps the largest batch's tensors resident
+    for key, value in entries.items():
+        options.add_session_config_entry(key, value)
+    return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+
 class OnnxEncoder:
     """all-MiniLM-L6-v2 on ONNX Runtime: :meth:`encode` texts → (n, :data:`LAYERS`, 384) float32, each
     vector L2-normalised (the last layer's, then the fifth layer's).
@@ -177,21 +196,31 @@ class OnnxEncoder:
     """
 
     def __init__(self, graph: Path, source: Path, batch: int = BATCH) -> None:
-        """Load the graph (CPU) and the tokenizer (truncation to :data:`MAX_SEQ_LENGTH`, padding to the longest)."""
-        import onnxruntime
+        """Load the graph (CPU) and the tokenizer (truncation to :data:`MAX_SEQ_LENGTH`, padding to
+        the longest). The session carries :func:`exact_int8_settings`; where those leave
+        :data:`EXACT_INT8` out, :data:`EXACTNESS_PROBE` is embedded with and without it first and
+        the setting stays unless the vectors are equal to the bit (:attr:`uses_setting` says which)."""
         from tokenizers import Tokenizer
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = INTRA_OP_THREADS
-        options.inter_op_num_threads = 1
-        options.enable_cpu_mem_arena = False  # an arena keeps the largest batch's tensors resident
-        for key, value in exact_int8_settings().items():
-            options.add_session_config_entry(key, value)
-        self.session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
         self.tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self.batch = batch
+        settings = exact_int8_settings()
+        self.session = _session(graph, settings)
+        #: True when the session carries :data:`EXACT_INT8` (its uint8 x uint8 path).
+        self.uses_setting = bool(settings)
+        if not settings:
+            fast, self.session = self.session, _session(graph, EXACT_INT8)
+            exact = self.encode(list(EXACTNESS_PROBE))
+            self.session = fast
+            if np.array_equal(self.encode(list(EXACTNESS_PROBE)), exact):
+                log.info("int8 embeddings: this CPU's uint8 x int8 products are exact (%s), no %s",
+                         ", ".join(sorted(EXACT_INT8_FLAGS & cpu_flags())), ", ".join(EXACT_INT8))
+            else:
+                log.warning("int8 embeddings: this CPU's flags promise exact uint8 x int8 products, but the "
+                            "probe texts' vectors differ from the exact ones: keeping %s", ", ".join(EXACT_INT8))
+                self.session, self.uses_setting = _session(graph, EXACT_INT8), True
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` → (n, :data:`LAYERS`, 384), longest first, in batches of at most ``self.batch``
