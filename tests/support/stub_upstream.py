@@ -61,6 +61,7 @@ class StubUpstream:
         self.sent: list[tuple[float, dict[str, Any]]] = []
         self.replies: list[Reply] = []
         self._lock = threading.Lock()
+        self._runner: web.AppRunner | None = None
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -98,8 +99,15 @@ class StubUpstream:
             return list(self.embedding_requests)
 
     def stop(self) -> None:
+        """Shut the server down, its open keep-alive connections included (their handler tasks would
+        otherwise stay pending until the garbage collector destroys them, and asyncio logs "Task was
+        destroyed but it is pending!" in whatever test runs then), then end the thread and its loop."""
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     # --- server ---
     def _serve(self) -> None:
@@ -108,7 +116,8 @@ class StubUpstream:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/embeddings", self._embeddings)
-        runner = web.AppRunner(app, access_log=None)
+        # a handler still sleeping on a scripted delay is cancelled after 1 s at stop (aiohttp's default: 60 s)
+        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
