@@ -27,7 +27,7 @@ embedding cache answers):
 - c=32: ``--seconds`` of 32 concurrent clients, throughput (req/s) and p50/p99;
 - the CPU time each proxy (all its processes) used per request at c=1 and at c=32 (user +
   system, from /proc): on a machine this small the load generator and the stub share the same
-  cores, so at c=32 throughput follows the CPU a request costs in all three;
+  cores with the proxy, so at c=32 all three compete for them;
   both split into ``--rounds`` interleaved rounds with every target up at once (round *r*:
   each target's share of requests, then of seconds, in rotated order), so a slow stretch of a
   shared machine weighs on every target alike; the ratios are also given per round;
