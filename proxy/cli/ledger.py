@@ -107,7 +107,7 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, _Target], Awaitab
 
     target = _target(args)
     try:
-        store = open_store(target.url)
+        store = open_store(target.url, create=False)  # a reader: never a new, empty ledger
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

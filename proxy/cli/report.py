@@ -111,7 +111,7 @@ async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict],
     from proxy.storage.base import LedgerError, open_store
 
     try:
-        store = open_store(url)
+        store = open_store(url, create=False)  # a reader: never a new, empty ledger
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:

@@ -324,7 +324,7 @@ async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int 
                          origin: str | None = None, trusted: Sequence[str] = ()) -> tuple[int, list[Failure]]:
     from proxy.tlog.tree import verify_against_trusted_checkpoint
 
-    store = open_store(url)
+    store = open_store(url, create=False)  # a reader: never a new, empty ledger
     try:
         count, failures = await verify_store(store, keys, start=start, end=end)
         for note in trusted:

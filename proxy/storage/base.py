@@ -448,8 +448,13 @@ class LedgerStore(ReceiptLog, TreeStore, ReviewQueue):
         """Release connections and threads. Idempotent."""
 
 
-def open_store(url: str) -> LedgerStore:
+def open_store(url: str, *, create: bool = True) -> LedgerStore:
     """Return the store for a ledger URL (connections open lazily, on first use).
+
+    ``create``: a SQLite ledger file that does not exist yet is created (the proxy's start); False
+    for a reader (the CLI's ``verify``, ``report``, ``ledger``), whose first use then raises
+    :class:`LedgerUnavailable` naming the path instead of creating an empty ledger (and its
+    folders) where a mistyped URL points. A Redis ledger has no file: ``create`` does not apply.
 
     - ``sqlite:///relative/path.db`` (relative to the working directory),
       ``sqlite:////abs/path.db``;
@@ -469,7 +474,7 @@ def open_store(url: str) -> LedgerStore:
             )
         from proxy.storage.sqlite import SQLiteStore
 
-        return SQLiteStore(url[len("sqlite:///"):])
+        return SQLiteStore(url[len("sqlite:///"):], create=create)
     if scheme in ("redis", "rediss"):
         parts = urlsplit(url)
         query = parse_qs(parts.query)

@@ -154,9 +154,11 @@ class SQLiteStore(LedgerStore, ResultLog):
     :class:`LedgerUnavailable`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> None:
-        """Remember the database path; the file is opened on first use."""
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0, create: bool = True) -> None:
+        """Remember the database path; the file is opened on first use (created with its folders
+        unless ``create`` is False: then a missing file is :class:`LedgerUnavailable` at first use)."""
         self.path = str(path)
+        self._create = create
         self._busy_timeout_s = busy_timeout_s
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(1, thread_name_prefix="sonate-sqlite")
         self._conn: sqlite3.Connection | None = None
@@ -164,6 +166,9 @@ class SQLiteStore(LedgerStore, ResultLog):
     # -- worker-thread side -------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
+            if self.path != ":memory:" and not self._create and not Path(self.path).is_file():
+                raise LedgerUnavailable(f"no SQLite ledger at {self.path} (the proxy creates it on its first "
+                                        "start; check the ledger URL)")
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
                 private_file(self.path)

@@ -8,6 +8,7 @@ as one ``sonate: <message>`` line on stderr with exit status 2 and no traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import inspect
 import os
 import subprocess
@@ -86,9 +87,32 @@ def test_usage_error_of_a_command_is_one_line_and_exit_2(tmp_path: Path,
     out, err = capsys.readouterr()
     assert (out, err) == ("", "sonate: --page must be >= 1\n")
 
+    assert main(["ledger", "checkpoint", "--ledger", ledger]) == EXIT_USAGE  # a reader creates no ledger
+    assert capsys.readouterr().err == (f"sonate: no SQLite ledger at {tmp_path / 'ledger.db'} (the proxy "
+                                       "creates it on its first start; check the ledger URL)\n")
+    assert not (tmp_path / "ledger.db").exists()
+    missing = tmp_path / "typo" / "ledger.db"
+    assert main(["keys", "generate", "--key-file", str(tmp_path / "k.json")]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--ledger", f"sqlite:///{missing}", "--keys", str(tmp_path / "k.json")]) == EXIT_USAGE
+    assert f"no SQLite ledger at {missing}" in capsys.readouterr().err
+    assert not missing.parent.exists()
+
+    asyncio.run(_create_empty_ledger(tmp_path / "ledger.db"))  # as the proxy's first start does
+    capsys.readouterr()
     assert main(["ledger", "checkpoint", "--ledger", ledger]) == EXIT_USAGE
     assert capsys.readouterr().err == ("sonate: no checkpoint has been published yet "
                                        "(the proxy publishes them; or use --publish)\n")
+
+
+async def _create_empty_ledger(path: Path) -> None:
+    from proxy.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(path)
+    try:
+        await store.ping()
+    finally:
+        await store.close()
 
 
 def test_verify_on_a_missing_file_exits_2_without_traceback(tmp_path: Path,
