@@ -100,6 +100,11 @@ def test_usage_error_of_a_command_is_one_line_and_exit_2(tmp_path: Path,
 
     asyncio.run(_create_empty_ledger(tmp_path / "ledger.db"))  # as the proxy's first start does
     capsys.readouterr()
+    assert main(["verify", "--ledger", ledger, "--keys", str(tmp_path / "k.json")]) == 0
+    out, err = capsys.readouterr()
+    assert out == "OK: 0 ledger receipts verified\n"
+    assert err == ("sonate verify: warning: the ledger holds no receipt in the range: nothing was verified "
+                   "(a new ledger, or a mistyped URL or Redis namespace?)\n")
     assert main(["ledger", "checkpoint", "--ledger", ledger]) == EXIT_USAGE
     assert capsys.readouterr().err == ("sonate: no checkpoint has been published yet "
                                        "(the proxy publishes them; or use --publish)\n")
