@@ -205,6 +205,17 @@ def direct_params(route: ModelRoute) -> dict[str, Any] | None:
     return params
 
 
+def unset_secrets(route: ModelRoute) -> list[tuple[str, str]]:
+    """``(parameter, variable)`` for every ``litellm_params`` value of ``route`` written as
+    ``os.environ/NAME`` whose variable is not set in this process: litellm resolves such a value
+    to None, and a provider call then fails or falls back to the provider's default variable
+    (``OPENAI_API_KEY`` for an ``openai/...`` model), another key than the one configured."""
+    import os
+
+    return [(key, value[len("os.environ/"):]) for key, value in route.litellm_params.items()
+            if isinstance(value, str) and value.startswith("os.environ/") and value[len("os.environ/"):] not in os.environ]
+
+
 class Upstream:
     """Calls providers through litellm: one ``litellm.Router`` built from config.yaml's model_list,
     and ``litellm.acompletion`` directly for chat routes without Router settings (:attr:`direct`)."""
@@ -220,6 +231,9 @@ class Upstream:
         #: route name → the keyword arguments of a direct ``litellm.acompletion`` call (see :func:`direct_params`)
         self.direct: dict[str, dict[str, Any]] = {}
         for route in config.model_list:
+            for key, name in unset_secrets(route):
+                log.warning("model_list route %r: litellm_params.%s is os.environ/%s, which is not set: its calls "
+                            "will fail or use the provider's default variable instead", route.model_name, key, name)
             params = direct_params(route)
             if params is not None:
                 self.direct[route.model_name] = {"timeout": config.server.upstream_timeout_seconds, "max_retries": 0,

@@ -5,6 +5,8 @@ OpenAI errors."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from proxy.config import Config
@@ -30,6 +32,21 @@ def test_only_routes_without_router_settings_are_called_directly(monkeypatch) ->
                                               "api_key": "sk-from-env"}
     assert direct_params(routes["limited"]) is None  # rpm: the Router's rate limit
     assert direct_params(routes["priced"]) is None  # pricing in model_info: the Router's cost map
+
+
+def test_an_unset_secret_of_a_route_is_named_at_start(monkeypatch, caplog) -> None:
+    monkeypatch.delenv("SONATE_TEST_STUB_KEY", raising=False)
+    with caplog.at_level(logging.WARNING, logger="sonate.upstream"):
+        Upstream(_config("http://127.0.0.1:9/v1"))
+    warned = [r.getMessage() for r in caplog.records if r.name == "sonate.upstream"]
+    assert warned == [f"model_list route {name!r}: litellm_params.api_key is os.environ/SONATE_TEST_STUB_KEY, which "
+                      "is not set: its calls will fail or use the provider's default variable instead"
+                      for name in ("plain", "limited", "priced")]
+    caplog.clear()
+    monkeypatch.setenv("SONATE_TEST_STUB_KEY", "sk-from-env")
+    with caplog.at_level(logging.WARNING, logger="sonate.upstream"):
+        Upstream(_config("http://127.0.0.1:9/v1"))
+    assert not [r for r in caplog.records if r.name == "sonate.upstream"]
 
 
 @pytest.fixture
