@@ -22,7 +22,7 @@ import litellm  # noqa: E402
 from litellm import Router  # noqa: E402
 from litellm.secret_managers.main import get_secret  # noqa: E402
 
-from proxy.config import Config, ModelRoute  # noqa: E402
+from proxy.config import ENV_PREFIX, Config, ModelRoute  # noqa: E402
 from proxy.server import tracing  # noqa: E402
 
 log = logging.getLogger("sonate.upstream")
@@ -212,8 +212,9 @@ def unset_secrets(route: ModelRoute) -> list[tuple[str, str]]:
     (``OPENAI_API_KEY`` for an ``openai/...`` model), another key than the one configured."""
     import os
 
-    return [(key, value[len("os.environ/"):]) for key, value in route.litellm_params.items()
-            if isinstance(value, str) and value.startswith("os.environ/") and value[len("os.environ/"):] not in os.environ]
+    named = ((key, value[len(ENV_PREFIX):]) for key, value in route.litellm_params.items()
+             if isinstance(value, str) and value.startswith(ENV_PREFIX))
+    return [(key, name) for key, name in named if name not in os.environ]
 
 
 class Upstream:
