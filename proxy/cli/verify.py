@@ -368,7 +368,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         count, failures, noun = _check(args, stdin or sys.stdin)
     except UsageError as exc:
         return report_usage_error(exc, prefix="sonate verify: error", stream=stderr)
-    if getattr(args, "ledger", None) and count == 0 and not failures:  # "OK: 0" proves nothing: say so
+    if args.ledger and count == 0 and not failures:  # "OK: 0" proves nothing: say so
         print("sonate verify: warning: the ledger holds no receipt in the range: nothing was verified (a new "
               "ledger, or a mistyped URL or Redis namespace?)", file=stderr or sys.stderr)  # no URL: it may hold a password
     return _print_result(count, failures, noun, stdout or sys.stdout)

@@ -137,28 +137,18 @@ def test_without_the_setting_this_cpu_saturates(monkeypatch):
     assert cosine.min() < 0.995, cosine
 
 
-def test_the_served_settings_give_the_exact_products_vectors_to_the_bit(monkeypatch):
-    """Where :func:`~embeddings.exact_int8_settings` leaves ``EXACT_INT8`` out (a CPU with AVX-512
-    VNNI, for speed), the served encoder's vectors are bit for bit those of an encoder with the
-    setting; on other CPUs both sessions carry it (the comparison then holds by construction)."""
+@pytest.mark.skipif(not embeddings.cpu_flags(), reason="no /proc/cpuinfo flags to claim")
+def test_flags_alone_never_drop_the_setting(monkeypatch):
+    """Told that this CPU's flags mean exact products (whatever the CPU: on a VNNI CPU the flags
+    the shipped rule reads), the encoder still embeds the probe texts both ways first: it runs
+    without ``EXACT_INT8`` only where they agree to the bit, so its vectors are those of an encoder
+    carrying the setting for every test text. On a saturating CPU (AVX2 without VNNI) that is the
+    fallback to the setting (test_without_the_setting_this_cpu_saturates shows that such a CPU
+    needs it)."""
     texts = _texts()
-    served = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
     monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", frozenset())  # the setting whatever the CPU
     exact = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
     assert exact.uses_setting
-    np.testing.assert_array_equal(served.encode(texts), exact.encode(texts))
-
-
-@pytest.mark.skipif(not embeddings.cpu_flags(), reason="no /proc/cpuinfo flags to claim")
-def test_flags_alone_never_drop_the_setting(monkeypatch):
-    """Told that this CPU's flags mean exact products (whatever the CPU), the encoder still embeds
-    the probe texts both ways first: it runs without ``EXACT_INT8`` only where they agree to the
-    bit, so its vectors are the exact ones for every test text. On a saturating CPU (AVX2 without
-    VNNI) that is the fallback to the setting (test_without_the_setting_this_cpu_saturates shows
-    that such a CPU needs it)."""
-    texts = _texts()
-    monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", frozenset())
-    exact = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
     monkeypatch.setattr(embeddings, "EXACT_INT8_FLAGS", embeddings.cpu_flags())
     told = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1)
     np.testing.assert_array_equal(told.encode(texts), exact.encode(texts))

@@ -206,21 +206,23 @@ class OnnxEncoder:
         self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self.batch = batch
-        settings = exact_int8_settings()
+        flags = cpu_flags()
+        settings = exact_int8_settings(flags)
         self.session = _session(graph, settings)
         #: True when the session carries :data:`EXACT_INT8` (its uint8 x uint8 path).
         self.uses_setting = bool(settings)
         if not settings:
-            fast, self.session = self.session, _session(graph, EXACT_INT8)
+            exact_session = _session(graph, EXACT_INT8)
+            fast, self.session = self.session, exact_session
             exact = self.encode(list(EXACTNESS_PROBE))
             self.session = fast
             if np.array_equal(self.encode(list(EXACTNESS_PROBE)), exact):
                 log.info("int8 embeddings: this CPU's uint8 x int8 products are exact (%s), no %s",
-                         ", ".join(sorted(EXACT_INT8_FLAGS & cpu_flags())), ", ".join(EXACT_INT8))
-            else:
+                         ", ".join(sorted(EXACT_INT8_FLAGS & flags)), ", ".join(EXACT_INT8))
+            else:  # keep the exact session the probe ran on
+                self.session, self.uses_setting = exact_session, True
                 log.warning("int8 embeddings: this CPU's flags promise exact uint8 x int8 products, but the "
                             "probe texts' vectors differ from the exact ones: keeping %s", ", ".join(EXACT_INT8))
-                self.session, self.uses_setting = _session(graph, EXACT_INT8), True
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` → (n, :data:`LAYERS`, 384), longest first, in batches of at most ``self.batch``
