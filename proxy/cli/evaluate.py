@@ -68,6 +68,10 @@ def add_guardrails_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--only", choices=["utility"],
                       help="utility: only the ordinary prompts (alpaca_seed + TruthfulQA non-regulated "
                            "categories): the share that reaches the model unchanged, masked, escalated, refused")
+    data.add_argument("--sealed", action="store_true",
+                      help="measure on the sealed part of the development split instead of the tuning part "
+                           "(proxy/evaluation/split.py): aggregates with Wilson intervals only, never a row; "
+                           "no rule, example or threshold is written from it")
     data.add_argument("--sample", type=int, help="at most N items per dataset subset (quick runs)")
     data.add_argument("--seed", type=int, default=0, help="seed of --sample and of the framed pass (default 0)")
     data.add_argument("--apology-data", type=Path, action="append",
@@ -137,12 +141,14 @@ def _load_items(args: argparse.Namespace) -> tuple[list[Any], list[str], list[st
     from proxy.evaluation.utility import is_ordinary
 
     names = _source_names(args.sources)
+    if args.sealed and (args.show_touched or args.dataset is not None):
+        raise UsageError("--sealed prints aggregates only: it cannot be combined with --show-touched or --dataset")
     items: list[Any] = []
     missing: list[str] = []
     if args.only == "utility":
         names = [n for n in names if n in ("alpaca_seed", "truthfulqa")]
     if names:
-        builtin, missing = load_builtin(Path(args.data_dir))
+        builtin, missing = load_builtin(Path(args.data_dir), "sealed" if args.sealed else "tuning")
         items = [i for i in builtin if i.dataset in names and (args.only != "utility" or is_ordinary(i))]
         missing = [m for m in missing if m in names]
     items += _custom_items(args)
@@ -268,6 +274,7 @@ def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[s
     from proxy.evaluation.framings import framed_items
     from proxy.evaluation.guardrails import run_items
     from proxy.evaluation.report import build_report
+    from proxy.evaluation.scorecard import read_person_labels, scorecard
     from proxy.guardrails.detectors.pii import DATASET_ENTITY_MAPPING
 
     items, sources, missing = _load_items(args)
@@ -291,6 +298,10 @@ def _guardrails_report(args: argparse.Namespace) -> tuple[dict[str, Any], list[s
     report = build_report(items, outcomes, meta=meta, latency_measures=target.latency_measures,
                           mapping=DATASET_ENTITY_MAPPING, apology=apology,
                           provenances=_provenances(policies_dir, args.config), framed=framed)
+    report["part"] = "sealed" if args.sealed else "tuning"
+    report["scorecard"] = scorecard(items, outcomes, read_person_labels())
+    if args.sealed:  # the seal: aggregates only, no row ids or per-row outcomes
+        report.pop("items", None)
     if args.show_touched:
         _print_touched(items, outcomes)
     return report, missing

@@ -18,14 +18,17 @@ xstest      ``xstest/*.csv``          ``prompt``             ``label``: unsafe (
 advbench    ``advbench/*.csv``        ``goal``               all harmful (+)              safety
 davidson    ``davidson/*.csv``        ``tweet``              ``class`` 0/1 toxic (+),     safety
                                                              2 neither
-alpaca_seed ``alpaca_seed/*.jsonl``   ``instruction``        all benign                   safety
+alpaca_seed ``alpaca_seed/*.jsonl``   ``instruction`` +      benign; ``personal``;        safety
+                                      first ``input``        ``regulated`` (+)            (compl.)
 presidio    ``presidio/*.json``       ``full_text``          gold ``spans`` (pii)         privacy
-truthfulqa  ``truthfulqa/*.csv``      ``Question``           ``Category`` in              compliance
-                                                             :data:`REGULATED_CATEGORIES`
+truthfulqa  ``truthfulqa/*.csv``      ``Question``           regulated labels:            compliance
                                                              regulated (+), else general
 ==========  ========================  =====================  ===========================  =======
 
-(+) marks the positive class: what the policy should act on. alpaca_seed is CC BY-NC 4.0: it
+(+) marks the positive class: what the policy should act on. Regulated or not comes from
+``regulated/labels_dev.tsv`` (what a request asks, :func:`read_regulated_labels`); TruthfulQA's
+``Category`` decides only for files those labels do not cover. Every item carries its part of the
+tuning / sealed split (:mod:`proxy.evaluation.split`). alpaca_seed is CC BY-NC 4.0: it
 is read for evaluation only and never copied into the project (reports carry row ids, not
 texts).
 
@@ -131,6 +134,9 @@ class Item:
         spans: gold PII spans in the dataset's own entity names (privacy items only).
         category: finer label where the source has one (XSTest type, Davidson class,
             TruthfulQA category).
+        part: ``tuning`` or ``sealed`` (:func:`proxy.evaluation.split.part_of`).
+        domain: for rows of the regulated labels (``regulated/labels_dev.tsv``): ``legal``,
+            ``medical``, ``financial`` or ``none``; else None.
     """
 
     dataset: str
@@ -141,6 +147,8 @@ class Item:
     item_id: str
     spans: tuple[Span, ...] = ()
     category: str | None = None
+    part: str = "tuning"
+    domain: str | None = None
 
 
 def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
@@ -163,7 +171,7 @@ def _text(row: dict[str, Any], name: str, path: Path, number: int) -> str:
     return value
 
 
-def _xstest(path: Path) -> Iterable[Item]:
+def _xstest(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
     for n, row in enumerate(read_rows(path), 1):
         label = str(_column(row, "label", path, n)).strip()
         if label not in ("safe", "unsafe"):
@@ -172,12 +180,12 @@ def _xstest(path: Path) -> Iterable[Item]:
                    f"{path.name}:{n}", category=row.get("type"))
 
 
-def _advbench(path: Path) -> Iterable[Item]:
+def _advbench(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
     for n, row in enumerate(read_rows(path), 1):
         yield Item("advbench", "harmful", "safety", _text(row, "goal", path, n), True, f"{path.name}:{n}")
 
 
-def _davidson(path: Path) -> Iterable[Item]:
+def _davidson(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
     for n, row in enumerate(read_rows(path), 1):
         cls = str(_column(row, "class", path, n)).strip()
         if cls not in DAVIDSON_CLASSES:
@@ -187,13 +195,28 @@ def _davidson(path: Path) -> Iterable[Item]:
                    f"{path.name}:{n}", category=DAVIDSON_CLASSES[cls])
 
 
-def _alpaca(path: Path) -> Iterable[Item]:
+def _alpaca(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
+    """Seed tasks as a user sends them: the instruction, then the first instance's input (when it
+    has one) after a blank line. Subset ``regulated`` (policy compliance, positive) for tasks the
+    regulated labels mark so, ``personal`` for tasks carrying a private person's data
+    (:data:`ALPACA_PERSONAL`), else ``benign``."""
+    personal = _alpaca_personal()
     for n, row in enumerate(read_rows(path), 1):
-        yield Item("alpaca_seed", "benign", "safety", _text(row, "instruction", path, n), False,
-                   str(row.get("id") or f"{path.name}:{n}"))
+        text = _text(row, "instruction", path, n)
+        instances = row.get("instances") or []
+        first = instances[0].get("input") if instances and isinstance(instances[0], dict) else None
+        if isinstance(first, str) and first.strip():
+            text = f"{text}\n\n{first}"
+        item_id = str(row.get("id") or f"{path.name}:{n}")
+        label, domain = (labels or {}).get((f"alpaca_seed/{path.name}", n - 1), (None, None))
+        if label == "regulated":
+            yield Item("alpaca_seed", "regulated", "compliance", text, True, item_id, domain=domain)
+        else:
+            yield Item("alpaca_seed", "personal" if personal.get(item_id) else "benign", "safety", text, False,
+                       item_id, domain=domain)
 
 
-def _presidio(path: Path) -> Iterable[Item]:
+def _presidio(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
     for n, row in enumerate(read_rows(path), 1):
         text = _text(row, "full_text", path, n)
         spans = []
@@ -209,12 +232,53 @@ def _presidio(path: Path) -> Iterable[Item]:
         yield Item("presidio", "pii", "privacy", text, bool(spans), f"{path.name}:{n}", tuple(spans))
 
 
-def _truthfulqa(path: Path) -> Iterable[Item]:
+def _truthfulqa(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
+    """Questions labelled by what they ask (``regulated/labels_dev.tsv``): subset ``regulated``
+    (positive) or ``general``. A file the labels do not cover falls back to the source's
+    ``Category`` (:data:`REGULATED_CATEGORIES`)."""
     for n, row in enumerate(read_rows(path), 1):
         category = str(_column(row, "Category", path, n)).strip()
-        regulated = category in REGULATED_CATEGORIES
+        label, domain = (labels or {}).get((f"truthfulqa/{path.name}", n - 1), (None, None))
+        regulated = label == "regulated" if label else category in REGULATED_CATEGORIES
         yield Item("truthfulqa", "regulated" if regulated else "general", "compliance",
-                   _text(row, "Question", path, n), regulated, f"{path.name}:{n}", category=category)
+                   _text(row, "Question", path, n), regulated, f"{path.name}:{n}", category=category,
+                   domain=domain)
+
+
+#: (source file relative to the data directory, 0-based row) -> (label, domain) of the regulated labels.
+Labels = dict[tuple[str, int], tuple[str, str]]
+#: Labels of what a request asks (legal, medical, financial information or advice), under the data directory.
+REGULATED_LABELS = "regulated/labels_dev.tsv"
+#: Which alpaca seed tasks carry a private person's data (ids only; the texts are CC BY-NC).
+ALPACA_PERSONAL = Path(__file__).resolve().parent / "data" / "alpaca_personal_labels.tsv"
+
+
+def read_regulated_labels(data_dir: Path) -> Labels:
+    """The regulated labels under ``data_dir`` (empty when the file is absent, e.g. a sample
+    directory). Raises DataError for a malformed file."""
+    path = Path(data_dir) / REGULATED_LABELS
+    if not path.is_file():
+        return {}
+    labels: Labels = {}
+    with path.open(encoding="utf-8", newline="") as handle:
+        for n, row in enumerate(csv.DictReader(handle, delimiter="\t"), 2):
+            try:
+                key = (row["source"], int(row["row"]))
+                label, domain = row["label"].strip(), row["domain"].strip()
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise DataError(f"{path}:{n}: needs source, row, label and domain columns") from None
+            if label not in ("regulated", "ordinary"):
+                raise DataError(f"{path}:{n}: label must be regulated or ordinary, got {label!r}")
+            labels[key] = (label, domain)
+    return labels
+
+
+def _alpaca_personal() -> dict[str, bool]:
+    """Seed task id -> carries personal data (:data:`ALPACA_PERSONAL`; empty when absent)."""
+    if not ALPACA_PERSONAL.is_file():
+        return {}
+    with ALPACA_PERSONAL.open(encoding="utf-8", newline="") as handle:
+        return {row["id"]: row["personal"].strip() == "yes" for row in csv.DictReader(handle, delimiter="\t")}
 
 
 #: dataset name -> (folder, file suffixes, row loader)
@@ -228,15 +292,26 @@ SOURCES = {
 }
 
 
-def load_builtin(data_dir: Path) -> tuple[list[Item], list[str]]:
-    """(items of every source found under ``data_dir``, names of the sources not found).
+def load_builtin(data_dir: Path, part: str | None = None) -> tuple[list[Item], list[str]]:
+    """(items of every source found under ``data_dir`` in ``part``, names of the sources not found).
+
+    ``part`` is ``"tuning"`` (what rules, examples, thresholds and training read), ``"sealed"``
+    (only ``sonate eval guardrails --sealed`` reads it) or None (the default) for both
+    (:mod:`proxy.evaluation.split`). Every item carries its part.
 
     Raises DataError when ``data_dir`` is not a directory, holds none of the sources, or a
-    file is malformed.
+    file is malformed; ValueError for an unknown part.
     """
+    from dataclasses import replace
+
+    from proxy.evaluation.split import PARTS, part_of
+
+    if part is not None and part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)} or None, got {part!r}")
     if not data_dir.is_dir():
         raise DataError(f"data directory {data_dir} not found (the development data lives in "
                            "../shared/data; pass --data-dir)")
+    labels = read_regulated_labels(data_dir)
     items: list[Item] = []
     missing: list[str] = []
     for name, (folder, suffixes, loader) in SOURCES.items():
@@ -244,7 +319,10 @@ def load_builtin(data_dir: Path) -> tuple[list[Item], list[str]]:
         if not files:
             missing.append(name)
         for path in files:
-            items.extend(loader(path))
+            for item in loader(path, labels):
+                item = replace(item, part=part_of(item.dataset, item.text))
+                if part is None or item.part == part:
+                    items.append(item)
     if len(missing) == len(SOURCES):
         raise DataError(f"{data_dir}: none of the evaluation sources found "
                            f"(expected folders: {', '.join(s[0] for s in SOURCES.values())})")

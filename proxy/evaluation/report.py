@@ -569,6 +569,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"Guardrail evaluation ({mode}; {report['n_items']} items"
              + (f"; sample ≤ {sample} per subset, seed {report.get('seed')}" if sample else "") + ")", "",
              *_provenance_lines(report.get("provenance") or [])]
+    if report.get("scorecard"):
+        from proxy.evaluation.scorecard import render_scorecard
+
+        lines += render_scorecard(report["scorecard"], report.get("part", "tuning"))
     policies = report["policies"]
     for policy, title in (("safety", "Safety (input screen: refuse)"), ("compliance", "Compliance (escalate)")):
         if policy in policies:

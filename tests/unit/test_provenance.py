@@ -194,10 +194,14 @@ def test_eval_guardrails_labels_training_rows_in_sample(tmp_path: Path, capsys):
     and no in-sample figure is printed as met."""
     from proxy.cli import main
 
+    from proxy.evaluation.split import part_of
+
+    # rows of the tuning part: the command reads no other without --sealed
     advbench = [r["goal"] for r in csv.DictReader(open(DATA / "advbench" / "harmful_behaviors_sample.csv",
-                                                        encoding="utf-8"))][:2]
+                                                        encoding="utf-8")) if part_of("advbench", r["goal"]) == "tuning"][:2]
     xstest = [r for r in csv.DictReader(open(DATA / "xstest" / "xstest_sample.csv", encoding="utf-8"))
-              if r["label"] == "safe"][:1]
+              if r["label"] == "safe" and part_of("xstest", r["prompt"]) == "tuning"][:1]
+    assert part_of("xstest", UNSEEN_SAFE) == "tuning"
     data = tmp_path / "data"
     _write_csv(data / "advbench" / "a.csv", ["goal"], [[t] for t in advbench])
     _write_csv(data / "xstest" / "x.csv", ["prompt", "type", "label"],
