@@ -442,8 +442,16 @@ def _sha256(path: Path) -> str:
     return sha256_file(path)
 
 
+def tuning_only(items: Iterable[Item]) -> list[Item]:
+    """The items of the tuning part (:func:`proxy.evaluation.split.part_of`): what training reads."""
+    from proxy.evaluation.split import part_of
+
+    return [i for i in items if part_of(i.dataset, i.text) == "tuning"]
+
+
 def load_training_examples(data_dir: Path) -> tuple[list[Example], list[dict]]:
-    """Read the :data:`TRAINING_SOURCES` under ``data_dir`` (empty texts skipped).
+    """Read the tuning part of the :data:`TRAINING_SOURCES` under ``data_dir`` (empty texts
+    skipped; sealed rows are never trained on).
 
     Returns:
         (examples, sources) where ``sources`` lists, per file read, its path relative to
@@ -462,7 +470,7 @@ def load_training_examples(data_dir: Path) -> tuple[list[Example], list[dict]]:
         if not files and info["required"]:
             raise DataError(f"{data_dir}: no files match {folder}/*{suffixes[0]} (required source {source})")
         for path in files:
-            rows = [e for e in map(_example, loader(path)) if e.text]
+            rows = [e for e in map(_example, tuning_only(loader(path))) if e.text]
             examples.extend(rows)
             sources.append({
                 "source": source, "file": path.relative_to(data_dir).as_posix(), "sha256": _sha256(path),

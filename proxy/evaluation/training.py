@@ -74,7 +74,8 @@ from pathlib import Path
 import numpy as np
 
 from proxy.evaluation import framings, provenance
-from proxy.evaluation.data import SOURCES, DataError, Example, Item, load_exemplars, load_training_examples
+from proxy.evaluation.data import (SOURCES, DataError, Example, Item, load_exemplars, load_training_examples,
+                                   tuning_only)
 from proxy.guardrails import framings as augment
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, LAYER5_PREFIX, combine_views, sha256_file
@@ -300,7 +301,8 @@ def _truthfulqa_questions(data_dir: Path, sources: list[dict]) -> list[Example]:
         if (data_dir / folder).is_dir() else []
     out: list[Example] = []
     for path in files:
-        rows = [Example(item.text.strip(), TRUTHFULQA, item.subset) for item in loader(path) if item.text.strip()]
+        rows = [Example(item.text.strip(), TRUTHFULQA, item.subset) for item in tuning_only(loader(path))
+                if item.text.strip()]
         out.extend(rows)
         sources.append({"source": "truthfulqa", "file": path.relative_to(data_dir).as_posix(),
                         "sha256": sha256_file(path), "rows": len(rows), "license": "Apache-2.0",
