@@ -127,7 +127,39 @@ def run_compliance_rows(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_privacy_person_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``sonate train privacy-person`` on ``parser``."""
+    from proxy.evaluation.training_person import ARTEFACT
+
+    parser.add_argument("--data-dir", type=Path, required=True, help="development data with presidio/*.json")
+    parser.add_argument("--out", type=Path, default=ARTEFACT, help=f"artefact (default {ARTEFACT})")
+    parser.add_argument("--c", type=float, default=0.1, help="the logistic regression's C (default 0.1)")
+    parser.add_argument("--target-recall", type=float, default=0.97,
+                        help="out-of-fold private recall the threshold keeps (default 0.97)")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def run_privacy_person(args: argparse.Namespace) -> int:
+    """Train the person head and print its out-of-fold figures. Returns 0; UsageError on a data error."""
+    from proxy.evaluation.training import DataError
+    from proxy.evaluation.training_person import train_person_head
+
+    try:
+        metadata = train_person_head(args.data_dir, args.out, c=args.c, target_recall=args.target_recall,
+                                     progress=not args.no_progress)
+    except (DataError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    rows = metadata["rows"]
+    print(f"wrote {args.out}: {rows['presidio']} presidio + {rows['written']} written mentions, "
+          f"threshold {metadata['threshold']:.2f}")
+    for key, p in metadata["out_of_fold"].items():
+        print(f"  out of fold {key}: {p['k']}/{p['n']} = {100 * p['rate']:.1f}%")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
+    "privacy-person": ("the private-or-public head of Privacy's PERSON mentions", add_privacy_person_arguments,
+                       run_privacy_person),
     "safety": ("the harmful-intent classifier of the Safety policy", add_safety_arguments, run_safety),
     "privacy-rows": ("record the presidio rows the privacy patterns and rules were tuned on, and those read "
                      "for Safety's personal-data exemplars",

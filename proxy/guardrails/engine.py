@@ -336,6 +336,9 @@ class GuardrailEngine:
                 raise scan.error
             else:
                 pieces, spans = scan.pieces, scan.spans
+            corefer = getattr(self.detectors[policy.id], "corefer", None)
+            if corefer is not None and len(pieces) > 1:  # a person masked in one text is masked in all
+                spans = corefer([p.text for _, p in pieces], spans)
             keep = [k for k, (i, _) in enumerate(pieces) if i not in withheld]
             if not any(spans[k] for k in keep):
                 break

@@ -1,10 +1,12 @@
 """Privacy detector's NER gate (``ner_gate``, issue 9): spaCy's NER only where its spans are kept,
 and no parse at all for a general question whose spans the context rule drops whatever the parse.
 
-Real presidio + spaCy, no mocks. The gate is exact: the same spans as NER on every window, on the
+Real presidio + spaCy, no mocks. The gate is exact for the context rule (``person_head`` off):
+the same spans as NER on every window, on the
 presidio sample (tests/data/presidio, every text also lower-cased and turned into a general
 question), the TruthfulQA sample's questions and hand-written cases; general requests skip NER,
-personal texts do not.
+personal texts do not. With the person head on, the gate still keeps NER off a general question
+(its names are left, the head never judges them): that is the one place the two differ.
 """
 
 from __future__ import annotations
@@ -51,14 +53,27 @@ def _detector(**overrides) -> PiiDetector:
     return PiiDetector(PiiDetectorConfig(**{**block, **overrides}))
 
 
+def _rule_only(**overrides) -> PiiDetector:
+    """The detector with the context rule alone deciding (no person head), as the gate's exactness is stated."""
+    context = yaml.safe_load((ROOT / "policies" / "privacy.yaml").read_text())["detector"].get("context", {})
+    return _detector(context={**context, "person_head": False}, **overrides)
+
+
 @pytest.fixture(scope="module")
 def gated() -> PiiDetector:
-    return _detector()
+    return _rule_only()
 
 
 @pytest.fixture(scope="module")
 def ungated() -> PiiDetector:
-    return _detector(ner_gate=False)
+    return _rule_only(ner_gate=False)
+
+
+def test_with_the_person_head_a_general_question_names_nobody() -> None:
+    head = _detector()
+    before = head.ner_windows_skipped
+    assert head.analyze("Why is Katrine Holm so impulsive?") == []  # no NER, so nothing for the head to judge
+    assert head.ner_windows_skipped == before + 1
 
 
 def test_the_gate_finds_exactly_what_ner_everywhere_finds(gated: PiiDetector, ungated: PiiDetector) -> None:

@@ -36,6 +36,7 @@ import importlib
 import re
 import threading
 
+import numpy as np
 import regex
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -49,6 +50,8 @@ from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, LemmaBound
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
+from proxy.guardrails.detectors.privacy_person import (PersonHead, coreferent_spans, mention_features, name_parts,
+                                                       person_groups)
 
 #: Mapping from the entity names of presidio-research's synthetic dataset
 #: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this
@@ -370,6 +373,8 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
+#: presidio's name for the recognizer of spaCy's NER entities: the PERSON spans the person head judges.
+NER_RECOGNIZER = "SpacyRecognizer"
 
 
 class PiiDetector:
@@ -425,9 +430,16 @@ class PiiDetector:
         self._local = threading.local()
         self.analyzers_built = 1
         model_meta = first.analyzer_engine.nlp_engine.nlp[config.language].meta
+        #: The private-or-public head of PERSON mentions (None: the context rule alone).
+        self.person_head = PersonHead.load() if rule.enabled and config.context.person_head else None
+        from spacy.lang.en.stop_words import STOP_WORDS
+
+        #: Name words matched only as written by the coreference pass ("Will", "May", "Bill").
+        self._stop_words = frozenset(STOP_WORDS)
         self.version = (
             f"presidio-analyzer {metadata.version('presidio-analyzer')} + "
             f"{model_meta['lang']}_{model_meta['name']} {model_meta['version']}"
+            + (f" + {self.person_head.version}" if self.person_head is not None else "")
         )
 
     def analyzer(self):
@@ -583,7 +595,61 @@ class PiiDetector:
                 spans = self._raw_spans(piece, self._with_ner(artifacts))
             elif pending:
                 self.ner_windows_skipped += 1
-            yield self.context_rule.select(piece, resolve_overlaps(spans), mood)
+            spans = resolve_overlaps(spans)
+            kept = self.context_rule.select(piece, spans, mood)
+            yield self._judge_persons(piece, artifacts.tokens, spans, kept, mood) if self.person_head else kept
+
+    def _judge_persons(self, piece: str, doc, spans: list[PiiSpan], kept: list[PiiSpan], mood: str) -> list[PiiSpan]:
+        """The spans of ``piece`` to mask when the person head decides names.
+
+        - the context rule's always-kept spans (direct identifiers, address shapes);
+        - a name in a slot only a private person's name takes (the policy's pattern recognizers:
+          "call me X", "said X to Y", a vocative, an honorific): masked, as the rule would;
+        - each person NER names, when the head judges them a private individual: the mean of
+          p(private) over that person's mentions in the piece (mentions sharing a name word,
+          :func:`~.privacy_person.person_groups`) reaches the head's threshold, whatever the mood;
+        - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
+          ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
+          when the piece holds a private person NER found; in a piece with none, those the context
+          rule keeps (``kept``) when a slotted name or an always-kept span anchors them.
+        """
+        rule = self.context_rule
+        named = [s for s in spans if s.entity_type == "PERSON" and not rule._always(s)]
+        slotted = [s for s in named if s.recognizer != NER_RECOGNIZER]
+        persons = [s for s in named if s.recognizer == NER_RECOGNIZER]
+        if not persons:
+            anchored = slotted or any(rule._always(s) for s in spans)
+            return kept if anchored else [s for s in kept if rule._always(s)]
+        from proxy.guardrails.detectors.embeddings import embed
+
+        cues = rule.personal_cues(piece)
+        (sentence,) = embed([piece])  # the message's own embedding: Safety's and Compliance's pass, cached
+        p = self.person_head.probability(np.stack([mention_features(doc, s.start, s.end, cues, mood, sentence)
+                                                   for s in persons]))
+        judged: dict[int, bool] = {}
+        for group in person_groups([piece[s.start:s.end] for s in persons]):
+            private = bool(p[group].mean() >= self.person_head.threshold)
+            judged.update({id(persons[i]): private for i in group})
+        judged.update({id(s): True for s in slotted})
+        personal = any(judged.values()) or any(rule._always(s) for s in spans)
+        return [s for s in spans if rule._always(s) or judged.get(id(s), personal)]
+
+    def corefer(self, texts: list[str], spans: list[list[PiiSpan]]) -> list[list[PiiSpan]]:
+        """``spans`` of each of ``texts`` plus every other mention of a person masked in any of them
+        (:func:`~.privacy_person.coreferent_spans`: first name or surname alone, possessives, any
+        casing), as PERSON spans of recognizer ``PersonCoreference``; unchanged when the context's
+        ``coreference`` is off or no PERSON span was found. Sorted by start, non-overlapping."""
+        if not self.config.context.coreference:
+            return spans
+        names = {text[s.start:s.end] for text, found in zip(texts, spans) for s in found if s.entity_type == "PERSON"}
+        if not names:
+            return spans
+        out = []
+        for text, found in zip(texts, spans):
+            extra = [PiiSpan("PERSON", a, b, self.config.ner_default_score, "PersonCoreference")
+                     for a, b in coreferent_spans(text, names, [(s.start, s.end) for s in found], self._stop_words)]
+            out.append(sorted([*found, *extra], key=lambda s: s.start) if extra else found)
+        return out
 
     def analyze(self, text: str) -> list[PiiSpan]:
         """PII spans of one text: non-overlapping, sorted by start offset."""
@@ -605,9 +671,9 @@ class PiiDetector:
         out = []
         with self.analyzer().analyzer_engine.nlp_engine.get_nlp(self.config.language).memory_zone():
             results = self._analyze_pieces(pieces)
-            for spans in bounds:
+            for text, spans in zip(texts, bounds):
                 per_window = [next(results) for _ in spans]
-                out.append(merge_windows(per_window, [a for a, _ in spans]))
+                out.append(self.corefer([text], [merge_windows(per_window, [a for a, _ in spans])])[0])
         return out
 
     def detect(self, texts: list[str]) -> list[list[PiiSpan]]:
@@ -623,7 +689,9 @@ class PiiMasker:
 
     Replaces each span with a typed, numbered placeholder ``<ENTITY_TYPE_n>`` through
     presidio-anonymizer's ``custom`` operator. The same (type, value) gets the same
-    placeholder in every text masked by this instance; ``restore`` puts the originals back.
+    placeholder in every text masked by this instance, and so does every mention of one person
+    (a PERSON value whose name words are a subset or superset of an earlier one's: "Ana Dias",
+    "Ana", "dias"); ``restore`` puts the originals back (a person's first-masked form).
     The mapping lives only in memory: it must never be written to receipts or logs.
     """
 
@@ -635,8 +703,24 @@ class PiiMasker:
         self._originals: dict[str, str] = {}
         self._counts: dict[str, int] = {}
 
+    def _same_person(self, value: str) -> str | None:
+        """The placeholder of a person already masked whose name holds every name word of ``value``
+        or whose name words ``value`` holds, case-blind ("Ana", "DIAS" and "Ana Dias" are one
+        person); None for a new person."""
+        parts = {p.casefold() for p in name_parts(value)}
+        if not parts:
+            return None
+        for (entity_type, known), placeholder in self._by_value.items():
+            other = {p.casefold() for p in name_parts(known)}
+            if entity_type == "PERSON" and other and (parts <= other or other <= parts):
+                return placeholder
+        return None
+
     def _placeholder(self, entity_type: str, value: str) -> str:
         key = (entity_type, value)
+        same = self._same_person(value) if entity_type == "PERSON" and key not in self._by_value else None
+        if same is not None:
+            self._by_value[key] = same
         if key not in self._by_value:
             self._counts[entity_type] = self._counts.get(entity_type, 0) + 1
             placeholder = f"<{entity_type}_{self._counts[entity_type]}>"

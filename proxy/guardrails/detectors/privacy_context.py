@@ -84,6 +84,13 @@ class ContextConfig(BaseModel):
             "if you", "can you", "do you" ... are never cues).
         general_moods: moods (:func:`text_mood`) of a general request, whose quasi-identifiers
             need a cue; any other mood (a statement) masks them.
+        person_head: in a text the rule above finds personal, each PERSON mention found by NER is
+            masked only when the learned head judges it a private individual
+            (:mod:`.privacy_person`); when every such mention is a public figure and the text has
+            no direct identifier, address shape or personal cue, its other names, places and dates
+            are left too (a famous person's bio is not a customer record). False: the rule alone.
+        coreference: once a person is masked, every other mention of them is too (first name or
+            surname alone, possessives, any casing), across the texts of a request.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -97,6 +104,8 @@ class ContextConfig(BaseModel):
     personal_phrases: list[str] = Field(default_factory=lambda: list(PERSONAL_PHRASES))
     second_person: bool = True
     general_moods: list[str] = Field(default_factory=lambda: ["question", "instruction", "fragment"])
+    person_head: bool = True
+    coreference: bool = True
 
 
 class _Span(Protocol):
