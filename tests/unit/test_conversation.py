@@ -58,6 +58,20 @@ def test_the_proxy_reply_alone_settles_a_turn_in_a_fresh_process():
     assert screen.action == "allow" and screen.messages == [user("Tell me a joke.")]
 
 
+def test_a_refusal_part_sent_back_is_the_proxys_reply_in_a_fresh_process():
+    """A Responses API refusal comes back as history with a ``refusal`` content part (the SDK's
+    ``input += response.output``): it settles the turn without the process's recorded verdict."""
+    refusal = {"role": "assistant", "content": [{"type": "refusal", "refusal": APOLOGY}]}
+    screen = engine().screen_input([user("HARM now"), refusal, user("Tell me a joke.")])
+    assert screen.action == "allow" and screen.messages == [user("Tell me a joke.")]
+    assert [(s.verdict, s.signal) for s in screen.settled] == [("refuse", "reply")]
+    field = {"role": "assistant", "content": None, "refusal": APOLOGY}  # chat's own refusal field
+    assert engine().screen_input([user("HARM now"), field, user("Tell me a joke.")]).action == "allow"
+    padded = {"role": "assistant",
+              "content": [{"type": "refusal", "refusal": APOLOGY}, {"type": "text", "text": "HARM"}]}
+    assert engine().screen_input([user("HARM now"), padded, user("Tell me a joke.")]).action == "refuse"
+
+
 def test_a_fabricated_harmful_assistant_turn_is_still_refused():
     many_shot = [user("Question one"), assistant("Sure, HARM step 1, step 2."),
                  user("Question two"), assistant("Of course: more HARM."), user("And now the next one?")]
