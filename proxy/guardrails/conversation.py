@@ -6,7 +6,8 @@ message and is always judged. A history turn is **settled** when the proxy alrea
 escalated it, known by either signal:
 
 - ``reply``: the turn's first message after the user message is the proxy's own answer to a
-  refusal or escalation, i.e. an assistant message whose text is exactly a Safety policy's
+  refusal or escalation, i.e. an assistant message whose text (:func:`reply_text`: text and
+  ``refusal`` parts alike, as each API sends the answer back) is exactly a Safety policy's
   apology or matches the Compliance policy's escalation notice (``{domain}``,
   ``{escalation_id}`` filled in);
 - ``recorded``: the engine recorded a refuse/escalate verdict for the user message's text
@@ -26,9 +27,9 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from proxy.guardrails.messages import message_text, screened_text
+from proxy.guardrails.messages import screened_text
 
-__all__ = ["Settled", "ReplyMatcher", "current_turn_start", "settled_turns", "withheld_indexes"]
+__all__ = ["Settled", "ReplyMatcher", "current_turn_start", "reply_text", "settled_turns", "withheld_indexes"]
 
 Message = dict[str, Any]
 
@@ -77,12 +78,24 @@ class ReplyMatcher:
         """``"refuse"`` / ``"escalate"`` when ``message`` is the proxy's reply to one, else None."""
         if message.get("role") != "assistant" or message.get("tool_calls"):
             return None
-        text = message_text(message).strip()
+        text = reply_text(message).strip()
         if text in self._apologies:
             return "refuse"
         if any(p.fullmatch(text) for p in self._notices):
             return "escalate"
         return None
+
+
+def reply_text(message: Message) -> str:
+    """The text of an assistant reply as a client sends it back: its string content, or its
+    ``text`` and ``refusal`` content parts joined by newlines (a Responses API refusal comes back
+    as a ``refusal`` part, ``input += response.output``), then chat's ``refusal`` field."""
+    content = message.get("content")
+    parts = [content] if isinstance(content, str) else [
+        part.get(part.get("type")) for part in (content if isinstance(content, list) else [])
+        if isinstance(part, dict) and part.get("type") in ("text", "refusal")]
+    parts.append(message.get("refusal"))
+    return "\n".join(p for p in parts if isinstance(p, str) and p)
 
 
 def current_turn_start(messages: list[Message]) -> int:

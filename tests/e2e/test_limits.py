@@ -169,6 +169,34 @@ def test_input_over_the_screening_budget_is_refused_413_unscreened_and_unforward
     assert answer.choices[0].message.content and len(own_stub.received()) == 1
 
 
+def _definitions(bulk: str, description: str) -> dict:
+    """A request's ``tools`` or ``response_format`` whose description is ``description``."""
+    if bulk == "tools":
+        return {"tools": [{"type": "function", "function": {"name": "figures", "description": description,
+                                                            "parameters": {"type": "object"}}}]}
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "figures", "description": description,
+                                                                       "schema": {"type": "object"}}}}
+
+
+@pytest.mark.parametrize("bulk", ["tools", "response_format"])
+def test_tool_definitions_count_in_the_screening_budget(budgeted, bulk) -> None:
+    """Short messages with the bulk in the tool definitions: the budget counts every text the
+    guardrails screen, so this is the same 413 as long messages, unforwarded."""
+    proxy, own_stub, _ = budgeted
+    own_stub.reset()
+    client = _client(proxy, CLIENT_KEY)
+    before = _receipts(proxy)
+    messages = [{"role": "user", "content": "Summarise the figures."}]
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(model="stub", messages=messages,
+                                       **_definitions(bulk, "Returns the quarterly figures. " * 80))
+    assert refused.value.status_code == 413 and refused.value.body["code"] == "input_too_large"
+    assert own_stub.received() == [] and _receipts(proxy) == before
+    answer = client.chat.completions.create(model="stub", messages=messages,
+                                            **_definitions(bulk, "Returns the quarterly figures. " * 20))
+    assert answer.choices[0].message.content and len(own_stub.received()) == 1
+
+
 def test_a_request_over_the_message_count_bound_is_refused_413_and_unforwarded(budgeted) -> None:
     proxy, own_stub, _ = budgeted
     own_stub.reset()

@@ -103,7 +103,7 @@ def test_a_harmful_prompt_streamed_is_refused_with_stop_reason_refusal(proxy, cl
     with client.messages.stream(model="stub", max_tokens=64, messages=user(HARMFUL)) as stream:
         text = "".join(stream.text_stream)
         message = stream.get_final_message()
-    assert text == APOLOGY and message.stop_reason == "refusal"
+    assert text == APOLOGY and message.stop_reason == "refusal" and message.stop_details.type == "refusal"
     assert upstream.received() == []
 
 

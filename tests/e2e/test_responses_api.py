@@ -221,6 +221,35 @@ def test_streamed_function_calls_become_function_call_items(proxy, client, upstr
     assert sent["tools"] == [{"type": "function", "function": {k: v for k, v in tools[0].items() if k != "type"}}]
 
 
+def test_the_sdks_tool_flow_continues_without_an_assistant_message(proxy, client, upstream):
+    """``input += response.output`` after an answer that is only a function call, then the call's
+    output (as a string and as parts): ``[user, function_call, function_call_output]`` reaches the
+    provider as a user message, an assistant tool call and the tool result, every part of it."""
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    upstream.queue(Reply(text="", chunks=[], finish_reason="tool_calls", tool_calls=[
+        [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                                       "arguments": '{"city": "Oslo"}'}}]]))
+    with client.responses.stream(model="stub", input=[{"role": "user", "content": "Weather in Oslo?"}],
+                                 tools=tools) as stream:
+        first = stream.get_final_response()
+    assert [item.type for item in first.output] == ["function_call"]
+    history: list = [{"role": "user", "content": "Weather in Oslo?"}, *first.output]
+    for output in ("Sunny, 18 degrees", [{"type": "input_text", "text": "Sunny, "},
+                                         {"type": "input_text", "text": "18 degrees"}]):
+        upstream.reset()
+        upstream.queue(Reply(text="It is sunny in Oslo."))
+        answer = client.responses.create(model="stub", tools=tools, input=[
+            *history, {"type": "function_call_output", "call_id": "call_1", "output": output}])
+        assert answer.output_text == "It is sunny in Oslo."
+        (sent,) = upstream.received()
+        assert sent["messages"] == [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "tool_calls": [  # (litellm leaves the null content out)
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                                  "arguments": '{"city": "Oslo"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 18 degrees"}]
+
+
 def test_the_async_client_creates_and_streams(proxy, upstream):
     async def run() -> tuple[str, str]:
         async with openai.AsyncOpenAI(base_url=proxy.v1, api_key=CLIENT_KEY, max_retries=0) as client:

@@ -3,7 +3,9 @@
 Over the stub provider and a real Redis ledger: requests reach both workers (``x-sonate-worker``),
 their receipts form one chain that ``sonate verify --ledger`` accepts, ``/metrics`` answered by
 either worker shows the totals of both, and a worker killed with SIGKILL is restarted while its
-counts stay in the totals. On a SQLite ledger: concurrent requests through both workers keep one
+counts stay in the totals; a Responses and a Messages conversation continue after a refusal
+whichever worker answers (the refused turn is known by the proxy's reply the client sends back,
+not by one process's memory). On a SQLite ledger: concurrent requests through both workers keep one
 chain, and SIGTERM to the supervisor stops every worker gracefully (exit 0, nothing left running).
 """
 
@@ -20,12 +22,15 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable
 
+import anthropic
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.server.workers import Supervisor, bind
+from tests.support.prompts import APOLOGY, HARMFUL
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, spawn_proxy, stop_proxy, wait_until_up, \
     write_config
 from tests.support.redis_server import delete_redis_namespace, free_port, redis_namespace_url
@@ -33,6 +38,9 @@ from tests.support.redis_server import delete_redis_namespace, free_port, redis_
 pytestmark = pytest.mark.models  # starts proxies (two model-loading processes each)
 
 CHAT = "/v1/chat/completions"
+FOLLOW_UP = "Fine. What is the boiling point of water at sea level?"
+#: The receipt evidence of a follow-up whose refused first turn (messages 0 and 1) was withheld.
+WITHHELD = [{"messages": [0, 2], "verdict": "refuse", "signal": "reply"}]
 
 
 def start_workers(directory: Path, stub_url: str, ledger_url: str, workers: int = 2) -> RunningProxy:
@@ -148,6 +156,86 @@ def test_metrics_text_passes_promtool(served: RunningProxy) -> None:
         pytest.fail("promtool is not installed (Debian package `prometheus`; `make test` installs it)")
     result = subprocess.run([exe, "check", "metrics"], input=body, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def on_both_workers(ask: Callable[[], tuple[str, Any]]) -> list[Any]:
+    """``ask()`` (one request on a new connection → (worker index, result)) repeated until both
+    workers answered; every result."""
+    seen, results = set(), []
+    for _ in range(60):
+        worker, result = ask()
+        seen.add(worker)
+        results.append(result)
+        if seen == {"0", "1"}:
+            return results
+    raise AssertionError(f"60 connections all reached worker(s) {sorted(seen)}")
+
+
+def withheld_turns(proxy: RunningProxy, receipt_id: str) -> list[dict]:
+    request = urllib.request.Request(f"{proxy.v1}/receipts/{receipt_id}",
+                                     headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["evidence"].get("withheld_turns")
+
+
+def responses_client(proxy: RunningProxy) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.v1, api_key=CLIENT_KEY, max_retries=0, timeout=120)
+
+
+def messages_client(proxy: RunningProxy) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, timeout=120)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_conversation_continues_after_a_refusal_on_either_worker(served, upstream, stream) -> None:
+    with responses_client(served) as client:
+        if stream:
+            with client.responses.stream(model="stub", input=HARMFUL) as events:
+                first = events.get_final_response()
+        else:
+            first = client.responses.create(model="stub", input=HARMFUL)
+    assert [(p.type, p.refusal) for p in first.output[0].content] == [("refusal", APOLOGY)]
+    history: list[Any] = [{"role": "user", "content": HARMFUL}]
+    history += first.output  # the SDK's way: the response's output items sent back as they are
+    history.append({"role": "user", "content": FOLLOW_UP})
+
+    def ask() -> tuple[str, tuple[str, str, str]]:
+        with responses_client(served) as client:
+            raw = client.responses.with_raw_response.create(model="stub", input=history)
+            return raw.headers["x-sonate-worker"], (raw.headers["x-sonate-guardrail-action"], raw.parse().output_text,
+                                                    raw.headers["x-sonate-receipt-id"])
+
+    for action, text, receipt_id in on_both_workers(ask):
+        assert (action, text) == ("allow", f"Stub answer: {FOLLOW_UP}")
+        assert withheld_turns(served, receipt_id) == WITHHELD
+    assert {json.dumps(sent["messages"]) for sent in upstream.received()} == {
+        json.dumps([{"role": "user", "content": FOLLOW_UP}])}  # the refused turn never reached the provider
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_messages_conversation_continues_after_a_refusal_on_either_worker(served, upstream, stream) -> None:
+    harmful = [{"role": "user", "content": HARMFUL}]
+    with messages_client(served) as client:
+        if stream:
+            with client.messages.stream(model="stub", max_tokens=64, messages=harmful) as events:
+                first = events.get_final_message()
+        else:
+            first = client.messages.create(model="stub", max_tokens=64, messages=harmful)
+    assert first.stop_reason == "refusal" and [(b.type, b.text) for b in first.content] == [("text", APOLOGY)]
+    history = [*harmful, {"role": "assistant", "content": first.content}, {"role": "user", "content": FOLLOW_UP}]
+
+    def ask() -> tuple[str, tuple[str, str, str, str]]:
+        with messages_client(served) as client:
+            raw = client.messages.with_raw_response.create(model="stub", max_tokens=64, messages=history)
+            message = raw.parse()
+            return raw.headers["x-sonate-worker"], (raw.headers["x-sonate-guardrail-action"], message.stop_reason,
+                                                    message.content[0].text, raw.headers["x-sonate-receipt-id"])
+
+    for action, reason, text, receipt_id in on_both_workers(ask):
+        assert (action, reason, text) == ("allow", "end_turn", f"Stub answer: {FOLLOW_UP}")
+        assert withheld_turns(served, receipt_id) == WITHHELD
+    assert {json.dumps(sent["messages"]) for sent in upstream.received()} == {
+        json.dumps([{"role": "user", "content": FOLLOW_UP}])}
 
 
 def test_a_killed_worker_is_restarted_and_its_counts_stay(served: RunningProxy) -> None:

@@ -75,6 +75,35 @@ def test_items_become_chat_messages_with_tool_calls_and_tool_results():
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}]
 
 
+def test_a_function_call_right_after_the_user_message_is_its_own_assistant_turn():
+    """The SDK's usual tool flow, ``[user, function_call, function_call_output]`` (a response whose
+    output is only the call, sent back): the call never attaches to the user message."""
+    chat = responses(input=[
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "Noon"}])
+    assert chat["messages"] == [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "Noon"}]
+
+
+def test_a_function_call_output_given_as_parts_keeps_every_part():
+    chat = responses(input=[
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [
+            {"type": "input_text", "text": "Sunny, "}, {"type": "input_text", "text": "18 degrees, "},
+            {"type": "input_text", "text": "light wind"}]}])
+    assert chat["messages"][-1] == {"role": "tool", "tool_call_id": "call_1",
+                                    "content": "Sunny, 18 degrees, light wind"}
+
+
 def test_function_tools_text_format_and_streaming_translate():
     chat = responses(input="x", stream=True, tool_choice={"type": "function", "name": "f"},
                      tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}],
@@ -306,6 +335,18 @@ def test_a_stream_without_content_still_has_one_text_block_and_a_refusal_stop():
     assert [e.type for e in parsed] == ["message_start", "content_block_start", "content_block_stop",
                                         "message_delta", "message_stop"]
     assert parsed[-2].delta.stop_reason == "refusal"
+
+
+@pytest.mark.parametrize("finish, details", [("content_filter", {"type": "refusal", "category": None,
+                                                                 "explanation": None}), ("stop", None)])
+def test_a_streamed_refusal_carries_the_same_stop_details_as_the_message_body(finish, details):
+    refused = finish == "content_filter"
+    events = events_of(MessagesStream(MREQ), [("text", "Sorry.", refused), ("finish", finish, USAGE)])
+    (delta,) = [ANTHROPIC_EVENT.validate_python(e) for e in events if e["type"] == "message_delta"]
+    body = messages_api.message_body(MREQ, completion("Sorry.", finish))
+    assert body["stop_details"] == details
+    got = delta.delta.stop_details
+    assert (got.model_dump() if got is not None else None) == details
 
 
 @pytest.mark.parametrize("status, code, kind", [

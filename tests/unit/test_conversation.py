@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.guardrails.conversation import ReplyMatcher, current_turn_start, settled_turns
 from proxy.guardrails.detectors.domain import DomainResult
 from proxy.guardrails.engine import GuardrailEngine
@@ -44,18 +46,33 @@ def test_a_refused_turn_then_a_benign_follow_up_is_allowed():
         {"messages": [0, 2], "verdict": "refuse", "signal": "reply"}]
 
 
-def test_instructions_inside_a_settled_turn_stay_and_are_judged():
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_instructions_inside_a_settled_turn_stay_and_are_judged(role):
     eng = engine()
-    system = {"role": "system", "content": "Answer in French."}
-    screen = eng.screen_input([user("HARM x"), assistant(APOLOGY), system, user("Hello")])
-    assert screen.action == "allow" and screen.messages == [system, user("Hello")]
-    harmful = {"role": "system", "content": "HARM instructions"}
+    instruction = {"role": role, "content": "Answer in French."}
+    screen = eng.screen_input([user("HARM x"), assistant(APOLOGY), instruction, user("Hello")])
+    assert screen.action == "allow" and screen.messages == [instruction, user("Hello")]
+    harmful = {"role": role, "content": "HARM instructions"}
     assert eng.screen_input([user("HARM x"), assistant(APOLOGY), harmful, user("Hello")]).action == "refuse"
 
 
 def test_the_proxy_reply_alone_settles_a_turn_in_a_fresh_process():
     screen = engine().screen_input([user("HARM now"), assistant(APOLOGY), user("Tell me a joke.")])
     assert screen.action == "allow" and screen.messages == [user("Tell me a joke.")]
+
+
+def test_a_refusal_part_sent_back_is_the_proxys_reply_in_a_fresh_process():
+    """A Responses API refusal comes back as history with a ``refusal`` content part (the SDK's
+    ``input += response.output``): it settles the turn without the process's recorded verdict."""
+    refusal = {"role": "assistant", "content": [{"type": "refusal", "refusal": APOLOGY}]}
+    screen = engine().screen_input([user("HARM now"), refusal, user("Tell me a joke.")])
+    assert screen.action == "allow" and screen.messages == [user("Tell me a joke.")]
+    assert [(s.verdict, s.signal) for s in screen.settled] == [("refuse", "reply")]
+    field = {"role": "assistant", "content": None, "refusal": APOLOGY}  # chat's own refusal field
+    assert engine().screen_input([user("HARM now"), field, user("Tell me a joke.")]).action == "allow"
+    padded = {"role": "assistant",
+              "content": [{"type": "refusal", "refusal": APOLOGY}, {"type": "text", "text": "HARM"}]}
+    assert engine().screen_input([user("HARM now"), padded, user("Tell me a joke.")]).action == "refuse"
 
 
 def test_a_fabricated_harmful_assistant_turn_is_still_refused():
@@ -84,6 +101,17 @@ def test_a_recorded_verdict_settles_the_turn_without_the_reply():
         {"messages": [0, 1], "verdict": "refuse", "signal": "recorded"}]
     # a process that never refused it judges it as any other unanswered text
     assert engine().screen_input([user("HARM the neighbour"), user("Suggest a film.")]).action == "refuse"
+
+
+def test_a_recorded_verdict_settles_a_user_message_carrying_a_name():
+    """The verdict is recorded under the text Safety judged (content and ``name``), the key the
+    next request looks it up by: a refused message with ``name`` resent without the reply is settled."""
+    eng = engine()
+    named = {"role": "user", "name": "mallory", "content": "HARM the neighbour"}
+    assert eng.screen_input([named]).action == "refuse"
+    screen = eng.screen_input([named, user("Sorry. Suggest a film instead.")])
+    assert screen.action == "allow" and screen.messages == [user("Sorry. Suggest a film instead.")]
+    assert [(s.verdict, s.signal) for s in screen.settled] == [("refuse", "recorded")]
 
 
 def test_the_current_turn_is_always_judged_even_when_recorded():

@@ -157,6 +157,18 @@ async def test_lanes_route_by_size_and_refuse_beyond_the_queue() -> None:
         small.shutdown(), large.shutdown()
 
 
+async def test_a_text_of_exactly_large_input_chars_runs_in_the_large_lane() -> None:
+    """``large_input_chars`` is the large lane's first size (``>=``): the boundary on both sides."""
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, small_slots=2, large=large, large_slots=1, large_chars=100)
+    try:
+        assert (await lanes.run(threading.current_thread, chars=100)).name.startswith("large")
+        assert (await lanes.run(threading.current_thread, chars=99)).name.startswith("small")
+        assert lanes.lane(100) is lanes.large and lanes.lane(99) is lanes.small
+    finally:
+        small.shutdown(), large.shutdown()
+
+
 async def test_a_screen_over_the_budget_is_refused_before_any_detector_runs() -> None:
     pool = ThreadPoolExecutor(1, "small")
     lanes = ScreenLanes(pool, small_slots=4, max_chars=1000)

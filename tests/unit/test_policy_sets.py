@@ -316,7 +316,35 @@ async def test_concurrent_requests_each_keep_their_own_set(gateway):
     assert [r.action for r in results] == ["escalate", "allow", "escalate", "allow"]
 
 
-def test_registry_without_config_models_checks_nothing(tmp_path):
-    registry = DetectorRegistry().register("privacy", lambda policy: None)
+def test_only_kinds_registered_with_a_config_model_have_their_detector_block_checked():
+    from proxy.guardrails.detectors.pii import PiiDetectorConfig
+
     (policy,) = [p for p in POLICIES if p.kind == "privacy"]
-    registry.check(policy.model_copy(update={"detector": {"score_threshold": 3}}), "x.yaml")  # no error
+    bad = policy.model_copy(update={"detector": {"entities": ["PERSON"], "score_threshold": 3}})
+    registry = DetectorRegistry().register("privacy", lambda policy: None)
+    assert registry.check(bad, "x.yaml") is None  # no config model: left to the factory
+    registry.register("privacy", lambda policy: None, config=lambda: PiiDetectorConfig)
+    with pytest.raises(ConfigError) as error:
+        registry.check(bad, "x.yaml")
+    assert str(error.value) == "x.yaml: detector.score_threshold: Input should be less than or equal to 1 (got 3)"
+    registry.register("privacy", lambda policy: None)  # registered again without one: unchecked again
+    assert registry.check(bad, "x.yaml") is None
+
+
+async def test_a_reload_checks_detector_blocks_before_building_any_detector(tmp_path):
+    """A bad ``detector:`` edit is rejected by the registry's check with the message a start gives,
+    and no detector (no model) is built for it."""
+    from proxy.guardrails.detectors.pii import PiiDetectorConfig
+
+    path = write_config(tmp_path)
+    privacy = tmp_path / "policies" / "1-privacy.yaml"
+    privacy.write_text(privacy.read_text().replace("detector: {}", "detector: {entities: [PERSON]}"))
+    fakes = CountingFakes()
+    fakes.registry.register("privacy", fakes._fresh(type(fakes.pii)), config=lambda: PiiDetectorConfig)
+    runtime = PolicyRuntime.load(load_config(path), builder_for(fakes), None)
+    built, version = list(fakes.built), runtime.current().version
+    privacy.write_text(privacy.read_text().replace("entities: [PERSON]", "entities: [PERSON], score_threshold: 3"))
+    outcome = await runtime.reload("api")
+    assert (outcome.result, outcome.version) == ("rejected", version)
+    assert outcome.error == f"{privacy}: detector.score_threshold: Input should be less than or equal to 1 (got 3)"
+    assert fakes.built == built  # nothing was built for the rejected edit

@@ -106,6 +106,25 @@ def test_address_block_recognizer_needs_a_street_line():
                                                                          ("LOCATION", "Estonia")]
 
 
+def test_a_three_line_address_block_is_the_smallest_block():
+    """Name, street, town: three lines are a block (``min_lines``); two are not."""
+    recognizer = AddressBlockRecognizer()
+    block = "Ana Dias\n12 Main Street\nSpringfield"
+    results = recognizer.analyze(block, ["PERSON", "LOCATION"])
+    assert [(r.entity_type, block[r.start:r.end]) for r in results] == [("PERSON", "Ana Dias"),
+                                                                         ("LOCATION", "Springfield")]
+    assert recognizer.analyze("Ana Dias\n12 Main Street", ["PERSON", "LOCATION"]) == []
+
+
+@pytest.mark.parametrize("text", ["Ana Dias\n12 Main Street\nSpringfield",
+                                  "Please send it to:\nAna Dias\n12 Main Street\nSpringfield"])
+def test_a_three_line_address_is_masked(detector, text):
+    spans = detector.analyze(text)
+    for value in ("Ana Dias", "Springfield"):
+        start = text.index(value)
+        assert any(s.start <= start and start + len(value) <= s.end for s in spans), (value, spans)
+
+
 @dataclass(frozen=True)
 class _Span:
     entity_type: str

@@ -6,6 +6,7 @@ stub provider over HTTP, a real SQLite ledger signed with a fresh key, real Metr
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -47,9 +48,9 @@ def gateway_for(tmp_path: Path, stub: StubUpstream, policies: list[Any]) -> Gate
 async def make(tmp_path: Path, upstream: StubUpstream) -> AsyncIterator[Any]:
     made: list[Gateway] = []
 
-    def build(hold: HoldBack = HoldBack(), privacy: Any = INPUT_PRIVACY) -> Gateway:
-        made.append(gateway_for(tmp_path / str(len(made)), upstream, [SAFETY.model_copy(update={"hold_back": hold}),
-                                                                      privacy, COMPLIANCE, CONTINUITY]))
+    def build(hold: HoldBack = HoldBack(), privacy: Any = INPUT_PRIVACY, safety: list[Any] | None = None) -> Gateway:
+        safety = safety or [SAFETY.model_copy(update={"hold_back": hold})]
+        made.append(gateway_for(tmp_path / str(len(made)), upstream, [*safety, privacy, COMPLIANCE, CONTINUITY]))
         return made[-1]
 
     yield build
@@ -130,6 +131,42 @@ async def test_privacy_on_output_masks_each_window_before_it_leaves(make, upstre
     _, events, at_done = await stream(gateway, "Who do I write to?")
     assert text_of(events) == "Write to <EMAIL_ADDRESS_1> now. Thanks"
     assert [r["guardrail_action"] for r in at_done] == ["mask"]
+
+
+async def test_privacy_on_output_numbers_placeholders_across_windows(make, upstream):
+    """One masker for the whole answer: two different e-mails in two windows get two placeholders,
+    the same one again gets its first placeholder back."""
+    gateway = make(privacy=PRIVACY)
+    upstream.queue(Reply(chunks=["Write to ", "bob@example.com now. ", "Copy carol@example.org too. ",
+                                 "Then bob@example.com again."]))
+    _, events, at_done = await stream(gateway, "Who do I write to?")
+    assert text_of(events) == ("Write to <EMAIL_ADDRESS_1> now. Copy <EMAIL_ADDRESS_2> too. "
+                               "Then <EMAIL_ADDRESS_1> again.")
+    assert [r["guardrail_action"] for r in at_done] == ["mask"]
+
+
+TOXICITY_ONLY = SAFETY.model_copy(update={"id": "safety.toxicity", "apology": "Rude.",
+                                          "thresholds": {"toxicity": Decimal("0.5")}})
+HARM_ONLY = SAFETY.model_copy(update={"id": "safety.harm", "apology": "Harmful.",
+                                      "thresholds": {"harmful_intent": Decimal("0.7")}})
+
+
+@pytest.mark.parametrize("order", [[TOXICITY_ONLY, HARM_ONLY], [HARM_ONLY, TOXICITY_ONLY]],
+                         ids=["tox-first", "harm-first"])
+async def test_every_output_safety_policy_screens_a_stream_in_either_order(make, upstream, order):
+    """With two output Safety policies the stream refuses what the JSON path refuses, whichever
+    policy comes first in the configuration (the second one is not skipped)."""
+    answer = ["Sure. ", "Here is HARM for you. ", "Done."]
+    gateway = make(safety=order)
+    upstream.queue(Reply(chunks=answer))
+    _, events, at_done = await stream(gateway, "Tell me a story")
+    assert finish_of(events) == "content_filter" and "HARM" not in text_of(events)
+    assert [(r["policy_id"], r["guardrail_action"]) for r in at_done] == [("safety.harm", "refuse")]
+    upstream.queue(Reply(text="".join(answer)))
+    raw = {"model": "stub", "messages": [{"role": "user", "content": "Tell me a story"}]}
+    whole = await gateway.chat(raw, ChatCompletionRequest.model_validate(raw), CALLER)
+    assert whole.body["choices"][0]["message"]["content"] == "Harmful."
+    assert whole.body["choices"][0]["finish_reason"] == "content_filter"
 
 
 async def test_tool_call_deltas_and_usage_pass_through(make, upstream):
