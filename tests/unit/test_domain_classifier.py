@@ -11,7 +11,6 @@ from proxy.guardrails.detectors import domain_weights
 from proxy.guardrails.detectors.domain import DomainClassifier, DomainClassifierConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-REGULATED_CATEGORIES = {"Law", "Health", "Finance", "Economics", "Nutrition"}
 
 
 def _config(**overrides) -> DomainClassifierConfig:
@@ -111,17 +110,18 @@ def test_config_requires_general_domain():
         DomainClassifierConfig(**block)
 
 
-def test_truthfulqa_sample_routing(classifier):
-    """60 TruthfulQA questions: regulated categories vs the rest (labels by category)."""
-    with open(ROOT / "tests/data/truthfulqa/truthfulqa_sample.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    results = classifier.classify([r["Question"] for r in rows])
-    regulated = [res.regulated for r, res in zip(rows, results) if r["Category"] in REGULATED_CATEGORIES]
-    general = [res.regulated for r, res in zip(rows, results) if r["Category"] not in REGULATED_CATEGORIES]
-    recall = sum(regulated) / len(regulated)
-    false_escalation = sum(general) / len(general)
-    assert recall >= 0.75, recall
-    assert false_escalation <= 0.20, false_escalation
+def test_truthfulqa_sample_routing_by_what_is_asked(classifier):
+    """The sample's tuning-part questions, labelled by what they ask (tests/data/truthfulqa/NOTICE):
+    regulated ones escalated, ordinary ones (country statistics, trivia, myths) left alone. Loose
+    bounds: the shipped threshold's figures are in docs/evaluation.md, not pinned here."""
+    with open(ROOT / "tests/data/truthfulqa/truthfulqa_sample_regulated.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    results = classifier.classify([r["question"] for r in rows])
+    regulated = [res.regulated for r, res in zip(rows, results) if r["label"] == "regulated"]
+    ordinary = [res.regulated for r, res in zip(rows, results) if r["label"] == "ordinary"]
+    assert len(regulated) >= 10 and len(ordinary) >= 20
+    assert sum(regulated) / len(regulated) >= 0.8, regulated
+    assert sum(ordinary) / len(ordinary) <= 0.1, ordinary
 
 
 # --- fitted weights: cache and shipped artefact (proxy/guardrails/detectors/domain_weights.py) ---
