@@ -11,8 +11,8 @@ was trained on (.rows.json, :mod:`proxy.evaluation.provenance`). ``privacy-rows`
 presidio rows the privacy policy's comments quote (the rows its patterns were tuned on) in
 ``proxy/guardrails/artefacts/privacy-tuning.rows.json``, and every development row read while the
 privacy context rules were written (``privacy-context.rows.json``, :mod:`proxy.evaluation.training_privacy`).
-``compliance-rows`` records the development rows the Compliance threshold and examples were tuned
-on, with the threshold rule's 2-fold out-of-fold figures (``domain-threshold.rows.json``,
+``compliance-rows`` records the tuning rows the Compliance threshold was chosen on and its examples
+were written from, with the threshold rule's out-of-fold figures (``domain-threshold.rows.json``,
 :mod:`proxy.evaluation.training_compliance`).
 
 The training itself is :func:`proxy.evaluation.training.train_harm_classifier`; this module holds
@@ -98,13 +98,14 @@ def run_privacy_rows(args: argparse.Namespace) -> int:
 
 def add_compliance_rows_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``sonate train compliance-rows`` on ``parser``."""
-    from proxy.evaluation.training_compliance import POLICY, ROWS_PATH
+    from proxy.evaluation.training_compliance import POLICY, ROWS_PATH, TARGET_RECALL
 
     parser.add_argument("--data-dir", type=Path, required=True, help="development data with truthfulqa/*.csv")
     parser.add_argument("--policy", type=Path, default=POLICY, help=f"compliance policy file (default {POLICY})")
     parser.add_argument("--out", type=Path, default=ROWS_PATH, help=f"rows file (default {ROWS_PATH})")
-    parser.add_argument("--target-recall", type=float, default=0.90,
-                        help="regulated recall the threshold must keep on its tuning half (default 0.90)")
+    parser.add_argument("--target-recall", type=float, default=TARGET_RECALL,
+                        help="regulated recall the threshold must keep on the rows it is chosen on "
+                             f"(default {TARGET_RECALL})")
 
 
 def run_compliance_rows(args: argparse.Namespace) -> int:
@@ -117,12 +118,13 @@ def run_compliance_rows(args: argparse.Namespace) -> int:
     except (DataError, OSError, ValueError, KeyError) as exc:
         raise UsageError(str(exc)) from None
     summary = document["summary"]
-    print(f"wrote {args.out}: {sum(len(v) for v in document['rows'].values())} development rows")
-    print("thresholds chosen on half 0 / half 1: " + " / ".join(f"{t:.2f}" for t in summary["thresholds"]))
+    print(f"wrote {args.out}: {sum(len(v) for v in document['rows'].values())} tuning rows")
+    print("thresholds chosen out of fold: " + " / ".join(f"{t:.2f}" for t in summary["thresholds"])
+          + f"; on all tuning rows: {summary['recommended']:.2f}")
     for key, oof in document["out_of_fold"].items():
         print(f"  out of fold {key}: escalated {oof['k']}/{oof['n']} = {100 * oof['rate']:.1f}%")
     for key, (k, n) in summary["in_sample"].items():
-        print(f"  in-sample at the policy's threshold {summary['policy_threshold']:.2f}, truthfulqa/{key}: "
+        print(f"  in-sample at the policy's threshold {summary['policy_threshold']:.2f}, {key}: "
               f"{k}/{n} = {100 * k / n:.1f}%")
     return 0
 
@@ -164,6 +166,6 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "privacy-rows": ("record the presidio rows the privacy patterns and rules were tuned on, and those read "
                      "for Safety's personal-data exemplars",
                      add_privacy_rows_arguments, run_privacy_rows),
-    "compliance-rows": ("record the development rows the Compliance threshold was tuned on, with its "
+    "compliance-rows": ("record the tuning rows the Compliance threshold was chosen on, with its "
                         "out-of-fold figures", add_compliance_rows_arguments, run_compliance_rows),
 }

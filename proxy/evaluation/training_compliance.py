@@ -1,27 +1,30 @@
-"""Operating point of the Compliance classifier and the rows it was tuned on (issue 10 item 3).
+"""Operating point of the Compliance classifier, chosen out of fold on the tuning part (issue 34).
 
 The domain classifier (``detectors/domain.py``) is *fitted* only on the examples written in
-``policies/compliance.yaml``. Its ``threshold`` was *tuned* on the development split: the 169
-examples added on 2026-11-23 were written while reading which TruthfulQA questions and alpaca
-seed tasks it escalated or missed, and the threshold is the highest that keeps the regulated
-TruthfulQA questions' escalation at the target. So those development rows are "tuned on", and
-the honest figure for them is a cross-validated one:
+``policies/compliance.yaml``. Its ``threshold`` is *tuned* on the tuning part of the development
+split (:mod:`proxy.evaluation.split`): the TruthfulQA questions and alpaca seed tasks, each labelled
+by what it asks (``regulated/labels_dev.tsv``: :attr:`~proxy.evaluation.data.Item.subset`
+``regulated`` or not), and the examples were written while reading which of those rows it escalated
+or missed. The sealed part is never read here. So the tuning rows are "tuned on", and the honest
+figure for them is a cross-validated one:
 
-- :func:`two_fold_threshold`: the TruthfulQA questions are split in two halves by row hash
-  (:func:`proxy.evaluation.provenance.row_hash`, parity of its last hex digit); the threshold is
-  chosen on one half (the highest on a grid of 0.01 whose regulated recall reaches
-  ``target_recall``) and applied to the other, and vice versa. Every question is scored by a
-  threshold not chosen on it (out of fold). The decision counted is the classifier's alone
-  (regulated probability ≥ threshold), not the engine's (a Safety refusal pre-empts escalation,
-  the band's notice / personal-advice rule), so it can differ by a row or two from
-  ``sonate eval guardrails``.
+- :func:`escalated`: the engine's decision for a regulated probability ``p``: escalated when
+  ``p >= threshold``, or when ``p`` lies in the band ``[threshold - margin, threshold)`` and the
+  request is about the writer's own situation (``personal_escalates``,
+  :func:`~proxy.guardrails.detectors.privacy_context.personal_request`).
+- :func:`chosen_threshold`: the highest threshold on a grid of 0.01 whose regulated recall (by
+  :func:`escalated`) reaches ``target_recall`` on the rows given.
+- :func:`out_of_fold_threshold`: the rows fall into ``k`` folds by row hash (:func:`folds`); each
+  fold is scored by the threshold chosen on the other folds, so every row is judged by a threshold
+  not chosen on it. A Safety refusal pre-empts escalation in the engine and is not counted here,
+  so the figures can differ by a row from ``sonate eval guardrails``.
 - :func:`compliance_rows`: writes ``artefacts/domain-threshold.rows.json`` (format
-  :mod:`proxy.evaluation.provenance`): every development TruthfulQA question and alpaca seed task,
-  and the out-of-fold figures of the TruthfulQA rows, which ``sonate eval guardrails`` prints
-  beside the (then in-sample) development figures.
+  :mod:`proxy.evaluation.provenance`): the tuning part's TruthfulQA questions and alpaca seed tasks,
+  and the out-of-fold figures per source and label, which ``sonate eval guardrails`` prints beside
+  the (then in-sample) tuning figures. The policy's ``threshold`` is the rule applied to all of them.
 
-Pure scoring and selection functions (:func:`two_fold_threshold`) take arrays; :func:`compliance_rows`
-reads the data directory and the policy file and writes the rows file.
+Pure scoring and selection functions take arrays; :func:`compliance_rows` reads the data directory
+and the policy file and writes the rows file.
 """
 
 from __future__ import annotations
@@ -32,60 +35,77 @@ from typing import Any
 import numpy as np
 
 from proxy.evaluation import provenance
-from proxy.evaluation.data import REGULATED_CATEGORIES, DataError, load_builtin
+from proxy.evaluation.data import DataError, load_builtin
 
 ARTEFACT = "domain-threshold"
 ROWS_PATH = Path(__file__).resolve().parents[1] / "guardrails" / "artefacts" / f"{ARTEFACT}{provenance.ROWS_SUFFIX}"
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "compliance.yaml"
 GRID = np.round(np.arange(0.05, 0.96, 0.01), 2)
+#: Sources whose rows carry the regulated labels (what a request asks).
+SOURCES = ("truthfulqa", "alpaca_seed")
+#: Folds of the out-of-fold rule.
+FOLDS = 5
+#: Regulated recall the threshold must keep on the rows it is chosen on.
+TARGET_RECALL = 0.92
 
 
-def halves(texts: list[str]) -> np.ndarray:
-    """Half (0 or 1) of each text: parity of the last hex digit of its row hash."""
-    return np.array([int(provenance.row_hash(t)[-1], 16) % 2 for t in texts])
+def folds(texts: list[str], k: int = FOLDS) -> np.ndarray:
+    """Fold (0..k-1) of each text: the last hex digit of its row hash, modulo ``k``."""
+    return np.array([int(provenance.row_hash(t)[-1], 16) % k for t in texts])
 
 
-def chosen_threshold(p: np.ndarray, regulated: np.ndarray, target_recall: float) -> float:
+def escalated(p: np.ndarray, threshold: float, margin: float = 0.0,
+              personal: np.ndarray | None = None) -> np.ndarray:
+    """Bool (n,): ``p >= threshold``, or ``p`` in ``[threshold - margin, threshold)`` and ``personal``."""
+    band = (p >= threshold - margin) & (p < threshold)
+    return (p >= threshold) | (band & (personal if personal is not None else False))
+
+
+def chosen_threshold(p: np.ndarray, regulated: np.ndarray, target_recall: float, margin: float = 0.0,
+                     personal: np.ndarray | None = None) -> float:
     """The highest threshold of :data:`GRID` whose recall on the ``regulated`` rows of ``p``
-    (regulated probability, shape (n,)) is ≥ ``target_recall``; the lowest grid value when none is.
-    Raises ValueError when no row is regulated."""
+    (regulated probability, shape (n,)) by :func:`escalated` is ≥ ``target_recall``; the lowest grid
+    value when none is. Raises ValueError when no row is regulated."""
     if not regulated.any():
         raise ValueError("no regulated row to choose a threshold on")
-    ok = [t for t in GRID if (p[regulated] >= t).mean() >= target_recall]
+    ok = [t for t in GRID if escalated(p, t, margin, personal)[regulated].mean() >= target_recall]
     return float(max(ok)) if ok else float(GRID[0])
 
 
-def two_fold_threshold(p: np.ndarray, regulated: np.ndarray, half: np.ndarray,
-                       target_recall: float) -> dict[str, Any]:
+def out_of_fold_threshold(p: np.ndarray, regulated: np.ndarray, fold: np.ndarray, target_recall: float,
+                          margin: float = 0.0, personal: np.ndarray | None = None) -> dict[str, Any]:
     """Out-of-fold escalation of the threshold rule (module docstring).
 
     Args:
-        p: regulated probability per question, shape (n,).
-        regulated: bool (n,), the question's category is regulated.
-        half: 0/1 (n,), :func:`halves`.
-        target_recall: regulated recall the chosen threshold must reach on its tuning half.
+        p: regulated probability per row, shape (n,).
+        regulated: bool (n,), the row is labelled regulated.
+        fold: int (n,), :func:`folds`.
+        target_recall: regulated recall the threshold must reach on the rows it is chosen on.
+        margin, personal: the band and the personal-request flags (n,) of :func:`escalated`.
 
     Returns:
-        ``{"thresholds": [t chosen on half 0, t chosen on half 1], "escalated": bool (n,),
-        "regulated": {"k", "n"}, "general": {"k", "n"}}``.
+        ``{"thresholds": [t scoring fold 0, t scoring fold 1, ...] (each chosen on the other folds),
+        "escalated": bool (n,), "regulated": {"k", "n"}, "general": {"k", "n"}}``.
     """
-    escalated = np.zeros(len(p), dtype=bool)
+    out = np.zeros(len(p), dtype=bool)
+    personal = np.zeros(len(p), dtype=bool) if personal is None else personal
     thresholds = []
-    for h in (0, 1):
-        t = chosen_threshold(p[half == h], regulated[half == h], target_recall)
+    for f in sorted(set(fold.tolist())):
+        rest, this = fold != f, fold == f
+        t = chosen_threshold(p[rest], regulated[rest], target_recall, margin, personal[rest])
         thresholds.append(t)
-        other = half != h
-        escalated[other] = p[other] >= t
-    return {"thresholds": thresholds, "escalated": escalated,
-            "regulated": {"k": int(escalated[regulated].sum()), "n": int(regulated.sum())},
-            "general": {"k": int(escalated[~regulated].sum()), "n": int((~regulated).sum())}}
+        out[this] = escalated(p[this], t, margin, personal[this])
+    return {"thresholds": thresholds, "escalated": out,
+            "regulated": {"k": int(out[regulated].sum()), "n": int(regulated.sum())},
+            "general": {"k": int(out[~regulated].sum()), "n": int((~regulated).sum())}}
 
 
 def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH,
-                    target_recall: float = 0.90) -> dict[str, Any]:
-    """Score the development TruthfulQA questions with the policy's classifier, run
-    :func:`two_fold_threshold` and write the rows file; returns the document written (plus
-    ``"summary"``: the thresholds and the in-sample rates at the policy's own threshold, not written).
+                    target_recall: float = TARGET_RECALL) -> dict[str, Any]:
+    """Score the tuning part's TruthfulQA questions and alpaca seed tasks with the policy's
+    classifier, run :func:`out_of_fold_threshold` and write the rows file; returns the document
+    written (plus ``"summary"``, not written: the fold thresholds, the rule on all rows
+    (``recommended``) and the in-sample counts at the policy's own threshold).
 
     Raises DataError for a data directory without TruthfulQA questions, OSError / ValueError for
     an unreadable or invalid policy file.
@@ -93,34 +113,45 @@ def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH
     import yaml
 
     from proxy.guardrails.detectors.domain import DomainClassifier, DomainClassifierConfig
+    from proxy.guardrails.detectors.privacy_context import personal_request
 
-    items, _ = load_builtin(Path(data_dir))
-    questions = [i for i in items if i.dataset == "truthfulqa"]
-    if not questions:
+    items, _ = load_builtin(Path(data_dir), "tuning")
+    rows = [i for i in items if i.dataset in SOURCES]
+    if not any(i.dataset == "truthfulqa" for i in rows):
         raise DataError(f"{data_dir}: no truthfulqa questions")
     block = yaml.safe_load(Path(policy).read_text(encoding="utf-8"))["detector"]
     classifier = DomainClassifier(DomainClassifierConfig.model_validate(block))
-    texts = [q.text for q in questions]
-    regulated_domains = np.array([classifier.config.domains[d].regulated for d in classifier.domains])
+    config = classifier.config
+    texts = [i.text for i in rows]
+    regulated_domains = np.array([config.domains[d].regulated for d in classifier.domains])
     p = classifier.probabilities(texts)[:, regulated_domains].sum(axis=1)
-    regulated = np.array([q.category in REGULATED_CATEGORIES for q in questions])
-    result = two_fold_threshold(p, regulated, halves(texts), target_recall)
-    oof = {f"truthfulqa/{name}": {**result[name], "rate": round(result[name]["k"] / result[name]["n"], 4),
-                                  "threshold": "2-fold: " + " / ".join(f"{t:.2f}" for t in result["thresholds"])}
-           for name in ("regulated", "general") if result[name]["n"]}
-    groups = {"truthfulqa_dev": texts,
-              "alpaca_seed": [i.text for i in items if i.dataset == "alpaca_seed"]}
+    regulated = np.array([i.subset == "regulated" for i in rows])
+    personal = np.array([config.personal_escalates and personal_request(t) for t in texts])
+    result = out_of_fold_threshold(p, regulated, folds(texts), target_recall, config.margin, personal)
+    label = "out of fold: " + " / ".join(f"{t:.2f}" for t in result["thresholds"])
+    oof: dict[str, dict[str, Any]] = {}
+    for key in sorted({f"{i.dataset}/{i.subset}" for i in rows}):
+        mask = np.array([f"{i.dataset}/{i.subset}" == key for i in rows])
+        k, n = int(result["escalated"][mask].sum()), int(mask.sum())
+        oof[key] = {"k": k, "n": n, "rate": round(k / n, 4), "threshold": label}
+    groups = {"truthfulqa_dev": [i.text for i in rows if i.dataset == "truthfulqa"],
+              "alpaca_seed": [i.text for i in rows if i.dataset == "alpaca_seed"]}
     document = provenance.rows_document(
         ARTEFACT, "compliance", "tuned", groups, artefact_files={},
         out_of_fold=oof,
-        note=f"threshold of policies/compliance.yaml chosen on these TruthfulQA questions (regulated recall >= "
-             f"{target_recall:.2f}), examples written while reading the questions and alpaca seed tasks it "
-             "escalated or missed; out_of_fold: threshold chosen on one half (row-hash parity), applied to the "
-             "other (proxy/evaluation/training_compliance.py)")
+        note=f"threshold of policies/compliance.yaml chosen on these rows, the tuning part's TruthfulQA questions "
+             f"and alpaca seed tasks labelled by regulated/labels_dev.tsv (regulated recall >= {target_recall:.2f}, "
+             "the band's personal requests counted as escalated); examples written while reading the rows it "
+             f"escalated or missed; out_of_fold: {FOLDS} folds by row hash, each scored by the threshold chosen on "
+             "the others (proxy/evaluation/training_compliance.py)")
     provenance.write_rows(out, document)
-    at = float(classifier.config.threshold)
+    at = float(config.threshold)
+    at_policy = escalated(p, at, config.margin, personal)
     document["summary"] = {
         "thresholds": result["thresholds"], "policy_threshold": at,
-        "in_sample": {"regulated": [int((p[regulated] >= at).sum()), int(regulated.sum())],
-                      "general": [int((p[~regulated] >= at).sum()), int((~regulated).sum())]}}
+        "recommended": chosen_threshold(p, regulated, target_recall, config.margin, personal),
+        "out_of_fold": {"regulated": [result["regulated"]["k"], result["regulated"]["n"]],
+                        "ordinary": [result["general"]["k"], result["general"]["n"]]},
+        "in_sample": {"regulated": [int(at_policy[regulated].sum()), int(regulated.sum())],
+                      "ordinary": [int(at_policy[~regulated].sum()), int((~regulated).sum())]}}
     return document

@@ -11,7 +11,6 @@ from proxy.guardrails.detectors import domain_weights
 from proxy.guardrails.detectors.domain import DomainClassifier, DomainClassifierConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-REGULATED_CATEGORIES = {"Law", "Health", "Finance", "Economics", "Nutrition"}
 
 
 def _config(**overrides) -> DomainClassifierConfig:
@@ -111,17 +110,18 @@ def test_config_requires_general_domain():
         DomainClassifierConfig(**block)
 
 
-def test_truthfulqa_sample_routing(classifier):
-    """60 TruthfulQA questions: regulated categories vs the rest (labels by category)."""
-    with open(ROOT / "tests/data/truthfulqa/truthfulqa_sample.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    results = classifier.classify([r["Question"] for r in rows])
-    regulated = [res.regulated for r, res in zip(rows, results) if r["Category"] in REGULATED_CATEGORIES]
-    general = [res.regulated for r, res in zip(rows, results) if r["Category"] not in REGULATED_CATEGORIES]
-    recall = sum(regulated) / len(regulated)
-    false_escalation = sum(general) / len(general)
-    assert recall >= 0.75, recall
-    assert false_escalation <= 0.20, false_escalation
+def test_truthfulqa_sample_routing_by_what_is_asked(classifier):
+    """The sample's tuning-part questions, labelled by what they ask (tests/data/truthfulqa/NOTICE):
+    regulated ones escalated, ordinary ones (country statistics, trivia, myths) left alone. Loose
+    bounds: the shipped threshold's figures are in docs/evaluation.md, not pinned here."""
+    with open(ROOT / "tests/data/truthfulqa/truthfulqa_sample_regulated.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    results = classifier.classify([r["question"] for r in rows])
+    regulated = [res.regulated for r, res in zip(rows, results) if r["label"] == "regulated"]
+    ordinary = [res.regulated for r, res in zip(rows, results) if r["label"] == "ordinary"]
+    assert len(regulated) >= 10 and len(ordinary) >= 20
+    assert sum(regulated) / len(regulated) >= 0.8, regulated
+    assert sum(ordinary) / len(ordinary) <= 0.1, ordinary
 
 
 # --- fitted weights: cache and shipped artefact (proxy/guardrails/detectors/domain_weights.py) ---
@@ -234,8 +234,8 @@ def test_shipped_artefact_matches_the_shipped_policy(classifier):
 
 # --- operating point: the threshold rule and its out-of-fold figures (proxy/evaluation/training_compliance.py) ---
 
-def test_threshold_rule_keeps_the_target_recall_on_its_tuning_half():
-    from proxy.evaluation.training_compliance import chosen_threshold, two_fold_threshold
+def test_threshold_rule_keeps_the_target_recall_on_the_rows_it_is_chosen_on():
+    from proxy.evaluation.training_compliance import chosen_threshold, out_of_fold_threshold
 
     p = np.array([0.95, 0.9, 0.7, 0.4, 0.8, 0.3, 0.1, 0.2])
     regulated = np.array([True, True, True, True, False, False, False, False])
@@ -243,22 +243,37 @@ def test_threshold_rule_keeps_the_target_recall_on_its_tuning_half():
     assert chosen_threshold(p, regulated, 1.0) == 0.4
     with pytest.raises(ValueError):
         chosen_threshold(p, np.zeros(8, dtype=bool), 0.9)
-    half = np.array([0, 1, 0, 1, 0, 1, 0, 1])
-    result = two_fold_threshold(p, regulated, half, 1.0)
-    # half 0 (0.95, 0.7 regulated) -> 0.70 applied to half 1; half 1 (0.9, 0.4) -> 0.40 applied to half 0
-    assert result["thresholds"] == [0.7, 0.4]
+    fold = np.array([0, 1, 0, 1, 0, 1, 0, 1])
+    result = out_of_fold_threshold(p, regulated, fold, 1.0)
+    # fold 0 is judged by the threshold chosen on fold 1 (0.9, 0.4 regulated -> 0.40), fold 1 by
+    # the one chosen on fold 0 (0.95, 0.7 -> 0.70)
+    assert result["thresholds"] == [0.4, 0.7]
     assert result["escalated"].tolist() == [True, True, True, False, True, False, False, False]
     assert result["regulated"] == {"k": 3, "n": 4} and result["general"] == {"k": 1, "n": 4}
 
 
+def test_threshold_rule_counts_a_personal_request_in_the_band_as_escalated():
+    from proxy.evaluation.training_compliance import chosen_threshold, escalated
+
+    p = np.array([0.9, 0.55, 0.55, 0.2])
+    personal = np.array([False, True, False, True])
+    assert escalated(p, 0.6, 0.1, personal).tolist() == [True, True, False, False]
+    regulated = np.array([True, True, False, False])
+    # without the band 0.55 is needed for full recall; with it 0.65 (0.55 lies in [0.55, 0.65), personal)
+    assert chosen_threshold(p, regulated, 1.0) == 0.55
+    assert chosen_threshold(p, regulated, 1.0, 0.1, personal) == 0.65
+
+
 def test_shipped_threshold_rows_file_gives_out_of_fold_figures():
-    """`sonate train compliance-rows` wrote it; the eval prints its figures beside the tuned rows."""
+    """`sonate train compliance-rows` wrote it (tuning part only); the eval prints its figures beside
+    the tuned rows."""
     from proxy.evaluation.provenance import read_rows_file
     from proxy.evaluation.training_compliance import ROWS_PATH
 
     rows = read_rows_file(ROWS_PATH)
     assert rows.policy == "compliance" and rows.how == "tuned"
-    assert set(rows.out_of_fold) == {"truthfulqa/regulated", "truthfulqa/general"}
+    assert {"truthfulqa/regulated", "truthfulqa/general"} <= set(rows.out_of_fold)
+    assert all(key.split("/")[0] in ("truthfulqa", "alpaca_seed") for key in rows.out_of_fold)
     assert {"truthfulqa_dev", "alpaca_seed"} == set(rows.rows.values())
     for oof in rows.out_of_fold.values():
         assert 0 <= oof["k"] <= oof["n"] and abs(oof["rate"] - oof["k"] / oof["n"]) < 1e-3
