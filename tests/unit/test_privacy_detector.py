@@ -126,7 +126,7 @@ def test_policy_recognizers_need_their_context(detector):
     plain = "Order 4393889199179061388 shipped; table 60-56-85 is free."
     assert {"CREDIT_CARD", "PHONE_NUMBER"}.isdisjoint(s.entity_type for s in detector.analyze(plain))
 
-    text = "She was born in 1968 and signed on 9/20/1998 at 2018-01-14 03:07:43 with Mrs. Ukkonen."
+    text = "She was born in 1968 and signed the lease on 9/20/1998 at 2018-01-14 03:07:43 with her landlord Mrs. Ukkonen."
     found = _found(text, detector.analyze(text))
     assert found["1968"] == "DATE_TIME" and found["9/20/1998"] == "DATE_TIME"
     assert found["2018-01-14 03:07:43"] == "DATE_TIME"

@@ -373,8 +373,6 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
-#: presidio's name for the recognizer of spaCy's NER entities: the PERSON spans the person head judges.
-NER_RECOGNIZER = "SpacyRecognizer"
 
 
 class PiiDetector:
@@ -603,23 +601,19 @@ class PiiDetector:
         """The spans of ``piece`` to mask when the person head decides names.
 
         - the context rule's always-kept spans (direct identifiers, address shapes);
-        - a name in a slot only a private person's name takes (the policy's pattern recognizers:
-          "call me X", "said X to Y", a vocative, an honorific): masked, as the rule would;
-        - each person NER names, when the head judges them a private individual: the mean of
+        - each person named (by NER or by a name-slot pattern), when the head judges them a private
+          individual: the mean of
           p(private) over that person's mentions in the piece (mentions sharing a name word,
           :func:`~.privacy_person.person_groups`) reaches the head's threshold, whatever the mood;
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
-          when the piece holds a private person NER found; in a piece with none, those the context
-          rule keeps (``kept``) when a slotted name or an always-kept span anchors them.
+          when the piece names a private person; in a piece naming nobody, those the context rule
+          keeps (``kept``) when an always-kept span anchors them.
         """
         rule = self.context_rule
-        named = [s for s in spans if s.entity_type == "PERSON" and not rule._always(s)]
-        slotted = [s for s in named if s.recognizer != NER_RECOGNIZER]
-        persons = [s for s in named if s.recognizer == NER_RECOGNIZER]
+        persons = [s for s in spans if s.entity_type == "PERSON" and not rule._always(s)]
         if not persons:
-            anchored = slotted or any(rule._always(s) for s in spans)
-            return kept if anchored else [s for s in kept if rule._always(s)]
+            return kept if any(rule._always(s) for s in spans) else [s for s in kept if rule._always(s)]
         from proxy.guardrails.detectors.embeddings import embed
 
         cues = rule.personal_cues(piece)
@@ -630,7 +624,6 @@ class PiiDetector:
         for group in person_groups([piece[s.start:s.end] for s in persons]):
             private = bool(p[group].mean() >= self.person_head.threshold)
             judged.update({id(persons[i]): private for i in group})
-        judged.update({id(s): True for s in slotted})
         personal = any(judged.values()) or any(rule._always(s) for s in spans)
         return [s for s in spans if rule._always(s) or judged.get(id(s), personal)]
 
