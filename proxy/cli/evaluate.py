@@ -66,8 +66,9 @@ def add_guardrails_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--policy", choices=["safety", "compliance"], default="safety",
                       help="policy --dataset evaluates: safety (refuse) or compliance (escalate); default safety")
     data.add_argument("--only", choices=["utility"],
-                      help="utility: only the ordinary prompts (alpaca_seed + TruthfulQA non-regulated "
-                           "categories): the share that reaches the model unchanged, masked, escalated, refused")
+                      help="utility: only the ordinary prompts (alpaca seed tasks without personal data + TruthfulQA "
+                           "questions the regulated labels call ordinary): the share that reaches the model "
+                           "unchanged, masked, escalated, refused")
     data.add_argument("--sealed", action="store_true",
                       help="measure on the sealed part of the development split instead of the tuning part "
                            "(proxy/evaluation/split.py): aggregates with Wilson intervals only, never a row; "

@@ -1,8 +1,8 @@
 """The false-intervention side: what the guardrails do to ordinary prompts (issue 10, item 6).
 
 Pure functions (no I/O). *Ordinary prompts* are the items that no policy should act on and that
-carry no personal data: everyday instructions (``alpaca_seed``) and general questions
-(``truthfulqa`` outside :data:`~proxy.evaluation.data.REGULATED_CATEGORIES`), see
+carry no personal data: everyday instructions (``alpaca_seed`` subset ``benign``) and general
+questions (``truthfulqa`` subset ``general``: ordinary by the regulated labels), see
 :func:`is_ordinary`. For each source, :func:`utility_section` gives the share of prompts whose
 decisive action was ``allow`` (**unchanged**: the model receives the prompt as written — the
 "utility" row), ``mask``, ``escalate``, ``refuse`` (and ``summarize`` via a proxy), each a
