@@ -345,6 +345,10 @@ class ReviewConfig(_Strict):
     """
 
     sample_rate: float = Field(0.02, ge=0.0, le=1.0)
+    #: An admin may resolve a Compliance escalation of their own request (separation of duties: off,
+    #: another admin resolves it; 403 ``own_escalation``). Review items are never reviewed or resolved
+    #: by the actor whose request created them (403 ``own_request``).
+    allow_self_resolution: bool = False
 
 
 class ObservabilityConfig(_Strict):

@@ -177,7 +177,7 @@ class Gateway:
         #: Chat requests between admission and their answer (a stream: until it opens), on the loop.
         self.in_progress = 0
         #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
-        self.escalations = Escalations(ledger.store, self.sink, metrics)
+        self.escalations = Escalations(ledger.store, self.sink, metrics, config.review.allow_self_resolution)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
         #: model_apology)`` (e.g. the adjudication queue, proxy.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
