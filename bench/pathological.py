@@ -118,9 +118,10 @@ def http_target(url: str, key: str, model: str):
 
 
 @contextlib.contextmanager
-def served_proxy(lane: bool):
-    """A real proxy (``python -m proxy serve``) on a free port over the stub provider: yields its base URL
-    and client key. The tests' launcher and stub (tests/support) do the starting; stopped on exit."""
+def served_proxy(lane: bool, limits: dict | None = None):
+    """A real proxy (``python -m proxy serve``) on a free port over the stub provider: yields its base URL,
+    client key and process id. ``limits``: ``server.limits`` settings over the defaults here. The tests'
+    launcher and stub (tests/support) do the starting; stopped on exit."""
     from tests.support.proxy import CLIENT_KEY, spawn_proxy, stop_proxy, wait_until_up, write_config
     from tests.support.redis_server import free_port
     from tests.support.stub_upstream import StubUpstream
@@ -129,13 +130,14 @@ def served_proxy(lane: bool):
     with tempfile.TemporaryDirectory(prefix="sonate-bench-") as tmp:
         directory, port = Path(tmp), free_port()
         ledger = f"sqlite:///{directory / 'ledger.db'}"
-        limits = {"requests_per_second": 0, "max_concurrent_per_key": 0, **({} if lane else {"large_input_threads": 0})}
+        limits = {"requests_per_second": 0, "max_concurrent_per_key": 0,
+                  **({} if lane else {"large_input_threads": 0}), **(limits or {})}
         server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 1 << 20, "limits": limits}
         config = write_config(directory, stub.url, ledger, port, overrides={"server": server})
         proxy = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
                               "/readyz", timeout=300)
         try:
-            yield proxy.url, CLIENT_KEY
+            yield proxy.url, CLIENT_KEY, proxy.process.pid
         finally:
             stop_proxy(proxy)
             stub.stop()
@@ -220,7 +222,7 @@ def main() -> int:
     if args.url and not args.key:
         parser.error("--url needs --key")
     if args.serve:
-        with served_proxy(lane=not args.no_lane) as (url, key):
+        with served_proxy(lane=not args.no_lane) as (url, key, _pid):
             print(f"target: a proxy started here at {url} (model stub; large-input lane "
                   f"{'off' if args.no_lane else 'on'})")
             run(http_target(url, key, "stub"), args.repeat, args.idle, args.attackers)

@@ -36,6 +36,7 @@ from proxy.guardrails.decisions import (
     worst_scores,
 )
 from proxy.guardrails.detector import ApologyCheck, Detector
+from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.messages import (
     TextPiece,
@@ -72,6 +73,12 @@ TokenCounter = Callable[[str, list[Message]], int]
 #: one policy after the other, so a large prompt never takes more than its lane's thread (issue 9
 #: "Bounded work per request").
 PARALLEL_MAX_CHARS = 8000
+#: ... and at most this many text pieces (a detector's cost is mostly per piece: issue 36).
+PARALLEL_MAX_PIECES = 200
+#: Texts a detector is given at once; :func:`~proxy.guardrails.detectors.patterns.pause_point` between
+#: such groups, so a screen of many short texts (a passed-through list of numbers, a schema ``enum``)
+#: gives way to short requests and is abandoned when it timed out, like one long text (issue 36).
+DETECT_GROUP = 32
 #: Side threads for Safety and Compliance (a judgement that cannot start at once runs in the caller).
 SIDE_THREADS = 4
 
@@ -80,6 +87,19 @@ SIDE_THREADS = 4
 def _side_pool() -> ThreadPoolExecutor:
     """The process's side threads (created on the first parallel screen)."""
     return ThreadPoolExecutor(SIDE_THREADS, thread_name_prefix="guardrails-side")
+
+
+def _pausing_with(hook: Callable[[], None] | None, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under the pause ``hook`` of the thread that submits it (a side thread's share of a
+    screen pauses, and is abandoned, with the screen)."""
+    if hook is None:
+        return fn
+
+    def paused(*args: Any) -> Any:
+        with patterns.pausing(hook):
+            return fn(*args)
+
+    return paused
 
 
 class _Judgement(NamedTuple):
@@ -159,8 +179,17 @@ class GuardrailEngine:
         return [p for p in self.policies if p.kind == kind and stage in p.stages]
 
     def detect(self, policy: Policy, texts: list[str]) -> list[Any]:
-        """The results of ``policy``'s detector for ``texts`` (cached per policy and text)."""
-        return self.cache.map(policy.id, texts, self.detectors[policy.id].detect)
+        """The results of ``policy``'s detector for ``texts`` (cached per policy and text), computed
+        :data:`DETECT_GROUP` texts at a time with a pause point between groups (each text's result
+        does not depend on the others)."""
+        if len(texts) <= DETECT_GROUP:
+            return self.cache.map(policy.id, texts, self.detectors[policy.id].detect)
+        results: list[Any] = []
+        for start in range(0, len(texts), DETECT_GROUP):
+            if start:
+                patterns.pause_point()
+            results += self.cache.map(policy.id, texts[start:start + DETECT_GROUP], self.detectors[policy.id].detect)
+        return results
 
     # ---- input -----------------------------------------------------------------------------
 
@@ -229,7 +258,7 @@ class GuardrailEngine:
         pieces = self._pieces(messages, definitions)
         scan: _PrivacyScan | None = None
         if side_by_side and self._parallel(pieces):  # Privacy here while Safety and Compliance run in a side thread
-            side = _side_pool().submit(self._judge_input, messages, definitions)
+            side = _side_pool().submit(_pausing_with(patterns.pause_hook(), self._judge_input), messages, definitions)
             scan = self._privacy_scan(pieces)
             judged = self._judge_input(messages, definitions) if side.cancel() else side.result()
         else:
@@ -270,6 +299,12 @@ class GuardrailEngine:
                                         if tool_texts else [])
         return _Judgement(route, settled, withheld, refusals, message_refusals)
 
+    def count_pieces(self, messages: list[Message], definitions: dict[str, Any] | None = None) -> int:
+        """How many texts :meth:`screen_input` has Privacy read one by one for these inputs (each
+        piece of :func:`~proxy.guardrails.messages.definition_pieces` and
+        :func:`~proxy.guardrails.messages.text_pieces`); no detector runs."""
+        return len(self._pieces(messages, definitions))
+
     @staticmethod
     def _pieces(messages: list[Message], definitions: dict[str, Any] | None) -> list[tuple[int | None, TextPiece]]:
         """Every text piece Privacy reads: ``(None, piece)`` for the definitions first, then
@@ -284,7 +319,7 @@ class GuardrailEngine:
             return False
         if not (self._policies("safety", "input") or self._policies("compliance", "input")):
             return False
-        return sum(len(p.text) for _, p in pieces) <= PARALLEL_MAX_CHARS
+        return len(pieces) <= PARALLEL_MAX_PIECES and sum(len(p.text) for _, p in pieces) <= PARALLEL_MAX_CHARS
 
     def _privacy_scan(self, pieces: list[tuple[int | None, TextPiece]]) -> _PrivacyScan:
         """The first input Privacy policy's spans of ``pieces``; a detector error is kept, raised only

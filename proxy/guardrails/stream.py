@@ -20,8 +20,14 @@ How it works (docs/operations.md "Streams"):
 - **Privacy restore** across chunk boundaries: text that may be the start of a placeholder
   (``<PER`` waiting for ``SON_1>``) is never released until the placeholder is complete, so
   :meth:`proxy.guardrails.detectors.pii.PiiMasker.restore` always sees whole placeholders.
-- **Privacy on output** (a privacy policy with the output stage): text is released only once its
-  window was screened and masked (the hold is then the window).
+- **Privacy on output** (a privacy policy with the output stage): text is released only once it
+  was screened and masked (:class:`OutputMask`; the hold is then the window). Privacy's windows
+  overlap too: each closed window is analysed from up to :data:`OVERLAP_CHARS` of already
+  released text (context) to the window's end, and what is released stops before the last
+  :data:`MAX_IDENTIFIER_CHARS` (the longest direct identifier written with separators), moved back
+  to a white space and before any span that crosses it, so an identifier cut by a window edge is
+  analysed whole with the next window and masked whole. One masker serves the whole answer: the
+  same value gets the same placeholder in every window, different values different ones.
 - **Stop.** After :meth:`StreamScanner.stop` nothing more is released: the held-back text never
   leaves.
 """
@@ -29,7 +35,7 @@ How it works (docs/operations.md "Streams"):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from proxy.guardrails.decisions import Decision, privacy_decision, safety_decision, worst_scores
@@ -45,6 +51,14 @@ MAX_WINDOW_CHARS = 400
 OVERLAP_CHARS = 120
 #: The longest placeholder held back whole (``<US_DRIVER_LICENSE_12>`` is 22).
 MAX_PLACEHOLDER_CHARS = 48
+#: Privacy on output keeps this many characters of a window back for the next one: the longest
+#: direct identifier (policies/privacy.yaml ``context.always``) written with white space in it, an
+#: IBAN of 34 characters in groups of four (42), with room for wider separators. Identifiers without
+#: white space (e-mail, IP addresses, licence numbers) are never cut: the cut is at a white space.
+MAX_IDENTIFIER_CHARS = 64
+#: A stream with no white space for this long is cut anyway (at :data:`MAX_IDENTIFIER_CHARS` from its end).
+MAX_UNBROKEN_CHARS = 2 * MAX_WINDOW_CHARS
+_SPACE = re.compile(r"\s")
 
 _SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*\s|\n")
 _PARTIAL_PLACEHOLDER = re.compile(r"<[A-Z0-9_]*\Z")
@@ -205,23 +219,65 @@ def screen_window(engine: Any, text: str) -> Decision | None:
     return None
 
 
+def privacy_cut(raw: str, done: int, end: int, spans: Iterable[Any]) -> int:
+    """Where the masked release of ``raw[done:end]`` stops while the answer goes on: at most
+    :data:`MAX_IDENTIFIER_CHARS` before ``end``, just after a white space (no word is cut; after
+    :data:`MAX_UNBROKEN_CHARS` without one, anyway), and before any of ``spans`` (offsets in ``raw``)
+    that crosses it. ``done`` when nothing can be released yet."""
+    limit = end - MAX_IDENTIFIER_CHARS
+    if limit <= done:
+        return done
+    spaces = [m.end() for m in _SPACE.finditer(raw, done, limit)]
+    cut = spaces[-1] if spaces else (placeholder_safe(raw, limit) if limit - done >= MAX_UNBROKEN_CHARS else done)
+    for span in sorted(spans, key=lambda s: s.start, reverse=True):
+        if span.start < cut < span.end:
+            cut = span.start
+    return max(done, cut)
+
+
 @dataclass
 class OutputMask:
-    """Privacy on output for one stream: masks each window's new text with one masker (the
-    placeholders are numbered across the whole answer) and keeps the spans per window for the
-    decision (offsets are per window: ``piece`` = window number)."""
+    """Privacy on output for one stream (module docstring): :meth:`advance` masks the answer up to
+    a window's end with one masker (placeholders numbered across the whole answer) and keeps the
+    spans of each released part for the decision (offsets per part: ``piece`` = part number)."""
 
     masker: PiiMasker = field(default_factory=PiiMasker)
     spans: dict[str, list[list[Any]]] = field(default_factory=dict)
+    #: Characters of the answer masked and released so far.
+    done: int = 0
 
-    def mask(self, engine: Any, text: str) -> str:
-        """``text`` with the PII every output privacy policy finds replaced by placeholders."""
+    def advance(self, engine: Any, raw: str, end: int, final: bool = False) -> str:
+        """The masked text of ``raw[done:cut]``, the part of the answer up to ``end`` (a closed
+        window's end) that may leave now (:func:`privacy_cut`; ``final``: the answer ended, all of it).
+
+        Analysed: ``raw[context:end]``, ``context`` up to :data:`OVERLAP_CHARS` of released text
+        before ``done`` (from a white space), for the words around an identifier. Every output
+        privacy policy's spans, overlaps resolved; a span that starts in released text (longer than
+        the held tail) is masked from ``done`` on.
+        """
+        from proxy.guardrails.detectors.pii import resolve_overlaps
+
+        context = self.done - OVERLAP_CHARS
+        context = 0 if context <= 0 else (raw.find(" ", context, self.done) + 1 or self.done)
+        text = raw[context:end]
+        found: dict[str, list[Any]] = {}
         for policy in _output_policies(engine.policies, "privacy"):
-            (found,) = engine.detect(policy, [text]) if text.strip() else ([],)
-            self.spans.setdefault(policy.id, []).append(list(found))
-            if found:
-                text = self.masker.mask(text, found)
-        return text
+            (spans,) = engine.detect(policy, [text]) if text.strip() else ([],)
+            found[policy.id] = [replace(s, start=s.start + context, end=s.end + context) for s in spans]
+        every = resolve_overlaps(s for spans in found.values() for s in spans)
+        cut = end if final else privacy_cut(raw, self.done, end, every)
+        if cut <= self.done:
+            return ""
+        start = self.done
+
+        def part(spans: list[Any]) -> list[Any]:  # inside [start, cut), relative to start
+            return [replace(s, start=max(s.start, start) - start, end=s.end - start)
+                    for s in spans if s.end > start and s.start < cut and s.end <= cut]
+
+        for policy_id, spans in found.items():
+            self.spans.setdefault(policy_id, []).append(part(spans))
+        self.done = cut
+        return self.masker.mask(raw[start:cut], part(every))
 
     def decisions(self, engine: Any) -> list[Decision]:
         """One mask decision per output privacy policy that found anything."""

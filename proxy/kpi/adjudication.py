@@ -134,6 +134,7 @@ def new_item(receipts: list[dict[str, Any]], *, messages: list[dict[str, Any]], 
         "reasons": reasons,
         "apology_source": "guardrail" if refused else ("model" if model_apology else None),
         "request_id": request_id,
+        "actor": final.get("actor"),  # whose request it was: that actor may not review it (record_pass)
         "receipt_id": final["receipt_id"],
         "receipt_ids": [r["receipt_id"] for r in receipts],
         "ts": final["ts"],
@@ -217,6 +218,12 @@ def assigned(item: dict[str, Any], reviewer: str) -> bool:
     return item.get("status") in OPEN_STATUSES or any(p.get("reviewer") == reviewer for p in passes.values())
 
 
+def own_request(item: dict[str, Any], actor: str) -> bool:
+    """True when ``item`` was created by a request of ``actor`` (separation of duties: nobody reviews
+    or resolves their own request's item)."""
+    return bool(item.get("actor")) and item.get("actor") == actor
+
+
 def record_pass(item: dict[str, Any], *, reviewer: str, verdict: Verdict, ts: str,
                 requested_pass: str | None = None, nonce: str | None = None) -> tuple[dict[str, Any], str]:
     """Record a reviewer's pass; returns ``(new item, pass name)`` (the input is not modified).
@@ -227,11 +234,15 @@ def record_pass(item: dict[str, Any], *, reviewer: str, verdict: Verdict, ts: st
     The pass is ``requested_pass`` or the first free one of A, B. After the second pass the item
     is ``agreed`` (same outcome label) with ``final`` set, or ``disputed``. Raises
     :class:`AdjudicationError` 409 when the item is not open, the pass is taken, or the reviewer
-    already gave the other pass (blind two-pass: two different people), 400 for a bad pass name.
+    already gave the other pass (blind two-pass: two different people), 403 when the item was
+    created by the reviewer's own request (:func:`own_request`), 400 for a bad pass name.
     """
     if item["status"] not in OPEN_STATUSES:
         raise AdjudicationError(409, "not_open", f"Item '{item['id']}' is {item['status']}: no pass is open.")
     passes = dict(item.get("passes") or {})
+    if own_request(item, reviewer):
+        raise AdjudicationError(403, "own_request", f"Item '{item['id']}' was created by your own request; "
+                                                    "another reviewer must review it.")
     if any(p.get("reviewer") == reviewer for p in passes.values()):
         raise AdjudicationError(409, "second_pass_by_same_reviewer",
                                 f"You already gave a pass on item '{item['id']}'; the other pass needs another reviewer.")
@@ -262,11 +273,15 @@ def resolve(item: dict[str, Any], *, lead: str, verdict: Verdict, ts: str) -> di
     """The lead's tie-break of a disputed item; returns the new item with ``final`` set.
 
     Raises :class:`AdjudicationError` 409 unless the item is ``disputed``, or when the lead
-    gave one of its passes (the tie-break is a third person).
+    gave one of its passes (the tie-break is a third person); 403 when the item was created by the
+    lead's own request.
     """
     if item["status"] != "disputed":
         raise AdjudicationError(409, "not_disputed",
                                 f"Item '{item['id']}' is {item['status']}: only disputed items are resolved by a lead.")
+    if own_request(item, lead):
+        raise AdjudicationError(403, "own_request", f"Item '{item['id']}' was created by your own request; "
+                                                    "another lead must resolve it.")
     if any(p.get("reviewer") == lead for p in (item.get("passes") or {}).values()):
         raise AdjudicationError(409, "lead_was_reviewer",
                                 f"You gave a pass on item '{item['id']}'; the tie-break needs a third person.")

@@ -32,6 +32,7 @@ from proxy.kpi.adjudication import (
     agreement_by_domain,
     assigned,
     new_item,
+    own_request,
     record_pass,
     resolve,
     reveal,
@@ -103,7 +104,8 @@ class Adjudications:
         for _ in range(_MAX_SCANS):
             page, cursor = await self.queue.page(statuses, after=cursor, limit=limit)
             for n, item in enumerate(page):
-                passed = any(p.get("reviewer") == caller.actor for p in item.get("passes", {}).values())
+                passed = any(p.get("reviewer") == caller.actor for p in item.get("passes", {}).values()) \
+                    or own_request(item, caller.actor)  # not theirs to review
                 if (status != "todo" or not passed) and (reason is None or reason in item.get("reasons", [])):
                     out.append(reviewer_view(item, caller.actor, lead=status != "todo"))
                 if len(out) == limit:
@@ -161,7 +163,7 @@ class Adjudications:
                 new, name = record_pass(item, reviewer=caller.actor, verdict=verdict, ts=utc_timestamp(),
                                         requested_pass=requested_pass)
             except AdjudicationError as exc:
-                raise GatewayError(exc.status, exc.message, code=exc.code) from None
+                raise _refused(exc) from None
             commitment: dict[str, Any] = {"verdict_commitment": new["passes"][name]["commitment"]}
             if len(new["passes"]) == len(PASSES):  # the second pass: blindness is over, open both
                 commitment["reveal"] = reveal(new)
@@ -181,7 +183,7 @@ class Adjudications:
         try:
             new = resolve(item, lead=caller.actor, verdict=verdict, ts=utc_timestamp())
         except AdjudicationError as exc:
-            raise GatewayError(exc.status, exc.message, code=exc.code) from None
+            raise _refused(exc) from None
         receipt_id = await self._decide(item, new, caller, raw, stage="lead", evidence={})
         if receipt_id is None:
             raise GatewayError(409, f"Item '{item_id}' was resolved concurrently.", code="conflict")
@@ -228,6 +230,12 @@ class Adjudications:
         if not expected:
             return "none"
         return expected if expected in self.policy_ids else "other"
+
+
+def _refused(exc: AdjudicationError) -> GatewayError:
+    """The API error of a refused review step (a 403 is a ``permission_error``)."""
+    return GatewayError(exc.status, exc.message, "permission_error" if exc.status == 403 else "invalid_request_error",
+                        exc.code)
 
 
 def _receipt(item: dict[str, Any], caller: Caller, raw: dict[str, Any], stage: str, evidence: dict[str, Any],

@@ -40,11 +40,14 @@ class Escalations:
     """The escalation queue of ``store``; receipts go through ``sink``; counts in ``metrics``
     (``sonate_escalations_pending``)."""
 
-    def __init__(self, store: LedgerStore, sink: ReceiptSink, metrics: Metrics) -> None:
-        """Bind the store, sink and metrics. No I/O."""
+    def __init__(self, store: LedgerStore, sink: ReceiptSink, metrics: Metrics,
+                 allow_self_resolution: bool = False) -> None:
+        """Bind the store, sink and metrics. No I/O. ``allow_self_resolution``: an admin may resolve
+        an escalation of their own request (``review.allow_self_resolution``; default: refused)."""
         self.queue = DecisionQueue(QUEUE, store, sink, metrics)
         self.store = store
         self.metrics = metrics
+        self.allow_self_resolution = allow_self_resolution
 
     async def open(self, case_id: str, *, request_id: str, caller: Caller, model: str, domain: str,
                    receipt_id: str, messages: list[dict[str, Any]]) -> None:
@@ -88,11 +91,15 @@ class Escalations:
 
         The receipt names the compliance policy that escalated (``policy_id`` of the escalation
         receipt). Raises GatewayError 404 (unknown case), 409 (already or concurrently
-        resolved), 503 (store or ledger unavailable; the case stays pending).
+        resolved), 403 ``own_escalation`` (the case was opened by the reviewer's own request and
+        ``allow_self_resolution`` is off), 503 (store or ledger unavailable; the case stays pending).
         """
         case = await self.get(case_id)
         if case["status"] != "pending":
             raise GatewayError(409, f"Escalation '{case_id}' is already {case['status']}.", code="conflict")
+        if case.get("actor") == reviewer.actor and not self.allow_self_resolution:
+            raise GatewayError(403, f"Escalation '{case_id}' was opened by your own request; another admin must "
+                                    "resolve it (review.allow_self_resolution).", "permission_error", "own_escalation")
         resolved = {**case, "status": "resolved", "resolution": {
             "decision": decision, "note": note, "reviewer": reviewer.actor, "ts": utc_timestamp()}}
         receipt = await self._receipt(case, resolved, reviewer, raw)

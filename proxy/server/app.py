@@ -124,10 +124,11 @@ async def build_services(config: Config) -> Services:
     await warm_up_upstream(upstream)
     limits = config.server.limits
     large = _large_lane(limits.large_input_threads, engine, limits.large_input_nice)
+    metrics = Metrics()
     lanes = ScreenLanes(executor, config.server.detector_threads + limits.max_queued_screens, large,
                         limits.large_input_threads + limits.max_queued_large_screens, limits.large_input_chars,
-                        max_chars=limits.max_screen_chars, timeout=limits.screen_timeout_seconds)
-    metrics = Metrics()
+                        max_chars=limits.max_screen_chars, timeout=limits.screen_timeout_seconds,
+                        large_pieces=limits.large_input_pieces, on_change=metrics.lane_changed)
     runtime = PolicyRuntime(config, builder, snapshot, metrics)
     ledger = Ledger(store, signer, signer_source=keyring.current)
     gateway = Gateway(config, runtime, upstream, ledger, metrics, executor,

@@ -32,6 +32,7 @@ from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt
 from proxy.server import tracing
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
+from proxy.server.limits import ScreenSize, too_many_pieces
 from proxy.server.pipeline import ALLOW_POLICY_ID, Gateway
 from proxy.server.upstream import UpstreamError, UpstreamResult
 from proxy.server.wire import EmbeddingRequest, embedding_body, error_body, free_text_path
@@ -174,10 +175,16 @@ class Embeddings:
         tracing.start_operation("embeddings", req.model, x.provider, request_id=x.request_id, actor=x.caller.actor)
         t = time.perf_counter()
         params = req.upstream_params()
+        screened = _screened(params)
+        leaves = [text for _, text in _leaves(screened, "")]  # what the screen reads besides the inputs
+        size = ScreenSize(sum(map(len, x.texts)) + sum(map(len, leaves)), len(x.texts) + len(leaves))
+        max_pieces = g.config.server.limits.max_screen_pieces
+        if max_pieces and size.pieces > max_pieces:
+            raise too_many_pieces(size.pieces, max_pieces)
         with tracing.span("guardrails.input") as traced:
             screen = x.screen = await g.lanes.run(screen_embedding_inputs, g.engine, x.texts,
-                                                  g.config.server.embeddings_safety, _screened(params),
-                                                  chars=sum(map(len, x.texts)))
+                                                  g.config.server.embeddings_safety, screened,
+                                                  chars=size.chars, pieces=size.pieces)
             tracing.record_screen(traced, screen.action, screen.triggers)
         g.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
         if screen.action == "refuse":

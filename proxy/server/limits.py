@@ -8,7 +8,9 @@
 - :class:`KeyLimiter`: one bucket and one concurrency count per caller actor; over either limit
   → :func:`rate_limited` (HTTP 429, OpenAI's ``rate_limit_exceeded`` error, ``Retry-After``).
 - :class:`ScreenLanes`: the guardrail thread pools. Requests whose client-written text totals
-  at least ``large_input_chars`` characters run in their own small pool (the "large lane"), so
+  at least ``large_input_chars`` characters, or holds at least ``large_input_pieces`` texts
+  (:func:`screen_size`: each JSON string, key and number is one, and a detector's cost is mostly
+  per text), run in their own small pool (the "large lane"), so
   large inputs never occupy the threads short requests need (and run at a lower OS priority,
   :func:`lower_thread_priority`, so short requests get the CPUs first); each lane admits at most its
   threads plus a bounded queue, beyond which a screen is refused with :func:`overloaded` (503,
@@ -22,7 +24,8 @@
   (timed out) is abandoned there (:class:`ScreenAbandoned`) instead of running to its end. After
   each large-lane screen the allocator hands freed heap back to the OS (:func:`trim_heap`): a
   150 KB prompt's parse otherwise stays in the process's RSS.
-- :func:`check_messages`: the per-request bounds on message count and characters per message (413).
+- :func:`check_messages`: the per-request bounds on message count and characters per message (413);
+  :func:`too_many_pieces`: the bound on the number of texts one request has screened (413).
 
 Clocks are injected (``clock``: a monotonic seconds function) so the arithmetic is testable.
 Everything here runs on the event loop (no locks): admission is decided before any ``await``.
@@ -34,6 +37,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
+import json
 import math
 import os
 import sys
@@ -42,14 +46,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.guardrails.detectors.patterns import pausing
 from proxy.server.errors import GatewayError
 
-__all__ = ["KeyLimiter", "Lease", "ScreenAbandoned", "ScreenLanes", "TokenBucket", "check_messages", "overloaded",
-           "pin_mmap_threshold", "rate_limited", "screen_timed_out", "text_chars", "too_large_to_screen",
-           "trim_heap"]
+__all__ = ["KeyLimiter", "Lease", "ScreenAbandoned", "ScreenLanes", "ScreenSize", "TokenBucket", "check_messages",
+           "overloaded", "pin_mmap_threshold", "rate_limited", "screen_size", "screen_timed_out", "text_chars",
+           "too_large_to_screen", "too_many_pieces", "trim_heap"]
 
 
 def _retry_after(seconds: float) -> str:
@@ -72,6 +76,19 @@ def too_large_to_screen(chars: int, limit: int) -> GatewayError:
     request"). Counted as ``sonate_requests_total{result="client_error"}``."""
     return GatewayError(413, f"The messages hold {chars} characters of text; the guardrails screen at most {limit} "
                              f"per request (server.limits.max_screen_chars). Send less text per request.",
+                        "invalid_request_error", "input_too_large")
+
+
+def too_many_pieces(pieces: int, limit: int) -> GatewayError:
+    """HTTP 413 (type ``invalid_request_error``, code ``input_too_large``): the request holds ``pieces``
+    separately screened texts (every string, object key and number the guardrails read: message
+    texts, tool-call arguments' keys and values, tool schemas, passed-through fields), more than
+    ``limit`` (``server.limits.max_screen_pieces``). Refused before any detector runs, never forwarded
+    unscreened (issue 36 "Bounded work counts everything screened"); counted as
+    ``sonate_requests_total{result="client_error"}``."""
+    return GatewayError(413, f"The request holds {pieces} separately screened texts (strings, object keys and "
+                             f"numbers); the guardrails screen at most {limit} per request "
+                             f"(server.limits.max_screen_pieces). Send fewer values per request.",
                         "invalid_request_error", "input_too_large")
 
 
@@ -215,14 +232,61 @@ class KeyLimiter:
 
 
 def text_chars(value: Any) -> int:
-    """Total length in characters of every string (keys included) in a JSON-like ``value``."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, dict):
-        return sum(len(str(k)) + text_chars(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return sum(text_chars(v) for v in value)
-    return 0
+    """Total length in characters of every string (keys included) and of every number's JSON text in a
+    JSON-like ``value`` (the guardrails screen each number as a text: issue 36)."""
+    return screen_size(value).chars
+
+
+class ScreenSize(NamedTuple):
+    """What a screen will read: ``chars`` characters in ``pieces`` texts (:func:`screen_size`)."""
+
+    chars: int
+    pieces: int
+
+    def __add__(self, other: "ScreenSize") -> "ScreenSize":  # type: ignore[override]
+        return ScreenSize(self.chars + other.chars, self.pieces + other.pieces)
+
+
+def _number_chars(value: int | float) -> int:
+    """Characters of a number's JSON text, as the guardrails read it (``json.dumps``); a huge integer
+    is counted by its digits without converting it (CPython limits int → str conversion)."""
+    if isinstance(value, int) and abs(value) >= 10**18:
+        return math.ceil(value.bit_length() * math.log10(2)) + 1
+    return len(json.dumps(value))
+
+
+def screen_size(value: Any) -> ScreenSize:
+    """The size of a JSON-like ``value`` as the guardrails read it, in one pass without copying:
+    characters of every string, key and number, and the number of texts among them (each non-empty
+    string, each key, each number; a string that is itself a JSON object or array, such as tool-call
+    ``arguments``, counts the characters and texts inside it). The text count bounds what Privacy analyses one by one
+    (schema keywords and other structure included, so it is an upper bound on the screen's pieces:
+    :meth:`proxy.guardrails.engine.GuardrailEngine.count_pieces` is exact). Booleans and null are
+    not text."""
+    chars = pieces = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if item[:1] in ("{", "[") and item[-1:] in ("}", "]"):
+                try:
+                    stack.append(json.loads(item))
+                    continue
+                except (ValueError, RecursionError):
+                    pass
+            chars += len(item)
+            pieces += bool(item)
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                chars += len(str(key))
+                pieces += 1
+                stack.append(inner)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            chars += _number_chars(item)
+            pieces += 1
+    return ScreenSize(chars, pieces)
 
 
 @functools.lru_cache(maxsize=1)
@@ -298,8 +362,9 @@ class _Lane:
 
 
 class ScreenLanes:
-    """Where guardrail work runs: the ``small`` pool, or the ``large`` one for texts of at least
-    ``large_chars`` characters (``large=None``: one lane).
+    """Where guardrail work runs: the ``small`` pool, or the ``large`` one for work on at least
+    ``large_chars`` characters or at least ``large_pieces`` texts (``large=None``: one lane; 0: that
+    measure never makes work large).
 
     A lane admits ``small_slots`` / ``large_slots`` screens at once (its threads plus its queue);
     :meth:`run` with ``admit=True`` raises :func:`overloaded` beyond that, with ``admit=False``
@@ -308,15 +373,21 @@ class ScreenLanes:
     screen still running after ``timeout`` seconds (0: no budget) with :func:`screen_timed_out`.
     At a detector's pause point (module docstring) a large-lane screen waits up to
     ``yield_seconds`` (0: never) while small-lane screens run, and a timed-out screen stops.
+    ``on_change(lane name, +1 | -1)`` is called when a lane takes a screen and when it gives its slot
+    back (metrics); :meth:`busy` tells how many screens a lane holds (running or queued, a timed-out
+    one until its thread stops).
     """
 
     def __init__(self, small: Executor | None, small_slots: int, large: Executor | None = None,
                  large_slots: int = 1, large_chars: int = 0, max_chars: int = 0, timeout: float = 0.0,
-                 yield_seconds: float = 0.2) -> None:
+                 yield_seconds: float = 0.2, large_pieces: int = 0,
+                 on_change: Callable[[str, int], None] | None = None) -> None:
         """No I/O; the executors belong to the caller (it shuts them down)."""
         self.small = _Lane("small", small, small_slots)
         self.large = _Lane("large", large, large_slots) if large is not None else None
         self.large_chars = large_chars
+        self.large_pieces = large_pieces
+        self.on_change = on_change
         self.max_chars = max_chars
         self.timeout = timeout
         self.yield_seconds = yield_seconds
@@ -324,24 +395,33 @@ class ScreenLanes:
         self.small_idle = threading.Event()
         self.small_idle.set()
 
-    def lane(self, chars: int) -> _Lane:
-        """The lane for work on ``chars`` characters of text."""
-        if self.large is not None and self.large_chars and chars >= self.large_chars:
+    def lane(self, chars: int, pieces: int = 0) -> _Lane:
+        """The lane for work on ``chars`` characters of text in ``pieces`` texts."""
+        if self.large is not None and ((self.large_chars and chars >= self.large_chars)
+                                       or (self.large_pieces and pieces >= self.large_pieces)):
             return self.large
         return self.small
 
-    async def run(self, fn: Callable[..., Any], *args: Any, chars: int, admit: bool = True) -> Any:
-        """``fn(*args)`` in the lane for ``chars`` characters. With ``admit``: GatewayError 413 over the
+    def busy(self, name: str) -> int:
+        """Screens the lane ``name`` (``small`` / ``large``) holds now; 0 for a lane that does not exist."""
+        lane = self.small if name == "small" else self.large
+        return lane.busy if lane is not None else 0
+
+    async def run(self, fn: Callable[..., Any], *args: Any, chars: int, pieces: int = 0, admit: bool = True) -> Any:
+        """``fn(*args)`` in the lane for ``chars`` characters in ``pieces`` texts (:meth:`lane`). With
+        ``admit``: GatewayError 413 over the
         ``max_chars`` budget, 503 when the lane is full (no unbounded queue behind busy detector threads),
         503 ``guardrail_timeout`` after ``timeout`` seconds. The lane slot is held until ``fn`` returns or
         raises, also when the caller stopped waiting (a timed-out screen occupies its thread until its
         next pause point)."""
         if admit and self.max_chars and chars > self.max_chars:
             raise too_large_to_screen(chars, self.max_chars)
-        lane = self.lane(chars)
+        lane = self.lane(chars, pieces)
         if admit and lane.busy >= lane.slots:
             raise overloaded(f"The guardrail detectors are saturated ({lane.name} inputs).")
         lane.busy += 1
+        if self.on_change is not None:
+            self.on_change(lane.name, 1)
         if lane is self.small:
             self.small_idle.clear()
         abandoned = threading.Event()
@@ -376,6 +456,8 @@ class ScreenLanes:
 
     def _release(self, lane: _Lane) -> None:
         lane.busy -= 1
+        if self.on_change is not None:
+            self.on_change(lane.name, -1)
         if lane is self.small and not lane.busy:
             self.small_idle.set()
 

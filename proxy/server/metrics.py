@@ -92,6 +92,13 @@ class Metrics:
         self.guardrail_duration = Histogram(
             "sonate_guardrail_duration_seconds", "Time in guardrail evaluation per stage.",
             ["stage"], buckets=LATENCY_BUCKETS, registry=r)
+        self.guardrail_screens = Counter(
+            "sonate_guardrail_screens", "Guardrail screens admitted to a thread lane (lane=small|large: "
+            "work of at least server.limits.large_input_chars characters or large_input_pieces texts).",
+            ["lane"], registry=r)
+        self.guardrail_lane_busy = Gauge(
+            "sonate_guardrail_lane_busy", "Screens a guardrail lane holds now, running or queued (a timed-out "
+            "screen until its thread stops at a pause point).", ["lane"], multiprocess_mode="livesum", registry=r)
         self.ledger_append_duration = Histogram(
             "sonate_ledger_append_duration_seconds", "Time to durably append one request's receipts.",
             buckets=LATENCY_BUCKETS, registry=r)
@@ -166,6 +173,13 @@ class Metrics:
             "sonate_ledger_checkpoint_tree_size", "Tree size (receipts) of the latest checkpoint this "
             "process (the largest over workers) published; compare with the ledger height to see checkpoint lag.",
             multiprocess_mode="max", registry=r)
+
+    def lane_changed(self, lane: str, delta: int) -> None:
+        """A guardrail lane took (``delta`` 1) or gave back (-1) a screen
+        (:class:`proxy.server.limits.ScreenLanes` ``on_change``)."""
+        if delta > 0:
+            self.guardrail_screens.labels(lane).inc()
+        self.guardrail_lane_busy.labels(lane).inc(delta)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every series: this process's, or, in multiprocess mode

@@ -2,7 +2,9 @@
 
 ``sonate_requests_total{route, result}``: ``result`` is ``ok``, ``client_error``, or the
 :attr:`GatewayError.result` of the failure (auth_error, upstream_error, ledger_error, rate_limited,
-overloaded), or
+overloaded), ``client_disconnected`` for a client that closed the connection while its event
+stream was written (:func:`proxy.server.requests.send_events`: one INFO line, no traceback; the
+stream's receipt is appended all the same), or
 ``server_error`` for an unexpected exception, which is logged and answered with a 500 that
 carries no traceback.
 
@@ -23,7 +25,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.server import logs, messages_api, tracing
 from proxy.server.errors import GatewayError
-from proxy.server.requests import services
+from proxy.server.requests import CLIENT_GONE, services
 from proxy.server.wire import error_body
 
 __all__ = ["ClientProtocolErrorFilter", "error_middleware", "json_error", "trace_middleware"]
@@ -100,7 +102,8 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     route = _route_label(request)
     try:
         response = await handler(request)
-        metrics.requests.labels(route, "ok" if response.status < 400 else "client_error").inc()
+        result = "client_disconnected" if request.get(CLIENT_GONE) else "ok" if response.status < 400 else "client_error"
+        metrics.requests.labels(route, result).inc()
         return response
     except GatewayError as exc:
         metrics.requests.labels(route, exc.result).inc()

@@ -36,7 +36,7 @@ from proxy.receipts.receipt import new_receipt
 from proxy.review.escalations import Escalations
 from proxy.server import tracing
 from proxy.server.errors import Caller, GatewayError, guardrail_failed, ledger_unavailable
-from proxy.server.limits import ScreenLanes, check_messages, text_chars
+from proxy.server.limits import ScreenLanes, check_messages, screen_size, text_chars, too_many_pieces
 from proxy.server.metrics import Metrics
 from proxy.server.policy_runtime import ActivePolicySet, PolicyRuntime
 from proxy.server.streaming import StreamedAnswer
@@ -121,6 +121,19 @@ def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None
                                param=where, code="unsupported_parameter")
 
 
+def _bounded_screen(engine: GuardrailEngine, messages: list[dict[str, Any]], definitions: dict[str, Any] | None,
+                    side_by_side: bool, max_pieces: int) -> InputScreen:
+    """``engine.screen_input`` (in a lane thread), unless the inputs hold more than ``max_pieces``
+    texts screened one by one (0: no bound): GatewayError 413 before any detector runs. Counted here,
+    exactly, rather than on the event loop: the walk copies the inputs (:func:`screen_size`, an upper
+    bound, chose the lane)."""
+    if max_pieces:
+        pieces = engine.count_pieces(messages, definitions)
+        if pieces > max_pieces:
+            raise too_many_pieces(pieces, max_pieces)
+    return engine.screen_input(messages, definitions, side_by_side)
+
+
 def _upstream_params(x: _Exchange) -> dict[str, Any]:
     """The provider parameters, with the tool definitions, ``user`` and the passed-through fields
     as the input screen left them (masked)."""
@@ -164,7 +177,7 @@ class Gateway:
         #: Chat requests between admission and their answer (a stream: until it opens), on the loop.
         self.in_progress = 0
         #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
-        self.escalations = Escalations(ledger.store, self.sink, metrics)
+        self.escalations = Escalations(ledger.store, self.sink, metrics, config.review.allow_self_resolution)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
         #: model_apology)`` (e.g. the adjudication queue, proxy.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
@@ -260,11 +273,12 @@ class Gateway:
         # Privacy beside Safety/Compliance only when no other request is in progress: under load the
         # others already use the CPUs, and two threads per screen only contend for the GIL (issue 9)
         side_by_side = self.in_progress <= 1
+        size = screen_size(x.messages) + screen_size(definitions)
         with tracing.span("guardrails.input") as traced:
             try:
-                screen = x.screen = await self.lanes.run(self.engine.screen_input, x.messages, definitions,
-                                                         side_by_side,
-                                                         chars=text_chars(x.messages) + text_chars(definitions))
+                screen = x.screen = await self.lanes.run(
+                    _bounded_screen, self.engine, x.messages, definitions, side_by_side,
+                    self.config.server.limits.max_screen_pieces, chars=size.chars, pieces=size.pieces)
             except GatewayError:
                 raise
             except Exception as exc:  # a detector raised: fail closed (issue 13)

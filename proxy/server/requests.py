@@ -8,7 +8,8 @@ stores the :class:`proxy.server.app.Services`; route modules reach them through 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+import logging
+from typing import TYPE_CHECKING, Any, AsyncIterable, Awaitable, Callable, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
     from proxy.server.app import Services
     from proxy.server.pipeline import ChatResult
 
-__all__ = ["ADMIN", "ANY_ROLE", "REVIEWERS", "SERVICES", "admitted", "caller", "read_model", "services",
-           "start_event_stream", "validation_error"]
+__all__ = ["ADMIN", "ANY_ROLE", "CLIENT_GONE", "REVIEWERS", "SERVICES", "admitted", "caller", "read_model",
+           "send_events", "services", "start_event_stream", "validation_error"]
+
+log = logging.getLogger("sonate.server")
 
 ANY_ROLE = ("client", "admin", "reviewer")
 ADMIN = ("admin",)
@@ -30,6 +33,9 @@ Response = TypeVar("Response", bound=web.StreamResponse)
 
 SERVICES: web.AppKey[Services] = web.AppKey("services")
 """The running proxy's services (set once by ``create_app``)."""
+
+CLIENT_GONE = "sonate.client_gone"
+"""Request key set (True) when the client closed the connection while its event stream was written."""
 
 
 def services(request: web.Request) -> Services:
@@ -136,4 +142,23 @@ async def start_event_stream(request: web.Request, headers: dict[str, str], resu
         if result.events is not None:
             await result.events.abandon()
         raise
+    return response
+
+
+async def send_events(request: web.Request, response: web.StreamResponse,
+                      events: AsyncIterable[bytes]) -> web.StreamResponse:
+    """Write ``events`` (SSE bytes) to the prepared ``response`` and end it; returns ``response``.
+
+    A client that closes the connection meanwhile is no proxy fault: the write's ``ConnectionError``
+    ends the loop (the caller's ``aclosing`` then appends the stream's receipts), one INFO line is
+    logged and :data:`CLIENT_GONE` is set on the request (the middleware counts
+    ``result="client_disconnected"``). Returning the response lets aiohttp finish the dead connection
+    quietly; raised, the error was logged with a traceback."""
+    try:
+        async for event in events:
+            await response.write(event)
+        await response.write_eof()
+    except ConnectionError:
+        log.info("client closed the connection during the response to %s %s", request.method, request.path)
+        request[CLIENT_GONE] = True
     return response

@@ -200,9 +200,10 @@ class StreamedAnswer:
         for window in windows:
             t = time.perf_counter()
             decision = await lanes.run(screen_window, engine, window.text, chars=len(window.text), admit=False)
-            if decision is None and self.output_mask is not None:
-                new = self.scanner.raw[window.start:window.end]
-                self.scanner.accept(window, await lanes.run(self.output_mask.mask, engine, new, chars=len(new),
+            if decision is None and self.output_mask is not None:  # masked up to the window's end, less a tail
+                raw = self.scanner.raw
+                self.scanner.accept(window, await lanes.run(self.output_mask.advance, engine, raw, window.end,
+                                                            window.final, chars=window.end - self.output_mask.done,
                                                             admit=False))
             self.gateway.metrics.guardrail_duration.labels("output").observe(time.perf_counter() - t)
             if decision is not None:

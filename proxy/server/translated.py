@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from proxy.server.dialects import Dialect, NativeStream, named_sse_event
 from proxy.server.errors import Caller
 from proxy.server.pipeline import ChatResult
-from proxy.server.requests import read_model, services, start_event_stream, validation_error
+from proxy.server.requests import read_model, send_events, services, start_event_stream, validation_error
 from proxy.server.wire import ChatCompletionRequest
 
 __all__ = ["answer", "chat_chunks", "translate_stream"]
@@ -96,8 +96,5 @@ async def answer(request: web.Request, who: Caller, dialect: Dialect) -> web.Str
     if not result.stream:
         return web.json_response(dialect.to_body(req, result.body), headers=headers)
     response = await start_event_stream(request, headers, result)
-    async with aclosing(translate_stream(result, dialect.stream(req))) as events:
-        async for event in events:
-            await response.write(named_sse_event(event))
-    await response.write_eof()
-    return response
+    async with aclosing(translate_stream(result, dialect.stream(req))) as events:  # a gone client: receipts too
+        return await send_events(request, response, (named_sse_event(event) async for event in events))

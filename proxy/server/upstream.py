@@ -10,6 +10,7 @@ chunk (:mod:`proxy.server.streaming`) and assembles with ``litellm.stream_chunk_
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -46,6 +47,22 @@ def _check_vectors(body: dict[str, Any], count: int) -> None:
     if not ok:
         raise UpstreamError(502, f"The model provider did not return {count} embedding vector(s) of numbers.",
                             "api_error", "upstream_error")
+
+
+def readable(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (a provider answer or chunk as a dict) unchanged, or UpstreamError 502 ``upstream_error``
+    when a string in it is not Unicode text (a lone surrogate such as ``"\\ud800"``, which a JSON
+    parser accepts): nothing downstream (detectors, receipts' RFC 8785 hashes, the client's JSON) can
+    carry it, and it is the provider's fault, not the client's."""
+    try:
+        json.dumps(body, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        log.warning("provider answer holds a string that is not Unicode text (a lone surrogate)")
+        raise UpstreamError(502, "The model provider's answer is not valid Unicode text (it holds a lone "
+                                 "surrogate); it was not delivered.", "api_error", "upstream_error") from None
+    except (TypeError, ValueError):  # not JSON-like: the callers' own checks decide
+        pass
+    return body
 
 
 @dataclass
@@ -89,32 +106,50 @@ class UpstreamResult:
         return {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
+def provider_status(exc: BaseException) -> int | None:
+    """The HTTP status the provider answered with, as litellm recorded it (None when the call never got
+    one: a connection failure, a response litellm could not parse)."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and 100 <= status <= 599 else None
+
+
 def map_exception(exc: BaseException) -> UpstreamError:
     """Translate a litellm/provider exception into the error the client should see.
 
     Client-caused provider rejections stay 4xx (400, 422→400, 429); gateway-side failures become
-    502 (bad gateway: provider credentials, unknown upstream model, provider 5xx), 503
-    (provider unavailable) or 504 (timeout).
+    502 (bad gateway: provider credentials, unknown upstream model, provider 5xx, an answer litellm
+    cannot read), 503 (provider unavailable) or 504 (timeout). The message is fixed per kind and
+    names the provider's HTTP status; never the exception's text (litellm's can hold a traceback
+    with server paths, or quote the request). The exception's type and the status are logged.
     """
     e = litellm.exceptions
-    text = str(getattr(exc, "message", None) or exc)[:500]
+    status = provider_status(exc)
+    said = f" (provider status {status})" if status is not None else " (no provider status)"
+    log.warning("provider call failed: %s%s", type(exc).__name__, said)
     if isinstance(exc, e.Timeout):
-        return UpstreamError(504, f"The model provider did not answer in time: {text}", "timeout_error", "upstream_timeout")
+        return UpstreamError(504, f"The model provider did not answer in time{said}.", "timeout_error",
+                             "upstream_timeout")
     if isinstance(exc, e.RateLimitError):
-        return UpstreamError(429, f"The model provider is rate limiting: {text}", "rate_limit_error", "rate_limit_exceeded")
+        return UpstreamError(429, f"The model provider is rate limiting{said}.", "rate_limit_error",
+                             "rate_limit_exceeded")
     if isinstance(exc, e.ContextWindowExceededError):
-        return UpstreamError(400, text, "invalid_request_error", "context_length_exceeded")
+        return UpstreamError(400, f"The request does not fit the model's context window{said}.",
+                             "invalid_request_error", "context_length_exceeded")
     if isinstance(exc, e.ContentPolicyViolationError):
-        return UpstreamError(400, text, "invalid_request_error", "content_policy_violation")
+        return UpstreamError(400, f"The model provider refused the request under its content policy{said}.",
+                             "invalid_request_error", "content_policy_violation")
     if isinstance(exc, (e.BadRequestError, e.UnprocessableEntityError)):
-        return UpstreamError(400, f"The model provider rejected the request: {text}", "invalid_request_error", "upstream_bad_request")
+        return UpstreamError(400, f"The model provider rejected the request{said}.", "invalid_request_error",
+                             "upstream_bad_request")
     if isinstance(exc, (e.AuthenticationError, e.PermissionDeniedError)):
-        return UpstreamError(502, "The model provider rejected the gateway's credentials for this route.", "api_error", "upstream_auth_failed")
+        return UpstreamError(502, f"The model provider rejected the gateway's credentials for this route{said}.",
+                             "api_error", "upstream_auth_failed")
     if isinstance(exc, e.NotFoundError):
-        return UpstreamError(502, f"The model provider does not know this route's model: {text}", "api_error", "upstream_not_found")
+        return UpstreamError(502, f"The model provider does not know this route's model{said}.", "api_error",
+                             "upstream_not_found")
     if isinstance(exc, e.ServiceUnavailableError):
-        return UpstreamError(503, f"The model provider is unavailable: {text}", "api_error", "upstream_unavailable")
-    return UpstreamError(502, f"The model provider call failed: {text}", "api_error", "upstream_error")
+        return UpstreamError(503, f"The model provider is unavailable{said}.", "api_error", "upstream_unavailable")
+    return UpstreamError(502, f"The model provider call failed{said}.", "api_error", "upstream_error")
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
@@ -146,10 +181,14 @@ class UpstreamStream:
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         try:
             async for chunk in self._stream:
+                body = readable(_as_dict(chunk))  # an unreadable chunk is not kept: the receipt covers the rest
                 self._chunks.append(chunk)
                 if self.ttft_seconds is None and _has_content(chunk):
                     self.ttft_seconds = time.perf_counter() - self._started
-                yield _as_dict(chunk)
+                yield body
+        except UpstreamError as error:
+            tracing.close_span(self._span, error)
+            raise
         except Exception as exc:
             error = map_exception(exc)
             tracing.close_span(self._span, error)
@@ -268,7 +307,7 @@ class Upstream:
             except Exception as exc:  # litellm raises many types; all become OpenAI errors
                 raise map_exception(exc) from exc
         duration = time.perf_counter() - start
-        return UpstreamResult(_as_dict(response), duration, cost_usd=self._cost(response))
+        return UpstreamResult(readable(_as_dict(response)), duration, cost_usd=self._cost(response))
 
     async def embed(self, model: str, texts: list[str], params: dict[str, Any]) -> UpstreamResult:
         """One embeddings call (litellm ``Router.aembedding``) for ``texts``, floats requested.

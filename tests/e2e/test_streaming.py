@@ -177,6 +177,28 @@ def test_client_that_goes_away_still_gets_a_receipt_of_what_it_received(proxy, u
     assert receipt["evidence"]["stream"]["delivered_chars"] < len("".join(f"part{i} " for i in range(8)))
 
 
+def test_a_client_that_goes_away_mid_stream_leaves_one_log_line_and_no_traceback(proxy, upstream):
+    upstream.queue(Reply(chunks=[f"piece{i} " for i in range(20)], chunk_delay=0.1))
+    body = {"model": "stub", "messages": [{"role": "user", "content": "Go slowly again"}], "stream": True}
+    before = len(proxy.log())
+    with httpx.stream("POST", proxy.v1 + "/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as response:
+        receipt_id = response.headers["x-sonate-receipt-id"]
+        for line in response.iter_lines():
+            if line.startswith("data: ") and "piece1" in line:
+                break  # leave while the proxy still writes
+    deadline = time.monotonic() + 30
+    while get_receipt(proxy, receipt_id)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert get_receipt(proxy, receipt_id)[1]["evidence"]["stream"]["ended"] == "client_disconnected"
+    deadline = time.monotonic() + 10  # the handler ends at its next write after the receipt
+    while "client closed the connection" not in proxy.log()[before:] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = proxy.log()[before:]
+    assert "client closed the connection" in log
+    assert "Traceback" not in log and "unhandled error" not in log
+
+
 # ---- fail_closed: the append is refused after the stream started (Redis ACL, as tests/e2e/test_faults.py)
 
 LEDGER_USER, LEDGER_PASSWORD = "sonate-ledger", "ledger-user-password-for-tests"

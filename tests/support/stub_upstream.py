@@ -38,6 +38,8 @@ class Reply:
     ``chunk_delay`` seconds before each content chunk, ``tool_calls`` OpenAI tool-call deltas sent
     (as given) after the content, ``finish_reason`` of the last chunk; ``truncate``: the connection
     is cut after the content chunks (no finish chunk, no ``[DONE]``: a provider failing mid-stream).
+    ``raw``: the exact body of a non-streamed answer (JSON text the stub does not build: a malformed
+    or hostile provider).
     """
 
     text: str | None = None
@@ -48,6 +50,7 @@ class Reply:
     tool_calls: list[list[dict[str, Any]]] | None = None
     finish_reason: str = "stop"
     truncate: bool = False
+    raw: str | None = None
 
 
 class StubUpstream:
@@ -165,6 +168,8 @@ class StubUpstream:
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
                  "total_tokens": prompt_tokens + len(text.split())}
         cid, created, model = "chatcmpl-stub-" + uuid.uuid4().hex[:12], int(time.time()), body["model"]
+        if reply.raw is not None and not body.get("stream"):
+            return web.Response(text=reply.raw, content_type="application/json")
         if not body.get("stream"):
             return web.json_response({
                 "id": cid, "object": "chat.completion", "created": created, "model": model,

@@ -15,6 +15,7 @@ import pytest
 
 from proxy.guardrails.detector import Detector
 from proxy.guardrails import engine as engine_module
+from proxy.guardrails.detectors import patterns
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text
 from proxy.guardrails.registry import DetectorRegistry, default_registry
@@ -403,3 +404,58 @@ def test_tokens_are_counted_only_when_there_are_turns_to_summarize(rig):
     assert counted == []  # one turn after the head: nothing to summarize, nothing counted
     assert rig.engine.continuity_plan(long_conversation(), "m") is not None
     assert counted == [len(long_conversation())]
+
+
+# ---- bounded work (issue 36) -------------------------------------------------------------------
+
+
+class Abandoned(Exception):
+    """What a lane's pause hook raises for a screen nobody awaits (proxy.server.limits.ScreenAbandoned)."""
+
+
+def test_many_texts_are_detected_in_groups_with_a_pause_point_between_them(rig):
+    values = [f"v{i}" for i in range(100)] + ["ada@example.com"]
+    pauses: list[str] = []
+    with patterns.pausing(lambda: pauses.append(threading.current_thread().name)):
+        screen = rig.engine.screen_input([user("hi")], {"extra_body": {"x": values}}, side_by_side=False)
+    groups = [len(call) for call in rig.pii.calls]
+    assert groups == [engine_module.DETECT_GROUP] * 3 + [102 - 3 * engine_module.DETECT_GROUP]
+    assert len(pauses) == 3  # between the four groups, none before the first
+    assert screen.definitions["extra_body"]["x"][100] == "<EMAIL_ADDRESS_1>"  # results stay in their place
+    assert screen.definitions["extra_body"]["x"][:100] == values[:100]
+
+
+def test_an_abandoned_screen_stops_at_its_next_group(rig):
+    def abandon() -> None:
+        raise Abandoned
+
+    with patterns.pausing(abandon), pytest.raises(Abandoned):
+        rig.engine.screen_input([user("hi")], {"extra_body": {"x": [f"v{i}" for i in range(1000)]}},
+                                side_by_side=False)
+    assert sum(map(len, rig.pii.calls)) == engine_module.DETECT_GROUP  # one group of 1,001 texts, then it stopped
+
+
+def test_the_side_thread_pauses_and_is_abandoned_with_its_screen(rig):
+    """Safety and Compliance in the side thread run under the screen's pause hook."""
+    messages = [user(f"question {i}") for i in range(40)]  # 40 texts for Safety (and Privacy): two groups
+    side_paused = threading.Event()
+
+    def hook() -> None:
+        if threading.current_thread().name.startswith("guardrails-side"):
+            side_paused.set()
+            raise Abandoned
+        side_paused.wait(10)  # Privacy, in the calling thread, waits for the side thread's pause
+
+    with patterns.pausing(hook), pytest.raises(Abandoned):
+        rig.engine.screen_input(messages, side_by_side=True)
+    assert side_paused.is_set()
+    assert [len(call) for call in rig.safety.calls] == [engine_module.DETECT_GROUP]  # stopped after one group
+
+
+def test_count_pieces_is_what_privacy_reads(rig):
+    messages = [user("hi"), {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": json.dumps({"a": [1, 2, 3]})}}]}]
+    definitions = {"extra_body": {"x": ["p", "q"]}}
+    assert rig.engine.count_pieces(messages, definitions) == 1 + 1 + 1 + 3 + 2  # hi, f, a, 1 2 3, p q
+    rig.engine.screen_input(messages, definitions, side_by_side=False)
+    assert len(rig.pii.calls[0]) == 8

@@ -84,6 +84,22 @@ def test_blind_two_pass_and_lead() -> None:
     assert agreed["status"] == "agreed" and agreed["final"]["label"] == "false_positive"
 
 
+def test_nobody_reviews_or_resolves_the_item_of_their_own_request() -> None:
+    item = new_item([{**_receipt("refuse"), "actor": "ann"}], messages=[], response="", model_apology=False,
+                    sampled=False, created="t")
+    assert item["actor"] == "ann"
+    with pytest.raises(AdjudicationError) as err:
+        record_pass(item, reviewer="ann", verdict=NEEDLESS, ts="t1")
+    assert (err.value.status, err.value.code) == (403, "own_request")
+    item, _ = record_pass(item, reviewer="ben", verdict=NEEDLESS, ts="t1")
+    item, _ = record_pass(item, reviewer="cat", verdict=JUSTIFIED, ts="t2")
+    with pytest.raises(AdjudicationError) as err:
+        resolve(item, lead="ann", verdict=NEEDLESS, ts="t3")
+    assert (err.value.status, err.value.code) == (403, "own_request")
+    assert resolve(item, lead="lee", verdict=NEEDLESS, ts="t3")["status"] == "resolved"
+    assert record_pass(_item("refuse"), reviewer="ann", verdict=NEEDLESS, ts="t")[1] == "A"  # no actor recorded
+
+
 def test_agreement_by_domain_is_ac1_of_the_labels() -> None:
     items = []
     verdicts = [(NEEDLESS, NEEDLESS), (JUSTIFIED, JUSTIFIED), (NEEDLESS, JUSTIFIED), (JUSTIFIED, JUSTIFIED)]

@@ -4,6 +4,7 @@ guardrail lanes' admission (a real thread pool; no detectors needed)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -16,7 +17,7 @@ from proxy.guardrails.detectors.patterns import pause_point
 from proxy.server.errors import GatewayError
 from proxy.server.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages,
                                  lower_thread_priority,
-                                 pin_mmap_threshold, text_chars, trim_heap)
+                                 pin_mmap_threshold, screen_size, text_chars, trim_heap)
 
 
 class Clock:
@@ -127,7 +128,33 @@ def test_limits_config_defaults_and_validation() -> None:
 
 def test_text_chars_counts_every_string() -> None:
     assert text_chars([{"role": "user", "content": "abc"}]) == len("role") + 4 + len("content") + 3
-    assert text_chars({"a": [1, None, "xy"]}) == 3
+    assert text_chars({"a": [None, True, "xy"]}) == 3
+
+
+def test_screen_size_counts_numbers_keys_and_the_texts_inside_json_strings() -> None:
+    """Every number is a text the guardrails read (issue 36: 20,000 numbers counted 0 characters)."""
+    assert screen_size({"x_list": list(range(20_000))}) == (6 + sum(len(str(n)) for n in range(20_000)), 20_001)
+    assert screen_size(["w1", "", 2.5, False, None]) == (5, 2)
+    arguments = {"arguments": json.dumps({"ids": [11, 22, 33], "note": "hi"})}  # a tool call's JSON text
+    assert screen_size(arguments) == (len("arguments") + len("ids") + 6 + len("note") + 2, 1 + 1 + 3 + 1 + 1)
+    assert screen_size({"content": "[not json"}).pieces == 2
+    assert screen_size(10**40).chars >= 41  # huge integers counted without converting them
+
+
+async def test_lanes_route_many_pieces_to_the_large_lane() -> None:
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    seen: list[tuple[str, int]] = []
+    lanes = ScreenLanes(small, 2, large, 1, large_chars=8000, large_pieces=500,
+                        on_change=lambda lane, delta: seen.append((lane, delta)))
+    try:
+        assert lanes.lane(10, 499) is lanes.small and lanes.lane(10, 500) is lanes.large
+        assert (await lanes.run(threading.current_thread, chars=10, pieces=500)).name.startswith("large")
+        assert (await lanes.run(threading.current_thread, chars=10, pieces=3)).name.startswith("small")
+        await asyncio.sleep(0)  # the release callbacks
+        assert seen == [("large", 1), ("large", -1), ("small", 1), ("small", -1)]
+        assert lanes.busy("large") == lanes.busy("small") == 0
+    finally:
+        small.shutdown(), large.shutdown()
 
 
 async def test_lanes_route_by_size_and_refuse_beyond_the_queue() -> None:

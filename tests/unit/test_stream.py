@@ -112,3 +112,19 @@ def test_gated_mode_releases_only_accepted_windows():
     final = scanner.finish()
     scanner.accept(final)
     assert scanner.release(final=True) == "Next"
+
+
+def test_privacy_cut_keeps_the_longest_identifier_back_and_never_cuts_a_word_or_a_span():
+    from proxy.guardrails.detectors.pii import PiiSpan
+    from proxy.guardrails.stream import MAX_IDENTIFIER_CHARS, MAX_UNBROKEN_CHARS, privacy_cut
+
+    raw = "word " * 40  # 200 characters
+    cut = privacy_cut(raw, 0, len(raw), [])
+    assert cut == 135 and len(raw) - cut >= MAX_IDENTIFIER_CHARS and raw[cut - 1] == " "
+    iban = PiiSpan("IBAN_CODE", 120, 147, 1.0)  # crosses the cut: held back whole
+    assert privacy_cut(raw, 0, len(raw), [iban]) == 120
+    assert privacy_cut(raw, 130, len(raw), [iban]) == 130  # nothing more may leave yet
+    assert privacy_cut(raw, 0, MAX_IDENTIFIER_CHARS, []) == 0
+    unbroken = "x" * (MAX_UNBROKEN_CHARS + MAX_IDENTIFIER_CHARS)
+    assert privacy_cut(unbroken, 0, len(unbroken) - 1, []) == 0  # a word is not cut...
+    assert privacy_cut(unbroken, 0, len(unbroken), []) == MAX_UNBROKEN_CHARS  # ...unless it is this long

@@ -33,6 +33,7 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,6 +42,7 @@ import numpy as np
 from proxy import offline  # noqa: F401  (HF_HUB_OFFLINE before any Hugging Face import)
 from proxy.guardrails.detectors.embeddings_export import SECOND_LAYER
 from proxy.guardrails.detectors.exported import ExportError, ensure_export, file_sha256
+from proxy.guardrails.detectors.patterns import pause_hook, pause_point, pausing
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
@@ -242,11 +244,18 @@ class OnnxEncoder:
             start += len(batches[-1])
         out = np.empty((len(texts), LAYERS, DIMENSIONS), dtype=np.float32)
         workers = min(len(batches), os.cpu_count() or 1)
+        hook = pause_hook()  # a screen's: each batch starts at a pause point (may wait, or abandon the screen)
+
+        def run(chosen: list[int]) -> np.ndarray:
+            with pausing(hook) if hook is not None else nullcontext():
+                pause_point()
+                return self._batch(ids[chosen], mask[chosen], types[chosen])
+
         if workers == 1 or len(texts) <= BATCH:  # request time: a few texts, on the caller's thread
-            results = [self._batch(ids[chosen], mask[chosen], types[chosen]) for chosen in batches]
-        else:  # a corpus (classifier set-up at start): batches in parallel (sessions release the GIL)
-            with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:
-                results = list(pool.map(lambda chosen: self._batch(ids[chosen], mask[chosen], types[chosen]), batches))
+            results = [run(chosen) for chosen in batches]
+        else:  # a corpus (classifier set-up at start; a screen of many windows): batches in parallel
+            with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:  # (sessions release the GIL)
+                results = list(pool.map(run, batches))
         for chosen, vectors in zip(batches, results):
             out[chosen] = vectors
         return out

@@ -237,6 +237,12 @@ def pause_point() -> None:
         hook()
 
 
+def pause_hook() -> Callable[[], None] | None:
+    """This thread's pause hook (None outside :func:`pausing`): to install it in a helper thread doing
+    part of the same work, so that work pauses and is abandoned with it."""
+    return getattr(_hooks, "hook", None)
+
+
 @contextlib.contextmanager
 def pausing(hook: Callable[[], None]) -> Iterator[None]:
     """Within the block, :func:`pause_point` on this thread calls ``hook()`` (the previous hook is

@@ -9,12 +9,13 @@ stream's headers leave before its first chunk, then its events as they come
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 
 from aiohttp import web
 
 from proxy.server.errors import Caller
-from proxy.server.requests import admitted, read_model, services, start_event_stream
+from proxy.server.requests import admitted, read_model, send_events, services, start_event_stream
 from proxy.server.wire import ChatCompletionRequest, stream_events
 
 __all__ = ["chat_completions", "register"]
@@ -37,14 +38,15 @@ async def _answer(request: web.Request, who: Caller) -> web.StreamResponse:
         return web.json_response(result.body, headers=headers)
     response = await start_event_stream(request, headers, result)
     if result.events is None:
-        for event in stream_events(result.body, result.chunks, result.include_usage):
-            await response.write(event)
-    else:
-        async with aclosing(result.events.events()) as events:  # a gone client still gets its receipts
-            async for event in events:
-                await response.write(event)
-    await response.write_eof()
-    return response
+        return await send_events(request, response, _each(stream_events(result.body, result.chunks,
+                                                                         result.include_usage)))
+    async with aclosing(result.events.events()) as events:  # a gone client still gets its receipts
+        return await send_events(request, response, events)
+
+
+async def _each(events: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield event
 
 
 def register(app: web.Application) -> None:
