@@ -27,6 +27,7 @@ from openai.types.responses import Response
 from proxy.receipts.canonical import json_hash
 from proxy.review.sealed_mapping import KEY_HEADER, seal_mapping
 from proxy.storage.base import open_store
+from tests.support.prompts import TOXIC
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT
 from tests.support.stub_upstream import Reply
 
@@ -129,6 +130,18 @@ def test_approve_answers_a_chat_escalation_restored_only_with_the_key(proxy, cli
     assert receipts[1]["inputs_hash"] == json_hash({"messages": kept["messages"], "params": kept["params"]})
     assert receipts[1]["outputs_hash"] == receipts[2]["inputs_hash"] == receipts[2]["outputs_hash"] \
         == json_hash(kept["answer"])
+
+
+def test_an_approved_answer_is_screened_by_the_output_policies(proxy, client, upstream) -> None:
+    raw = client.chat.completions.with_raw_response.create(model="stub", messages=[{"role": "user", "content": LEGAL}])
+    case_id = raw.headers["x-sonate-escalation-id"]
+    upstream.queue(Reply(text="".join(TOXIC)))
+    status, _, case = resolve(proxy, case_id, {"decision": "approve"})
+    assert status == 200 and case["status"] == "resolved"
+    completion = ChatCompletion.model_validate(outcome(client, case_id)["response"])
+    assert "idiot" not in completion.choices[0].message.content and completion.choices[0].finish_reason == "content_filter"
+    model_call = steps_of(proxy, stored(proxy, case_id))[1]
+    assert [d["action"] for d in model_call["evidence"]["output_decisions"]] == ["refuse"]
 
 
 def test_a_wrong_key_is_refused_and_other_clients_do_not_see_the_case(proxy, client) -> None:
@@ -244,7 +257,7 @@ def test_decisions_out_of_turn_are_409_and_bad_waits_400(proxy, client) -> None:
                 key=CLIENT_KEY)[0] == 403
 
 
-def test_the_ledger_with_the_case_steps_verifies(proxy, client) -> None:
+def test_the_ledger_with_the_case_steps_verifies(proxy, client, upstream) -> None:
     raw = client.chat.completions.with_raw_response.create(model="stub", messages=[{"role": "user", "content": LEGAL}])
     assert resolve(proxy, raw.headers["x-sonate-escalation-id"], {"decision": "approve"})[0] == 200
     done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url,
