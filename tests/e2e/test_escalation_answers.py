@@ -257,9 +257,13 @@ def test_decisions_out_of_turn_are_409_and_bad_waits_400(proxy, client) -> None:
                 key=CLIENT_KEY)[0] == 403
 
 
-def test_the_ledger_with_the_case_steps_verifies(proxy, client, upstream) -> None:
+def test_the_ledger_and_the_case_chain_verify_with_the_cli(proxy, client, upstream) -> None:
     raw = client.chat.completions.with_raw_response.create(model="stub", messages=[{"role": "user", "content": LEGAL}])
-    assert resolve(proxy, raw.headers["x-sonate-escalation-id"], {"decision": "approve"})[0] == 200
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url,
-                           "--keys-url", proxy.v1 + "/keys"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    case_id = raw.headers["x-sonate-escalation-id"]
+    assert resolve(proxy, case_id, {"decision": "approve", "release": False})[0] == 200
+    assert resolve(proxy, case_id, {"decision": "release"})[0] == 200
+    verify = [sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url, "--keys-url", proxy.v1 + "/keys"]
+    done = subprocess.run([*verify, "--case", case_id], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run([*verify, "--case", "esc_unknown"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "case esc_unknown: case-escalation" in done.stdout
