@@ -8,6 +8,7 @@ Usage::
     sonate verify RECEIPT.json --inclusion PROOF.json --checkpoint CP.txt (--keys ... )
     sonate verify --consistency PROOF.json --checkpoint OLD.txt --checkpoint NEW.txt (--keys ...)
     sonate verify --ledger URL [--from H] [--to H] [--trusted-checkpoint CP.txt ...] (--keys PATH | --keys-url URL)
+    sonate verify --ledger URL --case ESC_ID [--case ...] (--keys PATH | --keys-url URL)
     ... [--witness-key NAME+ID+KEY ...] [--witness-quorum N]   (any of the checkpoint forms above)
 
 The positional file's kind is detected: a JSON object with ``bundle_version``
@@ -18,6 +19,8 @@ over the whole ledger also audits the Merkle tree and every stored
 checkpoint; ``--trusted-checkpoint`` proves the ledger still extends a
 checkpoint saved earlier outside its database (catches a deleted tail or
 rewritten history: :func:`proxy.tlog.tree.verify_against_trusted_checkpoint`).
+``--case`` (repeatable) also follows an escalation case's receipts: its escalation receipt and
+every reviewer step chained to it (:func:`proxy.review.case_chain.verify_case`).
 ``--witness-key`` (a cosigner vkey, ``sonate witness --print-key``; repeatable) additionally
 requires every checkpoint given (FILE, ``--checkpoint``, ``--trusted-checkpoint``) to carry
 valid C2SP ``cosignature/v1`` lines of at least ``--witness-quorum`` of those witnesses (default:
@@ -65,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--response", metavar="RESPONSE.json",
                         help="the response body as received (checks the receipt's outputs_hash)")
     parser.add_argument("--ledger", metavar="URL", help="verify a ledger: sqlite:///path.db or redis://host:port/db")
+    parser.add_argument("--case", action="append", metavar="ESC_ID",
+                        help="with --ledger: also check that escalation case's receipts chain (repeatable)")
     parser.add_argument("--from", dest="from_height", type=int, default=0, metavar="H",
                         help="first ledger height to verify (default 0)")
     parser.add_argument("--to", dest="to_height", type=int, default=None, metavar="H",
@@ -202,6 +207,8 @@ def _check(args: argparse.Namespace, stdin: TextIO) -> _Result:
     stdin = _RereadableStdin(stdin)  # the kind detection and the receipt checks may both read '-'
     if args.trusted_checkpoint and args.ledger is None:
         raise UsageError("--trusted-checkpoint goes with --ledger URL")
+    if args.case and args.ledger is None:
+        raise UsageError("--case goes with --ledger URL")
     if args.consistency is not None:
         return _check_consistency(args, stdin)
     if args.receipt is None:
@@ -295,7 +302,8 @@ def _check_ledger(args: argparse.Namespace) -> _Result:
         raise UsageError("--witness-key with --ledger checks the --trusted-checkpoint files: pass one")
     end = None if args.to_height is None else args.to_height + 1
     try:
-        count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin, trusted))
+        count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin, trusted,
+                                                     args.case or ()))
     except (ValueError, LedgerError) as exc:
         raise UsageError(str(exc)) from None
     return count, failures + _cosignature_failures(trusted, args), "ledger receipts"
@@ -321,12 +329,14 @@ def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _
 
 
 async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int | None,
-                         origin: str | None = None, trusted: Sequence[str] = ()) -> tuple[int, list[Failure]]:
+                         origin: str | None = None, trusted: Sequence[str] = (),
+                         cases: Sequence[str] = ()) -> tuple[int, list[Failure]]:
     from proxy.tlog.tree import verify_against_trusted_checkpoint
 
     store = open_store(url, create=False)  # a reader: never a new, empty ledger
     try:
         count, failures = await verify_store(store, keys, start=start, end=end)
+        failures = failures + await _case_failures(store, cases)
         for note in trusted:
             failures = failures + await verify_against_trusted_checkpoint(store, note, keys, origin)
         if start == 0 and end is None:  # the whole ledger: its Merkle tree and checkpoints too
@@ -341,6 +351,19 @@ async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int 
         return count, failures
     finally:
         await store.close()
+
+
+async def _case_failures(store: Any, cases: Sequence[str], page: int = 500) -> list[Failure]:
+    """The :func:`proxy.review.case_chain.verify_case` failures of ``cases`` over the whole ledger."""
+    if not cases:
+        return []
+    from proxy.review.case_chain import verify_case
+
+    head = await store.head()
+    receipts: list[dict[str, Any]] = []
+    for start in range(0, 0 if head is None else head.height + 1, page):
+        receipts += await store.range(start, min(start + page, head.height + 1))
+    return [failure for case_id in cases for failure in verify_case(receipts, case_id)[1]]
 
 
 def _content_hash_failures(receipt: Any, field: str, content: Any) -> list[Failure]:

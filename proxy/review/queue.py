@@ -70,15 +70,17 @@ class DecisionQueue:
         except LedgerError:
             raise ledger_unavailable() from None
 
-    async def decide(self, old: dict[str, Any], new: dict[str, Any], receipt: dict[str, Any], *,
-                     link: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any] | None:
-        """Move ``old`` to ``new`` (compare-and-set on ``old["status"]``) and append its ``receipt``.
+    async def decide(self, old: dict[str, Any], new: dict[str, Any], receipt: dict[str, Any] | list[dict[str, Any]],
+                     *, link: Callable[[Any], dict[str, Any]] | None = None) -> Any:
+        """Move ``old`` to ``new`` (compare-and-set on ``old["status"]``) and append its ``receipt``
+        (one receipt, or a list of receipts appended together: all or none).
 
-        ``link(sealed receipt)``, if given, returns the entry to store once the receipt is sealed
-        (e.g. ``new`` with the receipt id). Returns the sealed receipt, or None when another
-        decision moved the entry first. Raises the 503 ``ledger_unavailable`` (after releasing
-        the entry back to ``old``) when the store or the ledger fails.
+        ``link(sealed)``, if given, returns the entry to store once the receipts are sealed
+        (e.g. ``new`` with the receipt id). Returns the sealed receipt (a list for a list), or None
+        when another decision moved the entry first. Raises the 503 ``ledger_unavailable`` (after
+        releasing the entry back to ``old``) when the store or the ledger fails.
         """
+        receipts = receipt if isinstance(receipt, list) else [receipt]
         try:
             await self.store.update_item(self.queue, new, expected_status=old["status"])
         except LedgerConflict:
@@ -86,16 +88,17 @@ class DecisionQueue:
         except LedgerError:
             raise ledger_unavailable("the decision was not recorded") from None
         try:
-            sealed = (await self.sink.append([receipt], allow_pending=False)).receipts[0]
+            sealed = (await self.sink.append(receipts, allow_pending=False)).receipts
+            result = sealed if isinstance(receipt, list) else sealed[0]
             if link is not None:
-                await self.store.update_item(self.queue, link(sealed))
+                await self.store.update_item(self.queue, link(result))
         except LedgerError:
             await self._release(old, new)
             raise ledger_unavailable("the decision was not recorded") from None
-        action = sealed["guardrail_action"]
-        self.metrics.actions.labels(action).inc()
-        self.metrics.receipts_written.labels(action).inc()
-        return sealed
+        for one in sealed:
+            self.metrics.actions.labels(one["guardrail_action"]).inc()
+            self.metrics.receipts_written.labels(one["guardrail_action"]).inc()
+        return result
 
     async def _release(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Put ``old`` back (it must still be ``new``'s status); log when even that fails."""

@@ -34,6 +34,7 @@ from proxy.receipts.canonical import json_hash
 from proxy.receipts.chain import Ledger
 from proxy.receipts.receipt import new_receipt
 from proxy.review.escalations import Escalations
+from proxy.review.sealed_mapping import KEY_HEADER
 from proxy.server import tracing
 from proxy.server.errors import Caller, GatewayError, guardrail_failed, ledger_unavailable
 from proxy.server.limits import ScreenLanes, check_messages, screen_size, text_chars, too_many_pieces
@@ -56,6 +57,9 @@ ALLOW_POLICY_ID = "matrix"
 #: it would also queue behind other requests' screens (every route's tokenizer is loaded at start,
 #: proxy.server.app.warm_up_upstream).
 INLINE_PLAN_CHARS = 4000
+#: Provider parameters an escalation case does not keep: ``user`` and ``metadata`` are the client's
+#: own identifiers (not masked), the stream settings belong to the original exchange.
+_CASE_DROPS = frozenset({"user", "metadata", "stream", "stream_options"})
 
 
 @dataclass
@@ -352,6 +356,46 @@ class Gateway:
         await self._after_commit(x, appended)
         return appended
 
+    async def draft_escalation(self, case: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """An approved escalation's answer (:data:`proxy.review.escalations.Drafter`): the case's
+        masked messages and parameters sent to its model, the answer screened by the output
+        policies of the requester's policy set, Privacy's placeholders kept (the requester restores
+        them with its key). Returns (chat.completion, evidence of the call: ``provider``, ``usage``,
+        ``output_decisions``).
+
+        Raises GatewayError as :meth:`chat` does: 409 when the case's model is no longer routed,
+        503 while the ledger is down (fail_closed), the provider's mapped errors.
+        """
+        route = self.config.route(case["model"])
+        if route is None:
+            raise GatewayError(409, "The escalated request's model is no longer served by this gateway.",
+                               code="model_not_found")
+        self.runtime.bind(case["actor"])
+        await self.before_upstream(case["id"])
+        try:
+            result = await self.upstream.complete(case["model"], case["messages"], dict(case.get("params") or {}))
+        except UpstreamError as exc:
+            raise GatewayError(exc.status, exc.message, exc.type, exc.code, result="upstream_error") from None
+        self._observe_upstream(case["model"], result)
+        choice = (result.response.get("choices") or [{}])[0]
+        tool_calls = (choice.get("message") or {}).get("tool_calls")
+        try:
+            out = await self.lanes.run(self.engine.screen_output, result.content, None, tool_calls,
+                                       chars=len(result.content or "") + text_chars(tool_calls), admit=False)
+        except GatewayError:
+            raise
+        except Exception as exc:  # a detector raised: the answer is not kept (issue 13)
+            raise guardrail_failed("output", case["id"], exc) from None
+        body = completion_body(
+            model=case["model"], content=out.text if (out.text or not tool_calls) else None,
+            finish_reason="content_filter" if out.refused else (choice.get("finish_reason") or "stop"),
+            usage=result.usage, completion_id=result.response.get("id"), created=result.response.get("created"),
+            tool_calls=out.tool_calls)
+        decisions = [{"policy_id": d.policy_id, "action": d.action, "stage": d.stage} for d in out.decisions]
+        usage = {k: int(result.usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens")}
+        return body, {"provider": route.provider, "usage": usage, "output_decisions": decisions,
+                      **self.runtime.bound().evidence()}
+
     async def _continuity(self, x: _Exchange) -> list[dict[str, Any]]:
         """The messages for the model: the screened ones, or a continuity policy's summary of them."""
         assert x.screen is not None
@@ -448,9 +492,11 @@ class Gateway:
         assert x.screen is not None
         escalation_id = x.screen.escalation_id if x.screen.action == "escalate" else None
         if escalation_id:
-            await self.escalations.open(escalation_id, request_id=x.request_id, caller=x.caller,
-                                        model=x.req.model, domain=x.screen.domain,
-                                        receipt_id=receipts[-1]["receipt_id"], messages=x.screen.messages)
+            x.headers[KEY_HEADER] = await self.escalations.open(
+                escalation_id, request_id=x.request_id, caller=x.caller, model=x.req.model, domain=x.screen.domain,
+                receipt_id=receipts[-1]["receipt_id"], messages=x.screen.messages,
+                mapping=x.screen.masker.mapping if x.screen.masker else {}, api=x.endpoint or "chat",
+                params={k: v for k, v in _upstream_params(x).items() if k not in _CASE_DROPS})
         try:
             t = time.perf_counter()
             with tracing.span("ledger.commit", {tracing.Sonate.RECEIPT_COUNT: len(receipts)}) as traced:

@@ -677,6 +677,12 @@ class PiiDetector:
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
 
 
+def restore_placeholders(text: str, mapping: dict[str, str]) -> str:
+    """``text`` with every placeholder of ``mapping`` (placeholder -> original, as
+    :attr:`PiiMasker.mapping`) replaced by its original; other placeholders untouched."""
+    return _PLACEHOLDER.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
+
+
 class PiiMasker:
     """Reversible masking for one request (create one per request; not shared).
 
@@ -755,7 +761,7 @@ class PiiMasker:
 
     def restore(self, text: str) -> str:
         """``text`` with every known placeholder replaced by its original; others untouched."""
-        return _PLACEHOLDER.sub(lambda m: self._originals.get(m.group(0), m.group(0)), text)
+        return restore_placeholders(text, self._originals)
 
     def remask(self, text: str) -> str:
         """The inverse of :meth:`restore`: every original this instance masked replaced by its
