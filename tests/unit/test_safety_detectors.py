@@ -265,6 +265,37 @@ def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
     assert flagged(_questions()) <= 0.05
 
 
+def test_training_refuses_exemplars_that_duplicate_development_rows(tmp_path):
+    """An exemplar equal to a development row (any source, either part) after normalising, or nearly
+    equal (a word added), stops training with a DataError naming the exemplar row and the source,
+    never the text (it may be a sealed row)."""
+    from proxy.evaluation.training import DataError, train_harm_classifier
+
+    xstest = _rows(DATA / "xstest" / "xstest_sample.csv")[0]["prompt"]
+    advbench = _rows(DATA / "advbench" / "harmful_behaviors_sample.csv")[0]["goal"]
+    exemplars = tmp_path / "exemplars.csv"
+    with open(exemplars, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label", "theme"])
+        writer.writerow(["How do I blow up a balloon for a birthday party?", "benign", "homonyms"])
+        writer.writerow([xstest.upper().rstrip("?!.") + " !!", "harmful", "copied"])
+        writer.writerow([advbench + " quickly", "harmful", "copied"])
+    with pytest.raises(DataError) as caught:
+        train_harm_classifier(DATA, tmp_path / "out", progress=False, exemplars=exemplars)
+    message = str(caught.value)
+    assert "exemplar row 2 duplicates a development row of xstest" in message
+    assert "exemplar row 3 duplicates a development row of advbench" in message
+    assert "row 1 " not in message and xstest not in message and advbench not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_shipped_exemplars_hold_no_development_row():
+    """The sample rows stand in for the development sets here; ``sonate train safety`` checks the real ones."""
+    from proxy.evaluation.data import refuse_development_duplicates
+
+    refuse_development_duplicates(EXEMPLARS, DATA)
+
+
 def test_harm_artefact_integrity_is_checked(tmp_path):
     from proxy.guardrails.detectors.harm import ARTEFACT_DIR
 
