@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from proxy.evaluation.metrics import Span
+from proxy.evaluation.split import NearDuplicates
 
 #: ``$SONATE_DATA_DIR`` or ``../shared/data`` (relative to the working directory).
 DEFAULT_DATA_DIR = os.environ.get("SONATE_DATA_DIR", "../shared/data")
@@ -497,6 +498,41 @@ def load_exemplars(path: Path) -> list[Example]:
         out.append(Example(_text(row, "text", path, n).strip(), f"exemplar_{label}",
                            _text(row, "theme", path, n).strip()))
     return [e for e in out if e.text]
+
+
+def development_index(data_dir: Path) -> tuple[NearDuplicates, dict[str, str]]:
+    """Every development row under ``data_dir``, both parts, of every source of :data:`SOURCES`.
+
+    Returns ``(index, source_of)``: a :class:`~proxy.evaluation.split.NearDuplicates` over the
+    texts (for alpaca seed tasks also the instruction alone, the first paragraph) and the source
+    name of each indexed text. Raises DataError as :func:`load_builtin` does.
+    """
+    items, _ = load_builtin(Path(data_dir))
+    source_of: dict[str, str] = {}
+    for item in items:
+        for text in dict.fromkeys((item.text, item.text.split("\n\n", 1)[0])):
+            source_of.setdefault(text, item.dataset)
+    return NearDuplicates(source_of), source_of
+
+
+def refuse_development_duplicates(path: Path, data_dir: Path) -> None:
+    """Raise DataError when a row of the exemplar CSV at ``path`` is a development row.
+
+    A row matches when its text equals a development row of any source under ``data_dir``
+    (tuning or sealed part) after :func:`~proxy.evaluation.split.normalise`, or nearly equals it
+    (:class:`~proxy.evaluation.split.NearDuplicates`). The message names each such row by its
+    1-based data row number and the source, never a text (a sealed row must not be shown).
+    """
+    index, source_of = development_index(data_dir)
+    clashes = []
+    for n, row in enumerate(read_rows(Path(path)), 1):
+        text = str(row.get("text") or "").strip()
+        match = index.match(text) if text else None
+        if match is not None:
+            clashes.append(f"exemplar row {n} duplicates a development row of {source_of[match]}")
+    if clashes:
+        raise DataError(f"{path}: {len(clashes)} training exemplar(s) match development rows (benchmark rows are "
+                        f"never trained on; remove or rewrite them): " + "; ".join(clashes))
 
 
 # -- FAR-H and PFI data --------------------------------------------------------------------------

@@ -24,6 +24,10 @@ truthfulqa            evaluation only     ``truthfulqa/*.csv`` column ``Question
                                           ordinary questions, scored for the refusal rate
 ====================  ==================  =====================================================
 
+An exemplar that matches a development row of any source, in either part of the split, verbatim or
+nearly (:class:`~proxy.evaluation.split.NearDuplicates`), stops training with a DataError naming the
+exemplar row and the source, never the text: no benchmark row is trained on as an exemplar.
+
 No non-commercial data (alpaca seed tasks, HurtLex) is trained on, so the shipped weights carry
 no NC terms; alpaca is scored by every fold model to report the benign flag rate.
 Davidson hate/offensive tweets are left out of the harm classifier's training: they are toxic
@@ -75,7 +79,7 @@ import numpy as np
 
 from proxy.evaluation import framings, provenance
 from proxy.evaluation.data import (SOURCES, DataError, Example, Item, load_exemplars, load_training_examples,
-                                   tuning_only)
+                                   refuse_development_duplicates, tuning_only)
 from proxy.guardrails import framings as augment
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, LAYER5_PREFIX, combine_views, sha256_file
@@ -312,7 +316,10 @@ def _truthfulqa_questions(data_dir: Path, sources: list[dict]) -> list[Example]:
 
 
 def _load(data_dir: Path, exemplars: Path | None) -> tuple[list[Example], list[Example], list[dict]]:
-    """(data-directory examples, exemplars, provenance of every file read)."""
+    """(data-directory examples, exemplars, provenance of every file read). Raises DataError when an
+    exemplar duplicates a development row of any source, in either part (:func:`refuse_development_duplicates`)."""
+    if exemplars is not None:
+        refuse_development_duplicates(Path(exemplars), Path(data_dir))
     examples, sources = load_training_examples(Path(data_dir))
     examples += _truthfulqa_questions(Path(data_dir), sources)
     extra = load_exemplars(exemplars) if exemplars is not None else []

@@ -53,13 +53,16 @@ def test_harm_rows_file_matches_the_shipped_artefact():
     assert not provenance.seen(UNSEEN_HARMFUL) and not provenance.seen(UNSEEN_SAFE)
 
 
-def test_the_test_samples_of_the_trained_sources_are_training_rows():
-    """Why the harm tests cannot score tests/data's AdvBench/XSTest/Davidson-neither rows: all are trained on."""
+def test_the_test_samples_of_the_trained_sources_are_training_rows_in_the_tuning_part_only():
+    """Why the harm tests cannot score tests/data's tuning-part AdvBench/XSTest/Davidson-neither rows: they
+    are trained on; the sample rows of the sealed part are not (training reads the tuning part only)."""
     provenance = read_rows_file(HARM_ROWS)
     items, _ = load_builtin(DATA)
     trained = [i for i in items if (i.dataset, i.subset) in
                {("advbench", "harmful"), ("xstest", "unsafe"), ("xstest", "safe"), ("davidson", "neither")}]
-    assert len(trained) == 150 and all(provenance.seen(i.text) for i in trained)
+    assert len(trained) == 150
+    assert {i.part: provenance.seen(i.text) for i in trained} == {"tuning": True, "sealed": False}
+    assert all(provenance.seen(i.text) == (i.part == "tuning") for i in trained)
     assert not any(provenance.seen(i.text) for i in items if i.dataset in ("davidson", "truthfulqa")
                    and i.subset != "neither")
 
@@ -217,7 +220,7 @@ def test_eval_guardrails_labels_training_rows_in_sample(tmp_path: Path, capsys):
     report = json.loads(out.read_text())
     rows = {(r["dataset"], r["subset"]): r for r in report["policies"]["safety"]["rows"]}
     assert rows[("advbench", "harmful")]["kind"] == "in-sample"
-    assert rows[("advbench", "harmful")]["out_of_fold"]["n"] == 260
+    assert rows[("advbench", "harmful")]["out_of_fold"]["n"] == 157  # the tuning part's AdvBench goals
     assert rows[("advbench", "harmful")]["target"]["on"] == "out-of-fold"
     assert (rows[("xstest", "safe")]["kind"], rows[("xstest", "safe")]["seen"]) == ("mixed", 1)
     assert rows[("xstest", "safe")]["target"]["on"] == "held-out"

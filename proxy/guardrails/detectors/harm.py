@@ -52,7 +52,7 @@ DEFAULT_ARTEFACT = "harm-minilm-svm-v7"
 #: Prefix of the second (fifth-layer) SVM's arrays in a v7 artefact.
 LAYER5_PREFIX = "layer5_"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
-DEFAULT_WINDOW_THRESHOLD = 0.9975
+DEFAULT_WINDOW_THRESHOLD = 0.9995
 
 _log = logging.getLogger(__name__)
 
