@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from proxy.evaluation import provenance
-from proxy.evaluation.data import DataError, load_builtin
+from proxy.evaluation.data import DataError, development_index, load_builtin
 from proxy.guardrails.detectors.privacy_person import ARTEFACT, FEATURES, mention_features
 
 MENTIONS = ARTEFACT.with_name("person-mentions.csv")
@@ -72,14 +72,32 @@ def parse_marked(text: str) -> tuple[str, list[tuple[int, int, bool]]]:
 def load_mentions(data_dir: Path, written: Path = MENTIONS) -> list[Mention]:
     """The labelled mentions: presidio tuning rows (labelled spans only) then the written texts.
 
-    Raises DataError when there are no presidio rows or ``written`` is missing or has a text
-    without a mark.
+    Raises DataError when there are no presidio rows, or ``written`` is missing, has a text without
+    a mark, or has a text that repeats a development row of any source or part, verbatim or nearly
+    (:func:`~proxy.evaluation.data.development_index`; the message names the row, never the text).
     """
     from proxy.evaluation.scorecard import read_person_labels
 
+    written_mentions: list[Mention] = []
+    if not Path(written).is_file():
+        raise DataError(f"{written}: not found")
+    index, source_of = development_index(Path(data_dir))
+    clashes = []
+    with open(written, encoding="utf-8", newline="") as handle:
+        for n, row in enumerate(csv.DictReader(handle), 1):
+            plain, spans = parse_marked(row["text"])
+            if not spans:
+                raise DataError(f"{written}: row {n}: no [[Name|pr]] or [[Name|pu]] mark")
+            match = index.match(plain)
+            if match is not None:  # never the text: the row may be sealed
+                clashes.append(f"row {n} duplicates a development row of {source_of[match]}")
+            written_mentions.extend(Mention(plain, a, b, private, "written") for a, b, private in spans)
+    if clashes:
+        raise DataError(f"{written}: {len(clashes)} written text(s) match development rows (benchmark rows are "
+                        "never trained on; remove or rewrite them): " + "; ".join(clashes))
     labels = read_person_labels()
     items, _ = load_builtin(Path(data_dir), "tuning")
-    mentions = []
+    mentions: list[Mention] = []
     for item in (i for i in items if i.dataset == "presidio"):
         file, _, row = item.item_id.rpartition(":")
         for span in item.spans:
@@ -88,15 +106,7 @@ def load_mentions(data_dir: Path, written: Path = MENTIONS) -> list[Mention]:
                 mentions.append(Mention(item.text, span.start, span.end, label == "private", "presidio"))
     if not mentions:
         raise DataError(f"{data_dir}: no labelled presidio PERSON spans in the tuning part")
-    if not Path(written).is_file():
-        raise DataError(f"{written}: not found")
-    with open(written, encoding="utf-8", newline="") as handle:
-        for n, row in enumerate(csv.DictReader(handle), 2):
-            plain, spans = parse_marked(row["text"])
-            if not spans:
-                raise DataError(f"{written}:{n}: no [[Name|pr]] or [[Name|pu]] mark")
-            mentions.extend(Mention(plain, a, b, private, "written") for a, b, private in spans)
-    return mentions
+    return mentions + written_mentions
 
 
 def _pipeline():

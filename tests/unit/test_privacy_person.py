@@ -80,3 +80,28 @@ def test_coreference_can_be_turned_off():
     plain = PiiDetector(PiiDetectorConfig(**_block(context={"coreference": False})))
     texts = ["My tenant Ibrahim Kaya has not paid rent.", "Is Kaya allowed to stay?"]
     assert plain.corefer(texts, [[], []]) == [[], []]
+
+
+def test_training_refuses_a_written_text_that_repeats_a_development_row(tmp_path):
+    """A written training text that is a benchmark row (here a presidio sample row, names marked) stops
+    `sonate train privacy-person`, naming the row number and the source, never the text."""
+    import json
+    from pathlib import Path
+
+    from proxy.evaluation.data import DataError
+    from proxy.evaluation.training_person import load_mentions
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    row = next(r for r in json.loads((data / "presidio" / "synth_sample.json").read_text())
+               if any(s["entity_type"] == "PERSON" for s in r["spans"]))
+    person = next(s for s in row["spans"] if s["entity_type"] == "PERSON")
+    text = row["full_text"]
+    marked = (text[:person["start_position"]] + "[[" + text[person["start_position"]:person["end_position"]]
+              + "|pr]]" + text[person["end_position"]:])
+    written = tmp_path / "mentions.csv"
+    written.write_text('text,theme\n"[[Ana Lima|pr]] paid the invoice.",note\n"' + marked.replace('"', '""')
+                       + '",copy\n', encoding="utf-8")
+    with pytest.raises(DataError) as caught:
+        load_mentions(data, written)
+    assert "row 2 duplicates a development row of presidio" in str(caught.value)
+    assert text not in str(caught.value)
