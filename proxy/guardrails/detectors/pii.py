@@ -602,9 +602,9 @@ class PiiDetector:
 
         - the context rule's always-kept spans (direct identifiers, address shapes);
         - each person named (by NER or by a name-slot pattern), when the head judges them a private
-          individual: the mean of
-          p(private) over that person's mentions in the piece (mentions sharing a name word,
-          :func:`~.privacy_person.person_groups`) reaches the head's threshold, whatever the mood;
+          individual: the mean of p(private) over that person's mentions in the piece (mentions
+          sharing a name word, :func:`~.privacy_person.person_groups`) reaches the head's
+          threshold, whatever the mood;
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
           when the piece names a private person; in a piece naming nobody, those the context rule
