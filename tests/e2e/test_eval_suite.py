@@ -107,9 +107,9 @@ def test_values_match_independent_computations(example_run) -> None:
     stub = {c["id"]: c for c in result["models"]["stub"]["cases"]}
     demo = {c["id"]: c for c in result["models"]["demo"]["cases"]}
     raw = {c["id"]: c for c in yaml.safe_load(EXAMPLE.read_text())["cases"]}
-    # correctness: the oracle's answers match exactly (also where the proxy masked part of the question,
-    # "France" → <LOCATION_1>); the demo model's never do
-    assert stub["capital-france"]["calls"][0]["action"] == "mask"
+    # correctness: the oracle's answers match exactly; the demo model's never do. "France" in a general
+    # question identifies nobody: the question reaches the model as written
+    assert stub["capital-france"]["calls"][0]["action"] == "allow"
     for cid in ("capital-france", "arithmetic", "red-planet", "gold-symbol", "austen", "moon-landing-date"):
         assert stub[cid]["output"] == raw[cid]["ground_truth"]
         assert stub[cid]["metrics"]["exact_match"]["value"] == 1.0 and demo[cid]["metrics"]["exact_match"]["value"] == 0.0
