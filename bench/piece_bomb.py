@@ -1,4 +1,4 @@
-"""Benchmark of issue 36's "a small request stalls every client": requests that are small in bytes
+"""Benchmark of "a small request stalls every client": requests that are small in bytes
 but hold many screened pieces (JSON numbers or short strings in a passed-through field, a tool
 schema ``enum``), against a real proxy over the stub provider.
 
@@ -12,7 +12,7 @@ Shapes (each with a unique marker and unique values, so no scan cache answers it
 For each shape: the HTTP status and seconds until the answer (``--repeat`` times, one at a time),
 the proxy process's RSS before and after (``/proc/PID/status`` VmRSS), and p50/p99 of one-line
 requests sent by another client meanwhile. With ``--attackers 2`` two clients send the shape at
-once. Target (issue 36): every shape answered or refused in under 3 s, RSS growth under 100 MB,
+once. Target: every shape answered or refused in under 3 s, RSS growth under 100 MB,
 one-line requests meanwhile close to idle.
 
 Usage: ``.venv/bin/python bench/piece_bomb.py [--shapes numbers,strings,enum] [--repeat 3]``

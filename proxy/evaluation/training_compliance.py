@@ -1,4 +1,4 @@
-"""Operating point of the Compliance classifier, chosen out of fold on the tuning part (issue 34).
+"""Operating point of the Compliance classifier, chosen out of fold on the tuning part.
 
 The domain classifier (``detectors/domain.py``) is *fitted* only on the examples written in
 ``policies/compliance.yaml``. Its ``threshold`` is *tuned* on the tuning part of the development

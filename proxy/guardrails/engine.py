@@ -73,11 +73,11 @@ TokenCounter = Callable[[str, list[Message]], int]
 #: one policy after the other, so a large prompt never takes more than its lane's thread (issue 9
 #: "Bounded work per request").
 PARALLEL_MAX_CHARS = 8000
-#: ... and at most this many text pieces (a detector's cost is mostly per piece: issue 36).
+#: ... and at most this many text pieces (a detector's cost is mostly per piece).
 PARALLEL_MAX_PIECES = 200
 #: Texts a detector is given at once; :func:`~proxy.guardrails.detectors.patterns.pause_point` between
 #: such groups, so a screen of many short texts (a passed-through list of numbers, a schema ``enum``)
-#: gives way to short requests and is abandoned when it timed out, like one long text (issue 36).
+#: gives way to short requests and is abandoned when it timed out, like one long text.
 DETECT_GROUP = 32
 #: Side threads for Safety and Compliance (a judgement that cannot start at once runs in the caller).
 SIDE_THREADS = 4

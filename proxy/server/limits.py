@@ -84,7 +84,7 @@ def too_many_pieces(pieces: int, limit: int) -> GatewayError:
     separately screened texts (every string, object key and number the guardrails read: message
     texts, tool-call arguments' keys and values, tool schemas, passed-through fields), more than
     ``limit`` (``server.limits.max_screen_pieces``). Refused before any detector runs, never forwarded
-    unscreened (issue 36 "Bounded work counts everything screened"); counted as
+    unscreened; counted as
     ``sonate_requests_total{result="client_error"}``."""
     return GatewayError(413, f"The request holds {pieces} separately screened texts (strings, object keys and "
                              f"numbers); the guardrails screen at most {limit} per request "
@@ -233,7 +233,7 @@ class KeyLimiter:
 
 def text_chars(value: Any) -> int:
     """Total length in characters of every string (keys included) and of every number's JSON text in a
-    JSON-like ``value`` (the guardrails screen each number as a text: issue 36)."""
+    JSON-like ``value`` (the guardrails screen each number as a text)."""
     return screen_size(value).chars
 
 

@@ -384,7 +384,7 @@ class Gateway:
                                        chars=len(result.content or "") + text_chars(tool_calls), admit=False)
         except GatewayError:
             raise
-        except Exception as exc:  # a detector raised: the answer is not kept (issue 13)
+        except Exception as exc:  # a detector raised: the answer is not kept
             raise guardrail_failed("output", case["id"], exc) from None
         body = completion_body(
             model=case["model"], content=out.text if (out.text or not tool_calls) else None,

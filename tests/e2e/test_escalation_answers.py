@@ -1,4 +1,4 @@
-"""An escalation ends in an answer (issue 40 item 1), through the real proxy and the real SDKs.
+"""An escalation ends in an answer, through the real proxy and the real SDKs.
 
 A regulated request escalated through chat completions, Responses or Messages is decided by an
 admin (approve: the model answers the masked request; answer; edit a kept draft; reject with a

@@ -1,4 +1,4 @@
-"""Bounded work counts everything screened (issue 36): numbers, keys and short strings, through the real
+"""Bounded work counts everything screened: numbers, keys and short strings, through the real
 proxy over the stub provider.
 
 Privacy reads each JSON string, key and number of the messages, tool-call arguments, tool schemas and

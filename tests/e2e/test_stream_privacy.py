@@ -1,4 +1,4 @@
-"""Privacy on output across stream windows (issue 36 "PII across a stream window boundary"), through
+"""Privacy on output across stream windows, through
 the real proxy with the shipped policies, Privacy screening outputs too.
 
 A streamed answer is screened in windows that close at a sentence end or after 400 characters (at a

@@ -1,5 +1,5 @@
-"""What a client and the log see when the provider fails or answers something hostile (issue 36, low
-findings), through the real proxy over the stub provider.
+"""What a client and the log see when the provider fails or answers something hostile,
+through the real proxy over the stub provider.
 
 An error body names the kind of failure and the provider's HTTP status in a fixed sentence, never
 the exception's text: litellm's can run to a traceback with the server's file paths (a provider

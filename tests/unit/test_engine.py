@@ -406,7 +406,7 @@ def test_tokens_are_counted_only_when_there_are_turns_to_summarize(rig):
     assert counted == [len(long_conversation())]
 
 
-# ---- bounded work (issue 36) -------------------------------------------------------------------
+# ---- bounded work -----------------------------------------------------------------------------
 
 
 class Abandoned(Exception):

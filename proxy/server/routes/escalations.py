@@ -116,7 +116,7 @@ def outcome_body(case: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any
 
 async def get_escalation(request: web.Request) -> web.Response:
     """``GET /v1/escalations/{id}``: admins read every case, anyone else (clients, reviewers) only the
-    cases of their own requests; 404 otherwise (issue 13: a reviewer read any client's case). The
+    cases of their own requests; 404 otherwise (a reviewer never reads another client's case). The
     masked request and any unreleased draft are not shown; ``response`` holds the outcome once
     resolved (:func:`outcome_body`). ``?wait=`` holds the answer until the case leaves pending or
     drafted, or the time passes."""
