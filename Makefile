@@ -1,4 +1,4 @@
-# Two commands for a fresh machine (the fast test loop without ML models: README "Development"):
+# Two commands for a fresh machine (the fast test loop without ML models: docs/development.md):
 #   make run    install (locked, hashed) and start the proxy on its embedded defaults
 #   make test   install (locked, hashed, plus system packages the tests use) and run every test,
 #               in random order (pytest-randomly); the seed is printed: `make test SEED=N` repeats
