@@ -10,7 +10,6 @@ Only the LLM provider is a stub (tests/support/stub_upstream.py).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
 import time
@@ -20,8 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from proxy.storage.sqlite import SQLiteStore
-from tests.support.ledger import sqlite_url
+from tests.support.ledger import receipt_count, sqlite_url
 from tests.support.proxy import (
     ADMIN_KEY,
     CLIENT_KEY,
@@ -65,14 +63,7 @@ def _ask(client: openai.OpenAI, text: str = "What is the capital of Portugal?"):
 
 
 def _receipts(proxy: RunningProxy) -> int:
-    async def count() -> int:
-        store = SQLiteStore(Path(proxy.ledger_url[len("sqlite:///"):]))
-        try:
-            head = await store.head()
-            return 0 if head is None else head.height + 1
-        finally:
-            await store.close()
-    return asyncio.run(count())
+    return receipt_count(proxy.ledger_url)
 
 
 def _requests_metric(proxy: RunningProxy, result: str) -> float:

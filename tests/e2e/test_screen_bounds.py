@@ -14,7 +14,6 @@ provider is a stub.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import urllib.error
@@ -24,8 +23,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.storage.sqlite import SQLiteStore
-from tests.support.ledger import sqlite_url
+from tests.support.ledger import receipt_count, sqlite_url
 from tests.support.proxy import (
     ADMIN_KEY,
     CLIENT_KEY,
@@ -87,14 +85,7 @@ def chat(**extra) -> dict:
 
 
 def receipts(proxy: RunningProxy) -> int:
-    async def count() -> int:
-        store = SQLiteStore(Path(proxy.ledger_url[len("sqlite:///"):]))
-        try:
-            head = await store.head()
-            return 0 if head is None else head.height + 1
-        finally:
-            await store.close()
-    return asyncio.run(count())
+    return receipt_count(proxy.ledger_url)
 
 
 def metric(proxy: RunningProxy, name: str, **labels: str) -> float:

@@ -130,3 +130,18 @@ if __name__ == "__main__":
         raise SystemExit(__doc__)
     _, _, url_arg, key_arg, dir_arg, index_arg, batches_arg = sys.argv
     print(json.dumps(asyncio.run(_worker(url_arg, key_arg, Path(dir_arg), int(index_arg), int(batches_arg)))))
+
+
+def receipt_count(ledger_url: str) -> int:
+    """Receipts in the SQLite ledger at ``ledger_url`` (``sqlite:///PATH``, as a test proxy's
+    ``ledger_url``): its head's height + 1, 0 when empty."""
+    from proxy.storage.sqlite import SQLiteStore
+
+    async def count() -> int:
+        store = SQLiteStore(Path(ledger_url[len("sqlite:///"):]))
+        try:
+            head = await store.head()
+            return 0 if head is None else head.height + 1
+        finally:
+            await store.close()
+    return asyncio.run(count())
