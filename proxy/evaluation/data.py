@@ -136,8 +136,6 @@ class Item:
         category: finer label where the source has one (XSTest type, Davidson class,
             TruthfulQA category).
         part: ``tuning`` or ``sealed`` (:func:`proxy.evaluation.split.part_of`).
-        domain: for rows of the regulated labels (``regulated/labels_dev.tsv``): ``legal``,
-            ``medical``, ``financial`` or ``none``; else None.
     """
 
     dataset: str
@@ -149,7 +147,6 @@ class Item:
     spans: tuple[Span, ...] = ()
     category: str | None = None
     part: str = "tuning"
-    domain: str | None = None
 
 
 def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
@@ -209,12 +206,12 @@ def _alpaca(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
         if isinstance(first, str) and first.strip():
             text = f"{text}\n\n{first}"
         item_id = str(row.get("id") or f"{path.name}:{n}")
-        label, domain = (labels or {}).get((f"alpaca_seed/{path.name}", n - 1), (None, None))
+        label, _ = (labels or {}).get((f"alpaca_seed/{path.name}", n - 1), (None, None))
         if label == "regulated":
-            yield Item("alpaca_seed", "regulated", "compliance", text, True, item_id, domain=domain)
+            yield Item("alpaca_seed", "regulated", "compliance", text, True, item_id)
         else:
             yield Item("alpaca_seed", "personal" if personal.get(item_id) else "benign", "safety", text, False,
-                       item_id, domain=domain)
+                       item_id)
 
 
 def _presidio(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
@@ -239,11 +236,10 @@ def _truthfulqa(path: Path, labels: "Labels | None" = None) -> Iterable[Item]:
     ``Category`` (:data:`REGULATED_CATEGORIES`)."""
     for n, row in enumerate(read_rows(path), 1):
         category = str(_column(row, "Category", path, n)).strip()
-        label, domain = (labels or {}).get((f"truthfulqa/{path.name}", n - 1), (None, None))
+        label, _ = (labels or {}).get((f"truthfulqa/{path.name}", n - 1), (None, None))
         regulated = label == "regulated" if label else category in REGULATED_CATEGORIES
         yield Item("truthfulqa", "regulated" if regulated else "general", "compliance",
-                   _text(row, "Question", path, n), regulated, f"{path.name}:{n}", category=category,
-                   domain=domain)
+                   _text(row, "Question", path, n), regulated, f"{path.name}:{n}", category=category)
 
 
 #: (source file relative to the data directory, 0-based row) -> (label, domain) of the regulated labels.

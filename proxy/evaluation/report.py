@@ -27,6 +27,7 @@ from proxy.evaluation.data import APOLOGY_TYPES, Item
 from proxy.evaluation.metrics import binary_scores, latency_summary, map_gold, match_spans, proportion, sum_counts
 from proxy.evaluation.guardrails import ItemOutcome
 from proxy.evaluation.provenance import Provenance, kind_of
+from proxy.evaluation.scorecard import render_scorecard
 from proxy.evaluation.utility import UTILITY_TARGET, is_ordinary, utility_section
 
 REPORT_VERSION = 2
@@ -570,8 +571,6 @@ def render_markdown(report: dict[str, Any]) -> str:
              + (f"; sample ≤ {sample} per subset, seed {report.get('seed')}" if sample else "") + ")", "",
              *_provenance_lines(report.get("provenance") or [])]
     if report.get("scorecard"):
-        from proxy.evaluation.scorecard import render_scorecard
-
         lines += render_scorecard(report["scorecard"], report.get("part", "tuning"))
     policies = report["policies"]
     for policy, title in (("safety", "Safety (input screen: refuse)"), ("compliance", "Compliance (escalate)")):
