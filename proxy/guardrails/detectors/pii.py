@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from proxy import offline
 from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, LemmaBound
+from proxy.guardrails.detectors.embeddings import embed
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
 from proxy.guardrails.detectors.privacy_person import (PersonHead, coreferent_spans, mention_features, name_parts,
@@ -614,8 +615,6 @@ class PiiDetector:
         persons = [s for s in spans if s.entity_type == "PERSON" and not rule._always(s)]
         if not persons:
             return kept if any(rule._always(s) for s in spans) else [s for s in kept if rule._always(s)]
-        from proxy.guardrails.detectors.embeddings import embed
-
         cues = rule.personal_cues(piece)
         (sentence,) = embed([piece])  # the message's own embedding: Safety's and Compliance's pass, cached
         p = self.person_head.probability(np.stack([mention_features(doc, s.start, s.end, cues, mood, sentence)

@@ -30,6 +30,7 @@ mention, then the sentence embedding.
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +102,6 @@ class PersonHead:
     def load(cls, path: Path = ARTEFACT) -> "PersonHead":
         """Read the artefact. Raises FileNotFoundError, or ValueError for arrays of the wrong shape."""
         data = Path(path).read_bytes()
-        import io
-
         with np.load(io.BytesIO(data)) as arrays:
             head = cls(arrays["mean"].astype(np.float32), arrays["scale"].astype(np.float32),
                        arrays["coef"].astype(np.float32), float(arrays["intercept"]), float(arrays["threshold"]),
