@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import rfc8785
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from proxy.kpi.stats import gwet_ac1
+from proxy.kpi.methodology import CONFIDENCE
+from proxy.kpi.stats import bootstrap_interval, gwet_ac1
 
 __all__ = [
     "FINAL_STATUSES",
@@ -52,6 +54,7 @@ __all__ = [
     "AdjudicationError",
     "Verdict",
     "agreement_by_domain",
+    "agreement_intervals",
     "assigned",
     "check_commitment",
     "new_nonce",
@@ -314,6 +317,23 @@ def reviewer_view(item: dict[str, Any], reviewer: str, *, lead: bool = False) ->
     return view
 
 
+def _label_pairs(items: Iterable[dict[str, Any]]) -> dict[str, list[tuple[str, str]]]:
+    """(pass A label, pass B label) of every double-rated item, per domain and under ``"all"``, sorted by domain."""
+    pairs: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for item in items:
+        passes = item.get("passes") or {}
+        if "A" in passes and "B" in passes:
+            pair = (outcome(item, passes["A"]["verdict"])["label"], outcome(item, passes["B"]["verdict"])["label"])
+            pairs[item.get("domain") or "general"].append(pair)
+            pairs["all"].append(pair)
+    return dict(sorted(pairs.items()))
+
+
+def _ac1_of_pairs(ratings: Sequence[tuple[str, str]]) -> float:
+    """Gwet's AC1 of (A, B) label pairs on the scale :data:`LABELS`."""
+    return gwet_ac1([a for a, _ in ratings], [b for _, b in ratings], categories=LABELS)
+
+
 def agreement_by_domain(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Gwet's AC1 between pass A and pass B per domain (and ``"all"``).
 
@@ -322,17 +342,21 @@ def agreement_by_domain(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
     ``{domain: {"n": items, "ac1": float, "observed_agreement": float}}``; domains without
     double-rated items are absent.
     """
-    pairs: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for item in items:
-        passes = item.get("passes") or {}
-        if "A" in passes and "B" in passes:
-            pair = (outcome(item, passes["A"]["verdict"])["label"], outcome(item, passes["B"]["verdict"])["label"])
-            pairs[item.get("domain") or "general"].append(pair)
-            pairs["all"].append(pair)
-    result = {}
-    for domain, ratings in sorted(pairs.items()):
-        a, b = [x for x, _ in ratings], [y for _, y in ratings]
-        result[domain] = {"n": len(ratings), "ac1": gwet_ac1(a, b, categories=LABELS),
-                          "observed_agreement": sum(x == y for x, y in ratings) / len(ratings)}
-    return result
+    return {domain: {"n": len(ratings), "ac1": _ac1_of_pairs(ratings),
+                     "observed_agreement": sum(x == y for x, y in ratings) / len(ratings)}
+            for domain, ratings in _label_pairs(items).items()}
 
+
+def agreement_intervals(items: Iterable[dict[str, Any]], confidence: float = CONFIDENCE) -> dict[str, dict[str, Any]]:
+    """:func:`agreement_by_domain` with each AC1's ``confidence`` interval: ``"interval": {"low",
+    "high", "confidence", "method"}``, the normal interval from a nonparametric bootstrap over
+    items (:func:`proxy.kpi.stats.bootstrap_interval`: 1,000 resamples, seed 0, clipped to
+    [-1, 1]; low and high None when they cannot be estimated, e.g. a single item)."""
+    items = list(items)
+    result = agreement_by_domain(items)
+    for domain, ratings in _label_pairs(items).items():
+        _, low, high = bootstrap_interval(ratings, _ac1_of_pairs, confidence=confidence, bounds=(-1.0, 1.0))
+        result[domain]["interval"] = {"low": low if math.isfinite(low) else None,
+                                      "high": high if math.isfinite(high) else None,
+                                      "confidence": confidence, "method": "bootstrap_normal"}
+    return result

@@ -19,6 +19,7 @@ items and receipts assigned to them (:func:`proxy.kpi.adjudication.assigned`,
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from typing import Any
@@ -29,7 +30,7 @@ from proxy.kpi.adjudication import (
     PASSES,
     AdjudicationError,
     Verdict,
-    agreement_by_domain,
+    agreement_intervals,
     assigned,
     new_item,
     own_request,
@@ -191,14 +192,14 @@ class Adjudications:
         return new, receipt_id
 
     async def agreement(self) -> dict[str, Any]:
-        """Gwet's AC1 per domain over every double-rated item (:func:`agreement_by_domain`)."""
+        """Gwet's AC1 per domain, with its interval, over every double-rated item (:func:`agreement_intervals`)."""
         rated: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:  # page by page; only double-rated items are kept
             page, cursor = await self.queue.page(("agreed", "disputed", "resolved"), after=cursor, limit=_PAGE)
             rated += page
             if cursor is None:
-                return agreement_by_domain(rated)
+                return await asyncio.to_thread(agreement_intervals, rated)  # a bootstrap: off the event loop
 
     async def _decide(self, old: dict[str, Any], new: dict[str, Any], caller: Caller, raw: dict[str, Any],
                       *, stage: str, evidence: dict[str, Any]) -> str | None:

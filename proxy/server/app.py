@@ -46,8 +46,8 @@ from proxy.server.middleware import error_middleware, trace_middleware
 from proxy.server.pipeline import Gateway
 from proxy.server.policy_runtime import PolicyRuntime, SnapshotBuilder
 from proxy.server.requests import SERVICES
-from proxy.server.routes import (admin_policies, chat, embeddings, escalations, health, ledger, messages, models,
-                                 receipts, responses, review, verifier)
+from proxy.server.routes import (admin_policies, chat, console, embeddings, escalations, health, ledger, messages,
+                                 models, receipts, responses, review, verifier)
 from proxy.server.sink import build_sink
 from proxy.server.upstream import Upstream
 from proxy.storage.base import LedgerStore, open_store
@@ -211,7 +211,7 @@ def create_app(services: Services) -> web.Application:
                           client_max_size=services.config.server.max_body_bytes)
     app[SERVICES] = services
     for routes in (chat, embeddings, responses, messages, models, receipts, escalations, health, review, verifier,
-                   ledger, admin_policies):
+                   console, ledger, admin_policies):
         routes.register(app)
     tasks.register(app)  # receipt spool replay (ledger.on_unavailable: spool) + ledger audit
 

@@ -179,6 +179,22 @@ async function showEngine() {
   document.body.dataset.backend = used;
 }
 
+/** A document handed over in the fragment (#document=<base64url of its JSON>, e.g. by the review
+ * console; a fragment never reaches the server): fill the form, fetch this server's keys, verify. */
+async function fromFragment() {
+  const match = /^#document=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (!match) return;
+  try {
+    const binary = atob(match[1].replaceAll('-', '+').replaceAll('_', '/'));
+    $('document').value = new TextDecoder().decode(Uint8Array.from(binary, (c) => c.charCodeAt(0)));
+  } catch {
+    $('document').value = '';
+    return;
+  }
+  await fetchKeys();
+  $('verify-form').requestSubmit();
+}
+
 $('verify-form').addEventListener('submit', onSubmit);
 $('fetch-keys').addEventListener('click', fetchKeys);
 $('document-file').addEventListener('change', onFile);
@@ -204,4 +220,4 @@ window.sonateVerifier = {
     return out;
   },
 };
-showEngine().finally(() => { document.body.dataset.ready = 'true'; });
+showEngine().then(fromFragment).finally(() => { document.body.dataset.ready = 'true'; });

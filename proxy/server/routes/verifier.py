@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-__all__ = ["CONTENT_SECURITY_POLICY", "WEB_ROOT", "register"]
+__all__ = ["CONTENT_SECURITY_POLICY", "WEB_ROOT", "register", "web_file"]
 
 WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
 """Directory of the page and its assets (shipped as package data ``proxy/web``)."""
@@ -44,7 +44,7 @@ _HEADERS = {
 }
 
 
-def _file_response(relative: str) -> web.FileResponse:
+def web_file(relative: str) -> web.FileResponse:
     """The file ``WEB_ROOT/relative`` with its type and the security headers; 404 otherwise.
 
     Rejects paths that leave ``WEB_ROOT`` (``..``, absolute paths, symlinks out) and file
@@ -69,12 +69,12 @@ async def verify_redirect(request: web.Request) -> web.Response:
 
 async def verify_page(request: web.Request) -> web.FileResponse:
     """``GET /verify/``: the verifier page."""
-    return _file_response("verify.html")
+    return web_file("verify.html")
 
 
 async def verify_asset(request: web.Request) -> web.FileResponse:
     """``GET /verify/{path}``: a script, stylesheet, vendored library or licence of the page."""
-    return _file_response(request.match_info["path"])
+    return web_file(request.match_info["path"])
 
 
 def register(app: web.Application) -> None:
