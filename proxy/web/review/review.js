@@ -164,7 +164,7 @@ function escalationRow(c) {
     el('td', {}, c.domain), el('td', {}, age(c.age_seconds)), el('td', {}, c.api || 'chat'),
     el('td', {}, c.model), el('td', {}, topScore(c.evidence && c.evidence.scores)),
     el('td', {}, messageText((c.messages || []).filter((m) => m.role === 'user').map((m) => messageText(m.content)).at(-1))
-      .slice(0, 90)));
+      .slice(0, 200)));
 }
 
 async function showEscalations(view) {
