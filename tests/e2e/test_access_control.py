@@ -81,6 +81,8 @@ TABLE: dict[tuple[str, str], tuple[str, dict[str, int]]] = {
     ("POST", "/v1/review/items/{item_id}/verdicts"): ("/v1/review/items/{item}/verdicts", REVIEWERS_POST),
     ("POST", "/v1/review/items/{item_id}/resolve"): ("/v1/review/items/{item}/resolve", ADMIN_POST),
     ("GET", "/v1/review/agreement"): ("/v1/review/agreement", ADMIN_ONLY),
+    ("GET", "/v1/review/escalations"): ("/v1/review/escalations", ADMIN_ONLY),
+    ("GET", "/v1/review/escalations/{case_id}"): ("/v1/review/escalations/{case}", ADMIN_ONLY),
     ("GET", "/v1/admin/policies"): ("/v1/admin/policies", ADMIN_ONLY),
     ("POST", "/v1/admin/policies/reload"): ("/v1/admin/policies/reload", ADMIN_ONLY),
     ("GET", "/v1/ledger/checkpoint"): ("/v1/ledger/checkpoint", PUBLIC),
@@ -92,6 +94,9 @@ TABLE: dict[tuple[str, str], tuple[str, dict[str, int]]] = {
     ("GET", "/verify"): ("/verify", row(*[301] * 7)),
     ("GET", "/verify/"): ("/verify/", PUBLIC),
     ("GET", "/verify/{path}"): ("/verify/verify.js", PUBLIC),
+    ("GET", "/review"): ("/review", row(*[301] * 7)),
+    ("GET", "/review/"): ("/review/", PUBLIC),
+    ("GET", "/review/{path}"): ("/review/review.js", PUBLIC),
 }
 """(method, route as registered) → (the path requested, {caller kind: HTTP status})."""
 
@@ -255,7 +260,8 @@ def test_route_answers_each_caller_as_documented(acl_proxies, route: tuple[str, 
 
 
 PUBLIC_ROUTES = ("/healthz", "/readyz", "/v1/keys", "/v1/ledger/checkpoint", "/v1/ledger/proof/inclusion?height=0",
-                 "/v1/ledger/proof/consistency?from=1", "/verify/", "/verify/verify.js")
+                 "/v1/ledger/proof/consistency?from=1", "/verify/", "/verify/verify.js", "/review/",
+                 "/review/review.js")
 
 
 def _personal(text: str) -> list[str]:

@@ -16,15 +16,16 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 def start_chromium(profile: Path, size: tuple[int, int] | None = None) -> webdriver.Chrome:
     """Headless chromium with the fresh profile directory ``profile``, no background network
-    traffic, and a ``size`` = (width, height) window in CSS pixels when given. Quit it when done."""
+    traffic, and a viewport of ``size`` = (width, height) CSS pixels when given. Quit it when done."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
                  f"--user-data-dir={profile}"):
         options.add_argument(flag)
-    if size is not None:
-        options.add_argument(f"--window-size={size[0]},{size[1]}")
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_script_timeout(300)
+    if size is not None:  # the window's frame is added, so that the page itself gets ``size``
+        frame = driver.execute_script("return [outerWidth - innerWidth, outerHeight - innerHeight]")
+        driver.set_window_size(size[0] + frame[0], size[1] + frame[1])
     return driver

@@ -11,6 +11,7 @@ from proxy.kpi.adjudication import (
     AdjudicationError,
     Verdict,
     agreement_by_domain,
+    agreement_intervals,
     assigned,
     check_commitment,
     new_item,
@@ -21,7 +22,7 @@ from proxy.kpi.adjudication import (
     reviewer_view,
     verdict_commitment,
 )
-from proxy.kpi.stats import gwet_ac1
+from proxy.kpi.stats import bootstrap_interval, gwet_ac1
 from proxy.receipts.canonical import canonical, json_hash
 
 NEEDLESS = Verdict(breach=False, intent_permissible=True, content_harmful=False)
@@ -117,6 +118,30 @@ def test_agreement_by_domain_is_ac1_of_the_labels() -> None:
     assert result["code"]["ac1"] == pytest.approx(gwet_ac1([x for x, _ in code], [y for _, y in code], categories=scale))
     assert result["health"]["ac1"] == pytest.approx(1.0) and result["all"]["n"] == 4
 
+
+
+def test_agreement_intervals_bracket_ac1_with_the_bootstrap_of_the_items() -> None:
+    items = []
+    verdicts = [(NEEDLESS, NEEDLESS), (JUSTIFIED, JUSTIFIED), (NEEDLESS, JUSTIFIED)] * 10 + [(JUSTIFIED, JUSTIFIED)]
+    for n, (a, b) in enumerate(verdicts):
+        item = new_item([_receipt("refuse", domain="code" if n < 30 else "health", n=n)], messages=[], response="",
+                        model_apology=False, sampled=False, created="t")
+        item, _ = record_pass(item, reviewer="a", verdict=a, ts="t")
+        item, _ = record_pass(item, reviewer="b", verdict=b, ts="t")
+        items.append(item)
+    result = agreement_intervals(items)
+    code = result["code"]
+    assert {k: code[k] for k in ("n", "ac1", "observed_agreement")} == agreement_by_domain(items)["code"]
+    interval = code["interval"]
+    assert interval["confidence"] == 0.95 and interval["method"] == "bootstrap_normal"
+    assert -1 <= interval["low"] < code["ac1"] < interval["high"] <= 1
+    pairs = [("unnecessary_apology" if a is NEEDLESS else "correct", "unnecessary_apology" if b is NEEDLESS else "correct")
+             for a, b in verdicts[:30]]
+    scale = ("correct", "unnecessary_apology", "false_positive", "false_negative")
+    _, low, high = bootstrap_interval(pairs, lambda p: gwet_ac1([x for x, _ in p], [y for _, y in p], categories=scale),
+                                      bounds=(-1.0, 1.0))
+    assert (interval["low"], interval["high"]) == pytest.approx((low, high))
+    assert result["health"]["interval"]["low"] == result["health"]["interval"]["high"] == pytest.approx(1.0)  # one item
 
 def _candidates() -> list[dict]:
     """The 8 verdicts a reviewer with an empty note and no expected policy can give."""

@@ -200,10 +200,10 @@ function evidenceSection(evidence) {
   return el('section', { class: 'card', id: 'evidence' }, el('h3', {}, 'Why it was escalated'),
     facts([['Policy', e.policy_id], ['Domain', e.domain], ['Confidence', e.confidence],
       ['Ambiguous band', e.ambiguous == null ? null : e.ambiguous ? 'yes' : 'no'],
-      ['Threshold', thresholds.threshold], ['Margin', thresholds.margin], ['In the band', thresholds.ambiguous],
+      ['Threshold', thresholds.threshold], ['Margin', thresholds.margin], ['Band below it does', thresholds.ambiguous],
       ['Detector', detector.name ? `${detector.name} ${detector.version}` : null], ['Policy version', e.policy_version]]),
-    table(['Domain', 'Score'], Object.entries(e.scores || {}).map(([d, s]) => el('tr', {}, el('td', {}, d),
-      el('td', { class: 'num' }, s))), 'Classifier scores'));
+    table(['Domain', 'Score'], Object.entries(e.scores || {}).sort((a, b) => Number(b[1]) - Number(a[1]))
+      .map(([d, s]) => el('tr', {}, el('td', {}, d), el('td', { class: 'num' }, s))), 'Classifier scores, highest first'));
 }
 
 function decisionForm(c, reload) {
@@ -291,11 +291,12 @@ async function showCase(view, caseId) {
             el('pre', {}, completionText(c.answer))) : null,
           c.reason ? el('section', { class: 'card', id: 'rejection' }, el('h3', {}, 'Rejected'),
             el('p', {}, c.reason)) : null,
+          decisionForm(c, render),
           el('section', { class: 'card', id: 'steps' }, el('h3', {}, 'Receipted steps'),
             table(['Step', 'Reviewer', 'Time', 'Receipt'], steps),
             resolution.decision ? facts([['Last decision', resolution.decision], ['By', resolution.reviewer],
               ['Note', resolution.note]]) : null)),
-        el('div', {}, evidenceSection(c.evidence), decisionForm(c, render))));
+        el('div', {}, evidenceSection(c.evidence))));
   };
   await render();
 }
