@@ -351,7 +351,8 @@ def agreement_intervals(items: Iterable[dict[str, Any]], confidence: float = CON
     """:func:`agreement_by_domain` with each AC1's ``confidence`` interval: ``"interval": {"low",
     "high", "confidence", "method"}``, the normal interval from a nonparametric bootstrap over
     items (:func:`proxy.kpi.stats.bootstrap_interval`: 1,000 resamples, seed 0, clipped to
-    [-1, 1]; low and high None when they cannot be estimated, e.g. a single item)."""
+    [-1, 1]; low and high None when the bootstrap gives no spread estimate). A domain with one
+    item, or whose resamples all agree, gets an interval of width 0 at its AC1."""
     items = list(items)
     result = agreement_by_domain(items)
     for domain, ratings in _label_pairs(items).items():

@@ -113,7 +113,8 @@ function receiptCell(receiptId) {
 function table(headers, rows, caption) {
   return el('table', {}, caption ? el('caption', {}, caption) : null,
     el('thead', {}, el('tr', {}, headers.map((h) => el('th', { scope: 'col' }, h)))),
-    el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', { colspan: headers.length, class: 'empty' }, 'Nothing here.'))));
+    el('tbody', {}, rows.length ? rows
+      : el('tr', {}, el('td', { colspan: headers.length, class: 'empty' }, 'Nothing here.'))));
 }
 
 function rowLink(href, text) {
@@ -330,7 +331,9 @@ async function showItems(view) {
   const load = async () => {
     state.items.clear();
     const tables = [await itemTable({ status: 'todo' }, 'todo', 'Your passes to give (blind: other passes are hidden)')];
-    if (state.role === 'admin') tables.push(await itemTable({ status: 'disputed' }, 'disputed', 'Disputed: the lead resolves'));
+    if (state.role === 'admin') {
+      tables.push(await itemTable({ status: 'disputed' }, 'disputed', 'Disputed: the lead resolves'));
+    }
     lists.replaceChildren(...tables);
   };
   reason.addEventListener('change', () => {
@@ -372,8 +375,9 @@ function verdictForm(item, { lead }) {
       (missing ? form.querySelector(`input[name=${missing}]`) : note).focus();
       return;
     }
-    const body = { breach: answer('breach').value === 'true', intent_permissible: answer('intent_permissible').value === 'true',
-      content_harmful: answer('content_harmful').value === 'true', note: note.value.trim() };
+    const yes = (name) => answer(name).value === 'true';
+    const body = { breach: yes('breach'), intent_permissible: yes('intent_permissible'),
+      content_harmful: yes('content_harmful'), note: note.value.trim() };
     if (expected.value.trim()) body.expected_policy_id = expected.value.trim();
     if (!lead && passChoice.value) body.pass = passChoice.value;
     submit.disabled = true;
@@ -539,7 +543,9 @@ function onKeydown(event) {
   else if (event.key === 'r') route();
   else if (event.key === 'j' && rows.length) rows[Math.min(at + 1, rows.length - 1)].focus();
   else if (event.key === 'k' && rows.length) rows[Math.max(at - 1, 0)].focus();
-  else if (event.key === 'Escape' && location.hash.split('/').length > 2) location.hash = location.hash.split('/').slice(0, 2).join('/');
+  else if (event.key === 'Escape' && location.hash.split('/').length > 2) {
+    location.hash = location.hash.split('/').slice(0, 2).join('/');
+  }
   else return;
   event.preventDefault();
 }
