@@ -177,6 +177,18 @@ def test_case_views_are_for_admins_and_bad_filters_are_400(console_proxy) -> Non
         assert status == 400 and body["error"]["param"] == param, query
     assert status_of("/v1/review/escalations/esc_unknown", ADMIN_KEY)[0] == 404
 
+    raw = openai.OpenAI(base_url=console_proxy.v1, api_key=CLIENT_KEY, max_retries=0).chat.completions \
+        .with_raw_response.create(model="stub", messages=[{"role": "user", "content": LEGAL}])
+    case_id = raw.headers["x-sonate-escalation-id"]
+    status, case = status_of(f"/v1/review/escalations/{case_id}", ADMIN_KEY)
+    assert status == 200 and "sealed_mapping" not in case and case["age_seconds"] >= 0
+    assert case["evidence"]["domain"] == "legal" and case["evidence"]["thresholds"]["threshold"] == 0.56
+    assert case["evidence"]["detector"]["version"] and float(case["evidence"]["scores"]["legal"]) > 0.56
+    assert NAME not in json.dumps(case) and EMAIL not in json.dumps(case)
+    listed = lambda query: [c["id"] for c in status_of(f"/v1/review/escalations?{query}", ADMIN_KEY)[1]["data"]]  # noqa: E731
+    assert case_id in listed("domain=legal") and case_id in listed("newer_than=3600&limit=1000")
+    assert case_id not in listed("domain=finance") and case_id not in listed("older_than=3600")
+
 
 def test_a_lead_answers_escalations_of_all_three_apis_from_the_console(console_proxy, browser, stub, tmp_path) -> None:
     stub.reset()
