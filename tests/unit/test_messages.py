@@ -51,7 +51,7 @@ def test_pieces_of_an_assistant_turn_in_order_with_their_fields():
 @pytest.mark.parametrize("message, texts", [
     ({"role": "user", "content": "hello", "name": "ada"}, ["hello", "ada"]),
     ({"role": "tool", "tool_call_id": "c1", "content": "result"}, ["result"]),
-    ({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "u"}},
+    ({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
                                   {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
                                   {"type": "file", "file": {"file_id": "f1", "filename": "ada-cv.pdf"}}]},
      ["see", "ada-cv.pdf"]),
