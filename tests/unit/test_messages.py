@@ -55,6 +55,8 @@ def test_pieces_of_an_assistant_turn_in_order_with_their_fields():
                                   {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
                                   {"type": "file", "file": {"file_id": "f1", "filename": "ada-cv.pdf"}}]},
      ["see", "ada-cv.pdf"]),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
+     ["https://example.com/a.png"]),  # a link is text the provider reads (fetches)
     ({"role": "assistant", "content": None, "tool_calls": []}, []),
     ({"role": "assistant", "content": ""}, []),
 ])
