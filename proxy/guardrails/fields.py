@@ -1,4 +1,4 @@
-"""Request fields that are not text: identifiers, enum values and token ids, validated instead of screened.
+"""Request fields that are not text: identifiers, enum values, token ids and payloads, validated, not read.
 
 The guardrails read every field a client writes (:mod:`proxy.guardrails.messages` walks the
 messages and the tool definitions; docs/security.md "What the guardrails read" lists them per
@@ -24,21 +24,24 @@ from __future__ import annotations
 
 import binascii
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-__all__ = ["AUDIO_FORMATS", "BAD_NAME", "Base64", "ImageUrl", "Payload", "base64_payload", "data_url", "AudioFormat", "IDENTIFIER_MAX", "Identifier", "LogitBias", "PASSTHROUGH_MAX_STRING",
-           "REASONING_EFFORTS", "ReasoningEffort", "TokenId", "free_text_path", "identifier", "is_identifier"]
+__all__ = ["AUDIO_FORMATS", "AudioFormat", "BAD_NAME", "Base64", "IDENTIFIER_MAX", "Identifier", "ImageUrl",
+           "LogitBias", "PASSTHROUGH_MAX_STRING", "Payload", "REASONING_EFFORTS", "ReasoningEffort", "TokenId",
+           "base64_payload", "data_url", "free_text_path", "identifier", "is_identifier"]
 
 #: Longest identifier accepted (OpenAI's own ids are at most a few tens of characters).
 IDENTIFIER_MAX = 128
 _IDENTIFIER = re.compile(rf"[A-Za-z0-9_.:-]{{1,{IDENTIFIER_MAX}}}")
 
 #: ``reasoning_effort`` (Chat Completions) and ``reasoning.effort`` (Responses), OpenAI API reference.
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
 #: ``input_audio.format`` of a chat content part (OpenAI API reference).
-AUDIO_FORMATS = ("wav", "mp3")
+AudioFormat = Literal["wav", "mp3"]
+AUDIO_FORMATS: tuple[str, ...] = get_args(AudioFormat)
 
 #: Longest string a passed-through (unknown) field may hold: identifiers and enum values, not prose.
 PASSTHROUGH_MAX_STRING = 128
@@ -96,8 +99,6 @@ Base64 = Annotated[str, AfterValidator(base64_payload)]
 Payload = Annotated[str, AfterValidator(_payload)]
 #: An image URL: a link (text, read by the guardrails) or a base64 data URL (validated here).
 ImageUrl = Annotated[str, AfterValidator(_image_url)]
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
-AudioFormat = Literal["wav", "mp3"]
 TokenId = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}$")]
 #: ``logit_bias``: token id → bias in [-100, 100] (OpenAI API reference).
 LogitBias = dict[TokenId, Annotated[int, Field(ge=-100, le=100)]]

@@ -139,7 +139,7 @@ def _walk_content(message: dict[str, Any], fn: _Rewrite) -> None:
 
 def _is_link(url: Any) -> bool:
     """True for an image URL the provider fetches (text), False for a ``data:`` URL (a payload)."""
-    return isinstance(url, str) and not url[:5].lower() == "data:"
+    return isinstance(url, str) and url[:5].lower() != "data:"
 
 
 def _walk_call(call: Any, field: str, fn: _Rewrite, text_key: str, json_args: bool) -> None:

@@ -262,8 +262,8 @@ def _refuse_unsupported(req: ResponsesRequest) -> None:
             or reasoning.get("generate_summary") is not None:
         raise _unsupported("reasoning", "only 'effort' is translated (reasoning summaries are not produced)")
     if reasoning.get("effort") is not None and reasoning["effort"] not in REASONING_EFFORTS:
-        raise bad_field("reasoning.effort", f"Invalid value for 'reasoning.effort': expected one of "
-                                            f"{list(REASONING_EFFORTS)}")
+        raise bad_field("reasoning.effort",
+                        f"Invalid value for 'reasoning.effort': expected one of {list(REASONING_EFFORTS)}")
 
 
 def chat_request(req: ResponsesRequest) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from proxy.guardrails.fields import AudioFormat, Base64, Identifier, ImageUrl, LogitBias, Payload, ReasoningEffort
+from proxy.guardrails.fields import (AudioFormat, Base64, Identifier, ImageUrl, LogitBias, Payload,
+                                     ReasoningEffort)
 from proxy.server.errors import param_path
 
 #: Request fields forwarded to the provider unchanged (everything else is the proxy's business).

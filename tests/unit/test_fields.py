@@ -190,7 +190,8 @@ def test_every_field_of_the_definitions_is_read(definitions, canary):
 def test_every_keyword_value_and_name_of_a_schema_is_read(schema, canary):
     filled = json.loads(json.dumps(schema).replace("{c}", canary))
     found = " ".join(texts({"tools": [{"type": "function", "function": {"name": "f", "parameters": filled}}],
-                            "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": filled}}}))
+                            "response_format": {"type": "json_schema",
+                                                "json_schema": {"name": "o", "schema": filled}}}))
     assert found.count(canary) == 2
 
 
