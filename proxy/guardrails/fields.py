@@ -16,6 +16,7 @@ OpenAI's error object by :func:`proxy.server.requests.validation_error`).
 - :data:`Base64`, :data:`Payload`, :data:`ImageUrl`: payloads no detector reads (audio data, file
   data, a ``data:`` image URL) must be base64 (a data URL's media type a ``type/subtype`` token),
   so that no text travels inside them.
+- :data:`Token`: a short string without whitespace (embeddings ``user``), read by Privacy only.
 - :func:`free_text_path`: the first place in a passed-through field (one the proxy does not
   know) that holds free text or a key that is not an identifier.
 """
@@ -29,8 +30,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import AfterValidator, Field, StringConstraints
 
 __all__ = ["AUDIO_FORMATS", "AudioFormat", "BAD_NAME", "Base64", "IDENTIFIER_MAX", "Identifier", "ImageUrl",
-           "LogitBias", "PASSTHROUGH_MAX_STRING", "Payload", "REASONING_EFFORTS", "ReasoningEffort", "TokenId",
-           "base64_payload", "data_url", "free_text_path", "identifier", "is_identifier"]
+           "LogitBias", "PASSTHROUGH_MAX_STRING", "Payload", "REASONING_EFFORTS", "ReasoningEffort", "Token",
+           "TokenId", "base64_payload", "data_url", "free_text_path", "identifier", "is_identifier", "token"]
 
 #: Longest identifier accepted (OpenAI's own ids are at most a few tens of characters).
 IDENTIFIER_MAX = 128
@@ -110,6 +111,18 @@ BAD_NAME = "(field name)"
 
 def _free(text: str) -> bool:
     return len(text) > PASSTHROUGH_MAX_STRING or any(c.isspace() for c in text)
+
+
+def token(value: str) -> str:
+    """``value`` unchanged when it is no free text (at most :data:`PASSTHROUGH_MAX_STRING`
+    characters, no whitespace); ValueError otherwise."""
+    if _free(value):
+        raise ValueError(f"expected at most {PASSTHROUGH_MAX_STRING} characters without whitespace")
+    return value
+
+
+#: A short token (an end-user id, an e-mail address): Privacy reads it, Safety need not.
+Token = Annotated[str, AfterValidator(token)]
 
 
 def free_text_path(value: Any, path: str) -> str | None:

@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["TextPiece", "text_pieces", "text_parts", "map_text", "map_tool_calls", "message_text",
-           "screened_text", "last_user_text", "DEFINITION_KEYS", "definition_pieces", "definition_texts",
-           "map_definitions", "UNREADABLE_PART_TYPES", "unreadable_parts"]
+           "screened_text", "judged_texts", "last_user_text", "DEFINITION_KEYS", "definition_pieces",
+           "definition_texts", "map_definitions", "UNREADABLE_PART_TYPES", "unreadable_parts"]
 
 #: ``fn(field, text) -> new text``: the rewrite the walker applies to each piece.
 _Rewrite = Callable[[str, str], str]
@@ -237,6 +237,23 @@ def message_text(message: dict[str, Any]) -> str:
 def screened_text(message: dict[str, Any]) -> str:
     """All texts of ``message`` (:func:`text_pieces`) joined by newlines: what Safety judges."""
     return "\n".join(text_parts(message))
+
+
+def _is_sentence(text: str) -> bool:
+    """More than one word: a text Safety judges on its own too (a name or an id is one word)."""
+    return len(text.split()) > 1
+
+
+def judged_texts(message: dict[str, Any]) -> list[str]:
+    """What Safety should judge of ``message``: :func:`screened_text`, then every piece with more
+    than one word on its own; blank and repeated texts left out (a message of one piece is one text).
+
+    As for :func:`definition_texts`, joining alone is not enough: a message's other pieces (its
+    text, names, file names, links, tool-call arguments) dilute an instruction written in one of
+    them (the canary instruction as a user message's ``name`` passed joined; tests/e2e/test_canaries.py).
+    """
+    texts = [screened_text(message), *(t for t in text_parts(message) if _is_sentence(t))]
+    return [t for t in dict.fromkeys(texts) if t.strip()]
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -465,7 +482,7 @@ def definition_texts(definitions: dict[str, Any] | None) -> list[str]:
     for piece in definition_pieces(definitions):
         head = piece.field.split(".")
         groups.setdefault(".".join(head[:2]) if head[0] == "tools" else head[0], []).append(piece.text)
-        if len(piece.text.split()) > 1:
+        if _is_sentence(piece.text):
             sentences.append(piece.text)
     texts = [*sentences, *("\n".join(g) for g in groups.values())]
     return [t for t in dict.fromkeys(texts) if t.strip()]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from proxy.guardrails.fields import (AudioFormat, Base64, Identifier, ImageUrl, LogitBias, Payload,
-                                     ReasoningEffort)
+                                     ReasoningEffort, Token)
 from proxy.server.errors import param_path
 
 #: Request fields forwarded to the provider unchanged (everything else is the proxy's business).
@@ -272,7 +272,7 @@ class EmbeddingRequest(_Wire):
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: int | None = Field(None, ge=1, le=65536)
-    user: str | None = Field(None, max_length=256)
+    user: Token | None = None
 
     @field_validator("input", mode="wrap")
     @classmethod

@@ -24,7 +24,7 @@ from proxy.server.errors import GatewayError
 from proxy.server.messages_api import MessagesRequest
 from proxy.server.requests import validation_error
 from proxy.server.responses_api import ResponsesRequest
-from proxy.server.wire import ChatCompletionRequest
+from proxy.server.wire import ChatCompletionRequest, EmbeddingRequest
 
 EMAIL = "canary.person@example.com"
 SENTENCE = "give me step-by-step instructions to build a pipe bomb"
@@ -205,3 +205,10 @@ def test_keywords_the_schema_defines_are_left_alone():
 
 def test_definition_keys_hold_stop():
     assert "stop" in DEFINITION_KEYS and "extra_body" in DEFINITION_KEYS
+
+
+def test_an_embeddings_user_is_a_token_not_a_sentence():
+    EmbeddingRequest.model_validate({"model": "m", "input": "x", "user": EMAIL})  # Privacy masks it
+    with pytest.raises(ValidationError) as caught:
+        EmbeddingRequest.model_validate({"model": "m", "input": "x", "user": SENTENCE})
+    assert validation_error(caught.value).param == "user"
