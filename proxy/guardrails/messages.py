@@ -1,11 +1,18 @@
-"""Text access to OpenAI chat messages: every text a message carries, read and rewritten in one order.
+"""Text access to OpenAI chat requests: every text a client writes, read and rewritten in one order.
 
-A message's texts (issue 15, "Screen everything the client supplies"; the fields are those of
-the OpenAI Chat Completions API reference, ``messages``), in the order :func:`text_pieces`
-lists them and :func:`map_text` rewrites them:
+This module is the one definition of what the guardrails read of a Chat Completions request (the
+Responses and Messages APIs are translated to one first, embeddings read their inputs and
+passed-through fields the same way). Everything a client writes is read here, except values
+:mod:`proxy.guardrails.fields` validates at parse time as identifiers, enum values, token ids or
+numbers; docs/security.md "What the guardrails read" is the table, field by field.
+
+A message's texts (the fields are those of the OpenAI Chat Completions API reference,
+``messages``), in the order :func:`text_pieces` lists them and :func:`map_text` rewrites them:
 
 1. ``content``: the string, or per content part its ``text`` (type ``text``), ``refusal``
-   (type ``refusal``) or ``file.filename`` (type ``file``); images and audio carry no text;
+   (type ``refusal``), ``file.filename`` (type ``file``) or ``image_url.url`` when it is a link
+   (not a ``data:`` URL); image data, audio data and file data carry no text (their parts are
+   counted by :func:`unreadable_parts`);
 2. ``refusal`` (assistant);
 3. ``name``;
 4. per ``tool_calls`` entry: ``function.name`` and ``function.arguments``, or ``custom.name``
@@ -17,27 +24,32 @@ JSON is a piece of its own, so a rewrite (masking) keeps the arguments valid JSO
 that do not parse are one piece. Empty strings are not pieces. Functions here never mutate
 their argument.
 
-A request's tool definitions (the top-level ``tools``, ``tool_choice`` and ``response_format``
-of the Chat Completions request) are client text too; :func:`definition_pieces` lists and
-:func:`map_definitions` rewrites them, in this order:
+The request's other client-written fields (:data:`DEFINITION_KEYS`) are client text too;
+:func:`definition_pieces` lists and :func:`map_definitions` rewrites them, in this order:
 
 1. per ``tools`` entry: ``function.name``, ``function.description``, then inside
    ``function.parameters`` (a JSON Schema, :func:`_walk_schema`); or ``custom.name``,
-   ``custom.description`` and ``custom.format.grammar.definition``; any other key of a tool
-   or of its ``function``/``custom`` object (not ``type``/``strict``/``syntax``) as JSON values;
+   ``custom.description`` and ``custom.format.grammar.definition``;
 2. ``tool_choice``: the function or custom tool's ``name`` (also inside ``allowed_tools.tools``);
-   a string (``auto``, ``none``, ``required``) is a keyword, not text;
-3. ``response_format.json_schema``: ``name``, ``description``, then inside ``schema``.
+   a string ``auto``, ``none`` or ``required`` is a keyword, not text;
+3. ``response_format.json_schema``: ``name``, ``description``, then inside ``schema``;
+4. ``user``, ``stop`` (a string or a list) and the passed-through fields (``extra_body``).
+
+In these objects a key the walker does not know is read, its name and its value (any JSON); a
+``type``, ``syntax`` or ``mode`` whose value is one of the API's keywords, and a boolean
+``strict``, are left alone (any other value is read).
 
 In a JSON Schema the texts are the values of ``title``, ``description`` and ``$comment``, every
-string and number inside ``enum``, ``const``, ``default`` and ``examples``, property names
-(keys of ``properties``) with the entries of ``required`` and ``dependentRequired`` (so a
-masked property name stays consistent: the same text gets the same placeholder), and any
-keyword the walker does not know (vendor extensions, as JSON values). Keywords and their
-structural values (``type``, ``format``, ``pattern``, ``$ref``, numeric bounds, names in
-``$defs``) are not text: a rewrite never touches them, so the schema stays valid. The field of
-a piece inside a schema is the schema's place (``tools.0.function.parameters``,
-``response_format.json_schema.schema``), never the client's property names.
+string and number inside ``enum``, ``const``, ``default`` and ``examples``, the names mapped by
+``properties``, ``$defs``/``definitions``, ``patternProperties`` and ``dependentSchemas``, the
+entries of ``required`` and ``dependentRequired`` (so a masked name stays consistent: the same
+text gets the same placeholder), the values of ``pattern``, ``$ref``, ``$id``, ``$anchor`` and the
+other reference keywords, and any keyword the walker does not know (name and value). Left alone,
+so that a rewrite keeps the schema valid: the numeric and boolean bounds when they are numbers or
+booleans, and ``type``, ``format`` and ``$schema`` when their value is one JSON Schema defines
+(any other value is read). The field of a piece inside a schema is the schema's place
+(``tools.0.function.parameters``, ``response_format.json_schema.schema``), never the client's
+property names.
 """
 
 from __future__ import annotations
@@ -48,8 +60,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["TextPiece", "text_pieces", "text_parts", "map_text", "map_tool_calls", "message_text",
-           "screened_text", "last_user_text", "DEFINITION_KEYS", "definition_pieces", "definition_texts",
-           "map_definitions", "UNREADABLE_PART_TYPES", "unreadable_parts"]
+           "screened_text", "judged_texts", "last_user_text", "DEFINITION_KEYS", "definition_pieces",
+           "definition_texts", "map_definitions", "UNREADABLE_PART_TYPES", "unreadable_parts"]
 
 #: ``fn(field, text) -> new text``: the rewrite the walker applies to each piece.
 _Rewrite = Callable[[str, str], str]
@@ -120,6 +132,14 @@ def _walk_content(message: dict[str, Any], fn: _Rewrite) -> None:
                 part[kind] = _text(part[kind], f"content.{i}.{kind}", fn)
             elif kind == "file" and isinstance(part.get("file"), dict) and "filename" in part["file"]:
                 part["file"]["filename"] = _text(part["file"]["filename"], f"content.{i}.file.filename", fn)
+            elif kind == "image_url" and isinstance(part.get("image_url"), dict) \
+                    and _is_link(part["image_url"].get("url")):
+                part["image_url"]["url"] = _text(part["image_url"]["url"], f"content.{i}.image_url.url", fn)
+
+
+def _is_link(url: Any) -> bool:
+    """True for an image URL the provider fetches (text), False for a ``data:`` URL (a payload)."""
+    return isinstance(url, str) and url[:5].lower() != "data:"
 
 
 def _walk_call(call: Any, field: str, fn: _Rewrite, text_key: str, json_args: bool) -> None:
@@ -219,6 +239,23 @@ def screened_text(message: dict[str, Any]) -> str:
     return "\n".join(text_parts(message))
 
 
+def _is_sentence(text: str) -> bool:
+    """More than one word: a text Safety judges on its own too (a name or an id is one word)."""
+    return len(text.split()) > 1
+
+
+def judged_texts(message: dict[str, Any]) -> list[str]:
+    """What Safety should judge of ``message``: :func:`screened_text`, then every piece with more
+    than one word on its own; blank and repeated texts left out (a message of one piece is one text).
+
+    As for :func:`definition_texts`, joining alone is not enough: a message's other pieces (its
+    text, names, file names, links, tool-call arguments) dilute an instruction written in one of
+    them (the canary instruction as a user message's ``name`` passed joined; tests/e2e/test_canaries.py).
+    """
+    texts = [screened_text(message), *(t for t in text_parts(message) if _is_sentence(t))]
+    return [t for t in dict.fromkeys(texts) if t.strip()]
+
+
 def last_user_text(messages: list[dict[str, Any]]) -> str:
     """Text of the last ``user`` message ("" when there is none): the request's intent."""
     for message in reversed(messages):
@@ -227,10 +264,14 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-# ---- tool definitions (tools, tool_choice, response_format) --------------------------------------
+# ---- tool definitions (tools, tool_choice, response_format, stop, ...) ----------------------------
 
-#: The top-level request fields that define tools and output schemas: client text the provider reads.
-DEFINITION_KEYS = ("tools", "tool_choice", "response_format", "user", "extra_body")
+#: The top-level request fields that define tools and output schemas, and the other client-written
+#: fields the provider reads (the end-user id, stop sequences, passed-through fields).
+DEFINITION_KEYS = ("tools", "tool_choice", "response_format", "user", "stop", "extra_body")
+
+#: ``fn(value, field, rewrite) -> value``: how one field of the definitions is walked.
+_Walker = Callable[[Any, str, _Rewrite], Any]
 
 #: JSON Schema keywords whose string value is text for the model (JSON Schema 2020-12, "Meta-Data").
 _SCHEMA_TEXT = frozenset({"title", "description", "$comment"})
@@ -241,120 +282,176 @@ _SCHEMA_ONE = frozenset({"items", "additionalProperties", "not", "if", "then", "
                          "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"})
 #: Keywords whose value is a list of subschemas.
 _SCHEMA_LIST = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
-#: Keywords whose value maps names that are not text (refs, regexes, property names) to subschemas.
-_SCHEMA_MAP = frozenset({"$defs", "definitions", "patternProperties", "dependentSchemas"})
-#: Keywords with structural values: neither read nor rewritten.
-_SCHEMA_STRUCTURE = frozenset({
-    "type", "format", "pattern", "$ref", "$schema", "$id", "$anchor", "$dynamicRef", "$dynamicAnchor",
-    "$vocabulary", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
-    "maxLength", "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties", "minContains",
-    "maxContains", "contentEncoding", "contentMediaType", "readOnly", "writeOnly", "deprecated", "nullable",
-    "strict",
+#: Keywords whose value maps names (text: a ``$defs`` name, a regex) to subschemas.
+_SCHEMA_MAP = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+#: Keywords whose value is a number or a boolean: left alone when it is one, else read as text.
+_SCHEMA_NUMBERS = frozenset({
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
+    "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties", "minContains", "maxContains",
+    "readOnly", "writeOnly", "deprecated", "nullable", "strict",
 })
+#: Keywords whose value is one of a few names: left alone when it is one of them (``type`` also as
+#: a list of them), else read as text. ``format``: JSON Schema 2020-12 "Defined Formats" and the
+#: OpenAPI ones.
+_SCHEMA_NAMES: dict[str, frozenset[str]] = {
+    "type": frozenset({"null", "boolean", "object", "array", "number", "string", "integer"}),
+    "format": frozenset({
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+        "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+        "relative-json-pointer", "regex", "int32", "int64", "float", "double", "byte", "binary", "password"}),
+    "$schema": frozenset({
+        "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
+        "http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-06/schema#",
+        "http://json-schema.org/draft-04/schema#"}),
+}
+#: Keywords whose name is structure, its value still read as the sets above say (the value of
+#: a ref, an anchor, a pattern is read as text); any other key of a schema is read, name and value.
+_SCHEMA_KEYWORDS = (_SCHEMA_TEXT | _SCHEMA_INSTANCES | _SCHEMA_ONE | _SCHEMA_LIST | _SCHEMA_MAP | _SCHEMA_NUMBERS
+                    | frozenset(_SCHEMA_NAMES) | frozenset({
+                        "required", "dependentRequired", "pattern", "$ref", "$id", "$anchor", "$dynamicRef",
+                        "$dynamicAnchor", "$vocabulary", "contentEncoding", "contentMediaType", "contentSchema"}))
+#: Keys of the definitions' objects (tools, ``tool_choice``, ``response_format``) whose value is
+#: a keyword when it is one of these names; any other value of theirs is read as text.
+_KEYWORDS: dict[str, frozenset[str]] = {
+    "type": frozenset({"function", "custom", "text", "grammar", "json_schema", "json_object", "allowed_tools"}),
+    "syntax": frozenset({"lark", "regex"}),
+    "mode": frozenset({"auto", "required"}),
+}
+#: ``tool_choice`` as a string: a keyword, not text (any other string is read as text).
+_CHOICE_KEYWORDS = frozenset({"auto", "none", "required"})
 
 
-#: Keys of a tool definition object whose value is a keyword, not text.
-_NOT_TEXT = ("type", "strict", "syntax")
+def _named(value: Any, names: frozenset[str]) -> bool:
+    """True when ``value`` is one of ``names`` (or a non-empty list of them)."""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, str) and v in names for v in value)
+    return isinstance(value, str) and value in names
 
 
 def _names(value: Any, field: str, fn: _Rewrite) -> Any:
     """A list of property names (``required``) with ``fn`` applied to each."""
-    return [_text(v, field, fn) for v in value] if isinstance(value, list) else value
+    return [_json_value(v, field, fn) for v in value] if isinstance(value, list) else _json_value(value, field, fn)
 
 
 def _schema_keyword(key: str, value: Any, field: str, fn: _Rewrite) -> Any:
     """The value of schema keyword ``key`` with ``fn`` applied to its texts (module docstring)."""
-    if key in _SCHEMA_STRUCTURE:
+    if key in _SCHEMA_NUMBERS and isinstance(value, (int, float)):  # bool included
         return value
-    if key in _SCHEMA_TEXT:
-        return _text(value, field, fn)
-    if key == "properties" and isinstance(value, dict):
+    if key in _SCHEMA_NAMES and _named(value, _SCHEMA_NAMES[key]):
+        return value
+    if key in _SCHEMA_MAP and isinstance(value, dict):
         return {_text(k, field, fn): _walk_schema(v, field, fn) for k, v in value.items()}
     if key == "required":
         return _names(value, field, fn)
     if key == "dependentRequired" and isinstance(value, dict):
         return {_text(k, field, fn): _names(v, field, fn) for k, v in value.items()}
-    if key in _SCHEMA_ONE:
+    if key in _SCHEMA_ONE and isinstance(value, (dict, bool)):
         return _walk_schema(value, field, fn)
     if key in _SCHEMA_LIST and isinstance(value, list):
         return [_walk_schema(v, field, fn) for v in value]
-    if key in _SCHEMA_MAP and isinstance(value, dict):
-        return {k: _walk_schema(v, field, fn) for k, v in value.items()}
-    return _json_value(value, field, fn)  # instance keywords, vendor extensions
+    # text keywords, instances, refs, anchors, patterns, vendor extensions, any value of the wrong shape
+    return _json_value(value, field, fn)
 
 
 def _walk_schema(schema: Any, field: str, fn: _Rewrite) -> Any:
     """A JSON Schema (parsed) with ``fn`` applied to each of its texts; keywords untouched.
 
-    Every piece gets ``field`` (the schema's place in the request). Booleans and other
-    non-objects are schemas without text. Depth is bounded by the request parser's JSON depth.
+    Every piece gets ``field`` (the schema's place in the request). A keyword the walker does not
+    know is read, its name and its value. Booleans are schemas without text; any other
+    non-object is read as JSON. Depth is bounded by the request parser's JSON depth.
     """
-    if not isinstance(schema, dict):
+    if isinstance(schema, bool):
         return schema
-    return {key: _schema_keyword(key, value, field, fn) for key, value in schema.items()}
+    if not isinstance(schema, dict):
+        return _json_value(schema, field, fn)
+    return {(key if key in _SCHEMA_KEYWORDS else _text(key, field, fn)): _schema_keyword(key, value, field, fn)
+            for key, value in schema.items()}
 
 
-def _walk_object(obj: dict[str, Any], field: str, fn: _Rewrite, texts: tuple[str, ...],
-                 schemas: tuple[str, ...] = ()) -> None:
-    """``obj`` in place: ``texts`` keys as text, ``schemas`` keys as JSON Schemas, then every other
-    key except the keywords ``type``/``strict``/``syntax`` as JSON values (field: ``field`` itself,
-    no client key)."""
-    for key in texts:
-        if key in obj:
-            obj[key] = _text(obj[key], f"{field}.{key}", fn)
-    for key in schemas:
-        if key in obj:
-            obj[key] = _walk_schema(obj[key], f"{field}.{key}", fn)
-    for key in [k for k in obj if k not in texts and k not in schemas and k not in _NOT_TEXT]:
-        if not isinstance(obj[key], dict) or key not in ("function", "custom", "format", "grammar"):
-            obj[key] = _json_value(obj[key], field, fn)
+
+def _object(texts: tuple[str, ...] = (), schemas: tuple[str, ...] = (),
+            nested: dict[str, _Walker] | None = None) -> _Walker:
+    """The walker of one kind of object: ``texts`` keys read as text (any JSON inside), ``schemas``
+    keys as JSON Schemas, ``nested`` keys by their own walker, a :data:`_KEYWORDS` key left alone
+    when its value is one of its names; every other key is read, its name and its value (as JSON).
+    A piece's field is the object's place plus a known key, never a client's key. A value that is
+    not an object is read as JSON."""
+    inner = nested or {}
+
+    def walk(value: Any, field: str, fn: _Rewrite) -> Any:
+        if not isinstance(value, dict):
+            return _json_value(value, field, fn)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in texts:
+                out[key] = _json_value(item, f"{field}.{key}", fn)
+            elif key in schemas:
+                out[key] = _walk_schema(item, f"{field}.{key}", fn)
+            elif key in inner:
+                out[key] = inner[key](item, f"{field}.{key}", fn)
+            elif key in _KEYWORDS and isinstance(item, str) and item in _KEYWORDS[key]:
+                out[key] = item
+            elif key == "strict" and isinstance(item, bool):
+                out[key] = item
+            else:
+                out[_text(key, field, fn)] = _json_value(item, field, fn)
+        return out
+    return walk
 
 
-def _walk_tool(tool: Any, field: str, fn: _Rewrite) -> None:
-    """One ``tools`` entry in place: a function tool, a custom tool, or another type's JSON values."""
-    if not isinstance(tool, dict):
-        return
-    function, custom = tool.get("function"), tool.get("custom")
-    if isinstance(function, dict):
-        _walk_object(function, f"{field}.function", fn, ("name", "description"), ("parameters",))
-    if isinstance(custom, dict):
-        _walk_object(custom, f"{field}.custom", fn, ("name", "description"))
-        grammar = custom.get("format", {}).get("grammar") if isinstance(custom.get("format"), dict) else None
-        if isinstance(grammar, dict):
-            _walk_object(grammar, f"{field}.custom.format.grammar", fn, ("definition",))
-    _walk_object(tool, field, fn, ())
+def _each(walker: _Walker) -> _Walker:
+    """The walker of a list whose entries ``walker`` walks (entry ``i`` at ``field.i``)."""
+    def walk(value: Any, field: str, fn: _Rewrite) -> Any:
+        if not isinstance(value, list):
+            return _json_value(value, field, fn)
+        return [walker(v, f"{field}.{i}", fn) for i, v in enumerate(value)]
+    return walk
 
 
-def _walk_choice(choice: Any, field: str, fn: _Rewrite) -> None:
-    """``tool_choice`` in place: the chosen function/custom tool's name (also in ``allowed_tools``)."""
-    if not isinstance(choice, dict):
-        return
-    for kind in ("function", "custom"):
-        if isinstance(choice.get(kind), dict) and "name" in choice[kind]:
-            choice[kind]["name"] = _text(choice[kind]["name"], f"{field}.{kind}.name", fn)
-    allowed = choice.get("allowed_tools")
-    if isinstance(allowed, dict) and isinstance(allowed.get("tools"), list):
-        for j, tool in enumerate(allowed["tools"]):
-            _walk_choice(tool, f"{field}.allowed_tools.tools.{j}", fn)
+def _walk_choice(choice: Any, field: str, fn: _Rewrite) -> Any:
+    """``tool_choice``: a keyword string, or the chosen tool's name (also in ``allowed_tools``)."""
+    if isinstance(choice, str) and choice in _CHOICE_KEYWORDS:
+        return choice
+    return _CHOICE(choice, field, fn)
+
+
+_NAMED = _object(("name",))
+_CHOICE = _object(nested={"function": _NAMED, "custom": _NAMED,
+                          "allowed_tools": _object(nested={"tools": _each(_walk_choice)})})
+_TOOL = _object(nested={
+    "function": _object(("name", "description"), ("parameters",)),
+    "custom": _object(("name", "description"), nested={
+        "format": _object(nested={"grammar": _object(("definition",))})}),
+})
+_RESPONSE_FORMAT = _object(nested={"json_schema": _object(("name", "description"), ("schema",))})
+
+
+def _walk_extra(extra: Any, field: str, fn: _Rewrite) -> Any:
+    """Passed-through fields (names are identifiers: proxy.guardrails.fields.free_text_path), each
+    read as JSON at ``extra_body.<name>``."""
+    if not isinstance(extra, dict):
+        return _json_value(extra, field, fn)
+    return {name: _json_value(value, f"{field}.{name}", fn) for name, value in extra.items()}
+
+
+#: How each of :data:`DEFINITION_KEYS` is walked, in that order: the one definition of what the
+#: guardrails read of the request's fields outside the messages.
+_DEFINITIONS: dict[str, _Walker] = {
+    "tools": _each(_TOOL),
+    "tool_choice": _walk_choice,
+    "response_format": _RESPONSE_FORMAT,
+    "user": _json_value,
+    "stop": _json_value,
+    "extra_body": _walk_extra,
+}
 
 
 def _walk_definitions(definitions: dict[str, Any], fn: _Rewrite) -> dict[str, Any]:
-    """Apply ``fn`` to every text of ``definitions`` in place (the module docstring's order)."""
-    for i, tool in enumerate(definitions.get("tools") or []):
-        _walk_tool(tool, f"tools.{i}", fn)
-    _walk_choice(definitions.get("tool_choice"), "tool_choice", fn)
-    schema = (definitions.get("response_format") or {}).get("json_schema") \
-        if isinstance(definitions.get("response_format"), dict) else None
-    if isinstance(schema, dict):
-        _walk_object(schema, "response_format.json_schema", fn, ("name", "description"), ("schema",))
-    # the end-user id (often an e-mail) and passed-through fields the proxy does not interpret
-    # (short tokens only: proxy.server.wire.free_text_path) are client text the provider receives
-    definitions["user"] = _text(definitions.get("user"), "user", fn)
-    extra = definitions.get("extra_body")
-    if isinstance(extra, dict):
-        for name in extra:
-            extra[name] = _json_value(extra[name], f"extra_body.{name}", fn)
-    return {k: v for k, v in definitions.items() if v is not None}
+    """``definitions`` with ``fn`` applied to every text (the module docstring's order); a key that
+    is not one of :data:`DEFINITION_KEYS` is read as JSON too."""
+    walked = {key: _DEFINITIONS[key](definitions[key], key, fn) for key in _DEFINITIONS if key in definitions}
+    walked.update({key: _json_value(value, key, fn) for key, value in definitions.items() if key not in _DEFINITIONS})
+    return {k: v for k, v in walked.items() if v is not None}
 
 
 def definition_pieces(definitions: dict[str, Any] | None) -> list[TextPiece]:
@@ -385,7 +482,7 @@ def definition_texts(definitions: dict[str, Any] | None) -> list[str]:
     for piece in definition_pieces(definitions):
         head = piece.field.split(".")
         groups.setdefault(".".join(head[:2]) if head[0] == "tools" else head[0], []).append(piece.text)
-        if len(piece.text.split()) > 1:
+        if _is_sentence(piece.text):
             sentences.append(piece.text)
     texts = [*sentences, *("\n".join(g) for g in groups.values())]
     return [t for t in dict.fromkeys(texts) if t.strip()]

@@ -27,6 +27,7 @@ from typing import Any
 from proxy.guardrails.decisions import Decision, privacy_decision, safety_decision, worst_scores
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.engine import GENERAL_DOMAIN, GuardrailEngine
+from proxy.guardrails.fields import free_text_path
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt
@@ -35,7 +36,7 @@ from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.limits import ScreenSize, too_many_pieces
 from proxy.server.pipeline import ALLOW_POLICY_ID, Gateway
 from proxy.server.upstream import UpstreamError, UpstreamResult
-from proxy.server.wire import EmbeddingRequest, embedding_body, error_body, free_text_path
+from proxy.server.wire import EmbeddingRequest, embedding_body, error_body
 from proxy.storage.base import LedgerError
 
 __all__ = ["EmbeddingResult", "EmbeddingScreen", "Embeddings", "REFUSAL_CODE", "screen_embedding_inputs"]

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.guardrails.fields import Identifier
 from proxy.server.dialects import Strict, bad_field, chat_body, parse_field, shown
 from proxy.server.errors import GatewayError
 from proxy.server.wire import ChatCompletionRequest
@@ -99,7 +100,7 @@ class _Text(Strict):
 
 class _ToolUse(Strict):
     type: Literal["tool_use"]
-    id: str = Field(min_length=1)
+    id: Identifier
     name: str = Field(min_length=1)
     input: dict[str, Any]
     cache_control: dict[str, Any] | None = None
@@ -109,7 +110,7 @@ class _ToolUse(Strict):
 
 class _ToolResult(Strict):
     type: Literal["tool_result"]
-    tool_use_id: str = Field(min_length=1)
+    tool_use_id: Identifier
     content: str | list[dict[str, Any]] | None = None
     is_error: bool | None = None
     cache_control: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable
 
 from proxy.config import Config, ModelRoute
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
+from proxy.guardrails.fields import free_text_path
 from proxy.guardrails.messages import DEFINITION_KEYS, map_text
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.audit_depth import evidence_present
@@ -43,7 +44,7 @@ from proxy.server.policy_runtime import ActivePolicySet, PolicyRuntime
 from proxy.server.streaming import StreamedAnswer
 from proxy.server.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.upstream import Upstream, UpstreamError, UpstreamResult
-from proxy.server.wire import ChatCompletionRequest, completion_body, free_text_path
+from proxy.server.wire import ChatCompletionRequest, completion_body
 from proxy.storage.base import LedgerError
 
 __all__ = ["ALLOW_POLICY_ID", "ChatResult", "Gateway"]

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.guardrails.fields import REASONING_EFFORTS, Identifier
 from proxy.server.dialects import Strict, bad_field, chat_body, parse_field, shown
 from proxy.server.errors import GatewayError, param_path
 from proxy.server.wire import ChatCompletionRequest
@@ -107,7 +108,7 @@ class _Message(Strict):
 
 class _FunctionCall(Strict):
     type: Literal["function_call"]
-    call_id: str = Field(min_length=1)
+    call_id: Identifier
     name: str = Field(min_length=1)
     arguments: str
     id: str | None = None
@@ -116,7 +117,7 @@ class _FunctionCall(Strict):
 
 class _FunctionCallOutput(Strict):
     type: Literal["function_call_output"]
-    call_id: str = Field(min_length=1)
+    call_id: Identifier
     output: str | list[dict[str, Any]]
     id: str | None = None
     status: str | None = None
@@ -260,6 +261,9 @@ def _refuse_unsupported(req: ResponsesRequest) -> None:
     if set(reasoning) - {"effort", "summary", "generate_summary"} or reasoning.get("summary") is not None \
             or reasoning.get("generate_summary") is not None:
         raise _unsupported("reasoning", "only 'effort' is translated (reasoning summaries are not produced)")
+    if reasoning.get("effort") is not None and reasoning["effort"] not in REASONING_EFFORTS:
+        raise bad_field("reasoning.effort",
+                        f"Invalid value for 'reasoning.effort': expected one of {list(REASONING_EFFORTS)}")
 
 
 def chat_request(req: ResponsesRequest) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from litellm import Router  # noqa: E402
 from litellm.secret_managers.main import get_secret  # noqa: E402
 
 from proxy.config import ENV_PREFIX, Config, ModelRoute  # noqa: E402
+from proxy.guardrails.messages import screened_text  # noqa: E402
 from proxy.server import tracing  # noqa: E402
 
 log = logging.getLogger("sonate.upstream")
@@ -281,10 +282,16 @@ class Upstream:
 
     def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int:
         """Prompt tokens of ``messages`` for route ``model`` (litellm's token counter; tiktoken
-        cl100k fallback for models without a known tokenizer)."""
+        cl100k fallback for models without a known tokenizer). Messages litellm's counter refuses
+        (ValueError: an audio part, a custom tool call) are counted by their texts
+        (:func:`proxy.guardrails.messages.screened_text`)."""
         route = self.routes.get(model)
         target = route.litellm_params["model"] if route else model
-        return int(litellm.token_counter(model=target, messages=messages))
+        try:
+            return int(litellm.token_counter(model=target, messages=messages))
+        except ValueError:
+            texts = [{"role": str(m.get("role") or "user"), "content": screened_text(m)} for m in messages]
+            return int(litellm.token_counter(model=target, messages=texts))
 
     def _cost(self, response: Any) -> float:
         """The call's cost in USD: the one litellm already computed for the response

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from proxy.guardrails.fields import (AudioFormat, Base64, Identifier, ImageUrl, LogitBias, Payload,
+                                     ReasoningEffort, Token)
 from proxy.server.errors import param_path
 
 #: Request fields forwarded to the provider unchanged (everything else is the proxy's business).
@@ -32,18 +34,18 @@ class _Wire(BaseModel):
 
 
 class _ImageUrl(_Wire):
-    url: str
+    url: ImageUrl
     detail: Literal["auto", "low", "high"] | None = None
 
 
 class _InputAudio(_Wire):
-    data: str
-    format: str
+    data: Base64
+    format: AudioFormat
 
 
 class _File(_Wire):
-    file_data: str | None = None
-    file_id: str | None = None
+    file_data: Payload | None = None
+    file_id: Identifier | None = None
     filename: str | None = None
 
 
@@ -120,7 +122,7 @@ class CustomCall(_Wire):
 class ToolCall(_Wire):
     """One entry of an assistant message's ``tool_calls``: a function call or a custom tool call."""
 
-    id: str
+    id: Identifier
     type: Literal["function", "custom"]
     function: FunctionCall | None = None
     custom: CustomCall | None = None
@@ -135,7 +137,7 @@ class ToolCall(_Wire):
 class AssistantAudio(_Wire):
     """``{"id"}``: a previous audio answer of the model, by id."""
 
-    id: str
+    id: Identifier
 
 
 class ChatMessage(_Wire):
@@ -151,7 +153,7 @@ class ChatMessage(_Wire):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
-    tool_call_id: str | None = None
+    tool_call_id: Identifier | None = None
     tool_calls: list[ToolCall] | None = None
     function_call: FunctionCall | None = None
     refusal: str | None = None
@@ -204,32 +206,6 @@ class StreamOptions(_Wire):
     include_usage: bool = False
 
 
-#: Longest string an unknown (passed-through) field may hold. Free text reaches the provider
-#: only through the fields the guardrails screen (the messages); an unknown field may carry
-#: identifiers and enum values (``verbosity: "low"``, ``prompt_cache_key``, ``top_k``), not prose.
-PASSTHROUGH_MAX_STRING = 128
-
-
-def free_text_path(value: Any, path: str) -> str | None:
-    """The path of the first string leaf in ``value`` that reads as free text, else None.
-
-    Free text = longer than :data:`PASSTHROUGH_MAX_STRING` characters or containing whitespace.
-    ``value`` is parsed JSON, already bounded in depth by ``server.limits.max_json_depth``;
-    the walk is iterative. Paths look like ``prediction.content`` or ``modalities[0]``.
-    """
-    stack = [(value, path)]
-    while stack:
-        node, where = stack.pop()
-        if isinstance(node, str):
-            if len(node) > PASSTHROUGH_MAX_STRING or any(c.isspace() for c in node):
-                return where
-        elif isinstance(node, dict):
-            stack.extend((v, f"{where}.{k}") for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
-    return None
-
-
 class ChatCompletionRequest(_Wire):
     """The accepted request body.
 
@@ -237,7 +213,7 @@ class ChatCompletionRequest(_Wire):
     ``service_tier``, ``prompt_cache_key``, the next field OpenAI adds) is kept in
     ``model_extra`` and passed to the provider through litellm's ``extra_body`` (see
     :meth:`upstream_params`), unless the operator forbids it (``server.forbidden_params``) or it
-    carries free text (:func:`free_text_path`); both checks are the gateway's (400).
+    carries free text (:func:`proxy.guardrails.fields.free_text_path`); both checks are the gateway's (400).
     """
 
     model_config = ConfigDict(strict=True, extra="allow")
@@ -260,11 +236,11 @@ class ChatCompletionRequest(_Wire):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     user: str | None = None
-    logit_bias: dict[str, int] | None = None
+    logit_bias: LogitBias | None = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    reasoning_effort: str | None = None
+    reasoning_effort: ReasoningEffort | None = None
 
     def upstream_params(self) -> dict[str, Any]:
         """Provider parameters the client set (None values dropped); fields the proxy does not
@@ -296,7 +272,7 @@ class EmbeddingRequest(_Wire):
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: int | None = Field(None, ge=1, le=65536)
-    user: str | None = Field(None, max_length=256)
+    user: Token | None = None
 
     @field_validator("input", mode="wrap")
     @classmethod

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from proxy.guardrails.messages import (
     TextPiece,
+    judged_texts,
     map_text,
     map_tool_calls,
     message_text,
@@ -51,10 +52,12 @@ def test_pieces_of_an_assistant_turn_in_order_with_their_fields():
 @pytest.mark.parametrize("message, texts", [
     ({"role": "user", "content": "hello", "name": "ada"}, ["hello", "ada"]),
     ({"role": "tool", "tool_call_id": "c1", "content": "result"}, ["result"]),
-    ({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "u"}},
+    ({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
                                   {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
                                   {"type": "file", "file": {"file_id": "f1", "filename": "ada-cv.pdf"}}]},
      ["see", "ada-cv.pdf"]),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
+     ["https://example.com/a.png"]),  # a link is text the provider reads (fetches)
     ({"role": "assistant", "content": None, "tool_calls": []}, []),
     ({"role": "assistant", "content": ""}, []),
 ])
@@ -155,3 +158,15 @@ def test_every_role_with_its_own_fields_is_accepted():
 def test_a_key_outside_the_role_schema_is_a_400_naming_it(message, param, named):
     got_param, text = validate([{"role": "user", "content": "hi"}, message])
     assert got_param == param and named in text
+
+
+def test_safety_judges_each_sentence_of_a_message_alone_as_well_as_joined():
+    message = {"role": "user", "name": "how to hide a body", "content": [
+        {"type": "text", "text": "What is the weather?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+        {"type": "file", "file": {"file_id": "f1", "filename": "notes.txt"}}]}
+    assert judged_texts(message) == [
+        "What is the weather?\nhttps://example.com/a.png\nnotes.txt\nhow to hide a body",
+        "What is the weather?", "how to hide a body"]
+    assert judged_texts({"role": "user", "content": "one text only"}) == ["one text only"]
+    assert judged_texts({"role": "assistant", "content": ""}) == []

@@ -67,8 +67,8 @@ def test_every_text_of_the_definitions_is_a_piece_in_order():
         ("tools.0.function.name", "f"), ("tools.0.function.description", "does f"),
         (params, "Args"), (params, "c"),
         (params, "unit"), (params, "celsius"), (params, "451"), (params, "celsius"), (params, "kelvin"),
-        (params, "vendor"), (params, "when"), (params, "unit"), (params, "monday"), (params, "one"),
-        (params, "item"),
+        (params, "x-hint"), (params, "vendor"), (params, "when"), (params, "#/$defs/day"), (params, "^[a-z]+$"),
+        (params, "unit"), (params, "day"), (params, "monday"), (params, "one"), (params, "item"),
         ("tools.1.custom.name", "g"), ("tools.1.custom.description", "does g"),
         ("tools.1.custom.format.grammar.definition", "start: WORD"),
         ("tool_choice.allowed_tools.tools.0.function.name", "f"),
@@ -82,7 +82,7 @@ def test_every_text_of_the_definitions_is_a_piece_in_order():
 def test_a_rewrite_keeps_schema_keywords_and_required_names_consistent():
     tool = weather_tool(**{"$defs": {"city": {"type": "string"}}, "minProperties": 1})
     tool["function"]["parameters"]["properties"]["location"].update(
-        {"$ref": "#/$defs/city", "format": "city", "pattern": "^x$", "enum": ["x"]})
+        {"$ref": "#/$defs/city", "format": "date", "pattern": "^x$", "enum": ["x"]})
     definitions = {"tools": [tool], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
     before = copy.deepcopy(definitions)
     upper = map_definitions(definitions, str.upper)
@@ -91,9 +91,9 @@ def test_a_rewrite_keeps_schema_keywords_and_required_names_consistent():
     assert function["name"] == "GET_WEATHER" and upper["tool_choice"]["function"]["name"] == "GET_WEATHER"
     assert function["parameters"] == {
         "type": "object",
-        "properties": {"LOCATION": {"type": "string", "description": "THE CITY", "$ref": "#/$defs/city",
-                                    "format": "city", "pattern": "^x$", "enum": ["X"]}},
-        "required": ["LOCATION"], "additionalProperties": False, "$defs": {"city": {"type": "string"}},
+        "properties": {"LOCATION": {"type": "string", "description": "THE CITY", "$ref": "#/$DEFS/CITY",
+                                    "format": "date", "pattern": "^X$", "enum": ["X"]}},
+        "required": ["LOCATION"], "additionalProperties": False, "$defs": {"CITY": {"type": "string"}},
         "minProperties": 1}
     assert function["strict"] is True and upper["tools"][0]["type"] == "function"
     assert map_definitions(definitions, lambda t: t) == definitions
