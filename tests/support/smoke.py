@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     log_path = args.dir / "proxy.log"
     command = [*args.command, "--config", str(seen_as / config.name), "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=env, cwd=args.dir, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         ready = wait_ready(f"{base}/readyz", process, args.timeout)
