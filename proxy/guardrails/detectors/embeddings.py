@@ -14,7 +14,7 @@ own sha256 beside it, so the serving process never imports torch or onnx. The in
 one that embeds: the input pass is about a quarter faster under load, and the classifiers over the
 embeddings (harm SVM, Compliance domain SVM) are trained on its output
 (:func:`model_version` names it, so artefacts and receipts record which graph embedded).
-Tokenisation by ``tokenizers`` from the package's ``tokenizer.json``; mean pooling over the
+Tokenisation by ``tokenizers`` from the shipped copy of its ``tokenizer.json``; mean pooling over the
 attention mask and L2 normalisation exactly as sentence-transformers' ``Pooling(mean)`` +
 ``Normalize`` modules (its ``max_seq_length`` 256 truncation). The graph has two outputs, pooled
 the same way (:data:`LAYERS` views per text): the last layer (the sentence embedding,
