@@ -4,7 +4,8 @@
 #   1. The base: no image registry is reachable here, so the Dockerfile's BASE is a Debian bookworm
 #      root filesystem made with debootstrap (python3, python3-venv, ca-certificates) and imported
 #      as $BASE_IMAGE; made once, kept in podman's storage.
-#   2. `podman build --isolation chroot` (no cgroup control needed). The build's RUN steps see
+#   2. `podman build --isolation chroot --format docker` (no cgroup control needed; the docker
+#      format keeps the HEALTHCHECK). The build's RUN steps see
 #      this machine's CA bundle and /etc/pip.conf (read-only mounts, not stored in the image), so
 #      pip reaches the package index through an intercepting proxy where there is one.
 #   3. The image: its size (printed; at most $MAX_MB MB) and no torch in /opt/venv.
@@ -23,7 +24,7 @@ BASE_IMAGE=localhost/sonate-base:bookworm-python3.11
 IMAGE=localhost/sonate-trust-proxy:image-test
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 MAX_MB=1500
-PY="${PYTHON:-.venv/bin/python}"
+PY="${SMOKE_PYTHON:-.venv/bin/python}"   # runs the check (the development virtualenv)
 [ "$(id -u)" -eq 0 ] || { echo "image-test: needs root (debootstrap, mount, chroot)" >&2; exit 1; }
 mkdir -p "$WORK"
 
@@ -40,7 +41,7 @@ build_mounts=()
 for file in /etc/ssl/certs/ca-certificates.crt /etc/pip.conf; do
   [ -f "$file" ] && build_mounts+=(--volume "$file:$file:ro")
 done
-podman build --isolation chroot --build-arg "BASE=$BASE_IMAGE" "${build_mounts[@]}" -t "$IMAGE" .
+podman build --isolation chroot --format docker --build-arg "BASE=$BASE_IMAGE" "${build_mounts[@]}" -t "$IMAGE" .
 
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 mb=$((size / 1000000))

@@ -19,4 +19,4 @@ for module in torch transformers sentence_transformers; do
   fi
 done
 echo "serve-test: serving virtualenv $(du -sh "$work/venv" | cut -f1)"
-.venv/bin/python -m tests.support.smoke --dir "$work/run" -- "$work/venv/bin/sonate" serve
+"${SMOKE_PYTHON:-.venv/bin/python}" -m tests.support.smoke --dir "$work/run" -- "$work/venv/bin/sonate" serve
