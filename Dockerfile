@@ -1,17 +1,22 @@
-# Sonate Trust Proxy: slim, non-root, with a health check.
-FROM python:3.11-slim AS build
+# Sonate Trust Proxy: slim, non-root, with a health check. It holds the serving dependencies only
+# (requirements-serve.lock: ONNX Runtime and the shipped MiniLM graph, no torch); the detoxify
+# model needs the `detoxify` extra and is not in the image.
+# BASE: any Debian-based image with Python 3.11 and its venv module. `make image-test` builds from
+# a Debian root filesystem made with debootstrap (scripts/image-test.sh), where no image registry
+# is reachable.
+ARG BASE=python:3.11-slim
+
+FROM ${BASE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-RUN apt-get update && apt-get install -y --no-install-recommends build-essential \
-    && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY requirements.lock ./
-RUN python -m venv /opt/venv && /opt/venv/bin/pip install --require-hashes \
-      --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.lock
+COPY requirements-serve.lock ./
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --require-hashes --only-binary :all: -r requirements-serve.lock
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-RUN /opt/venv/bin/pip install --no-deps --no-build-isolation .
+RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . && /opt/venv/bin/pip check
 
-FROM python:3.11-slim
+FROM ${BASE}
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 SONATE_CONFIG=/app/config.yaml \
     LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1
 RUN useradd --system --uid 10001 --home /app sonate

@@ -4,11 +4,14 @@
 #               in random order (pytest-randomly); the seed is printed: `make test SEED=N` repeats
 #               an order, TEST_ARGS narrows the run (e.g. TEST_ARGS=tests/integration).
 #               CI runs it with no service reachable at a default address: .ci/run
+# Dependencies: pyproject.toml, the one list (the serving set, extras train, detoxify, eval, dev).
+# `make install` installs every extra from requirements.lock; the container image only the serving
+# set, from requirements-serve.lock (docs/development.md "Install variants").
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install system-deps lock mutation
+.PHONY: run test install system-deps lock mutation serve-test image-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,11 +38,27 @@ test: install system-deps
 	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
 	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) $(TEST_ARGS)
 
-# Re-resolve and re-hash every dependency after editing requirements.in.
+# Re-resolve and re-hash every dependency after editing pyproject.toml: requirements.lock (every
+# extra), then requirements-serve.lock (no extra) with the versions of the first. Pins already in a
+# lock file are kept where they still satisfy pyproject.toml.
+PIP_COMPILE = $(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+  --no-emit-find-links
 lock: | $(BIN)/python
 	$(BIN)/pip install --quiet pip-tools
-	$(BIN)/pip-compile --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
-	  --no-emit-find-links -o requirements.lock requirements.in
+	$(PIP_COMPILE) --all-extras -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) -c requirements.lock -o requirements-serve.lock pyproject.toml
+
+# The serving install on its own: a fresh virtualenv (in $$TMPDIR) with requirements-serve.lock
+# and this project, no extra; it must serve one chat completion (tests/support/smoke.py).
+serve-test: install
+	./scripts/serve-test.sh
+
+# The container image: built with podman from a debootstrapped Debian base, served from its root
+# filesystem (chroot, loopback), size printed and capped at 1.5 GB. Needs root; not in .ci/run
+# (a cold build takes ~10 minutes): run it before a submission that changes what the image holds.
+image-test: install
+	./scripts/system-deps.sh image
+	./scripts/image-test.sh
 
 # Mutation testing of the trust core (issue 16): mutmut over proxy/receipts, proxy/tlog, proxy/kpi
 # and guardrails/decisions.py, with the fast tests named in mutation/setup.cfg, in a scratch copy

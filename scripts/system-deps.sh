@@ -3,12 +3,17 @@
 #   redis-server          tests that kill or reconfigure Redis start their own server
 #   chromium + driver     the in-browser receipt verifier is tested in headless Chromium
 #   prometheus            `promtool test rules` checks the recording rules
+# With the argument `image`, the tools of `make image-test` instead: podman, buildah, debootstrap.
 set -euo pipefail
 need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v chromium >/dev/null || need+=(chromium)
-command -v chromedriver >/dev/null || need+=(chromium-driver)
-command -v promtool >/dev/null || need+=(prometheus)
+if [ "${1:-}" = image ]; then
+  for tool in podman buildah debootstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+else
+  command -v redis-server >/dev/null || need+=(redis-server)
+  command -v chromium >/dev/null || need+=(chromium)
+  command -v chromedriver >/dev/null || need+=(chromium-driver)
+  command -v promtool >/dev/null || need+=(prometheus)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing system packages: ${need[*]}"

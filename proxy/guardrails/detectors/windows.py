@@ -86,10 +86,10 @@ class Window:
 
 @lru_cache(maxsize=1)
 def _tokenizer():
-    """The embedding model's own tokenizer (``tokenizer.json`` of the installed package), untruncated."""
+    """The embedding model's own tokenizer (the shipped ``tokenizer.json``), untruncated."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(embeddings.source_dir() / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(embeddings.SHIPPED_DIR / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
