@@ -348,7 +348,7 @@ def _walk_definitions(definitions: dict[str, Any], fn: _Rewrite) -> dict[str, An
     if isinstance(schema, dict):
         _walk_object(schema, "response_format.json_schema", fn, ("name", "description"), ("schema",))
     # the end-user id (often an e-mail) and passed-through fields the proxy does not interpret
-    # (short tokens only: proxy.server.wire.free_text_path) are client text the provider receives
+    # (short tokens only: proxy.server.flow.wire.free_text_path) are client text the provider receives
     definitions["user"] = _text(definitions.get("user"), "user", fn)
     extra = definitions.get("extra_body")
     if isinstance(extra, dict):

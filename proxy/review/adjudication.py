@@ -1,7 +1,7 @@
 """Adjudication items: blind two-pass review of apologies and guardrail decisions.
 
 The workflow around the pure rules of :mod:`proxy.kpi.adjudication` (item lifecycle, outcomes,
-Gwet's AC1): items are queued at request time (a :attr:`proxy.server.pipeline.Gateway.sealed_hooks`
+Gwet's AC1): items are queued at request time (a :attr:`proxy.server.flow.pipeline.Gateway.sealed_hooks`
 hook: every apology and guardrail trigger, and allowed requests sampled at ``review.sample_rate``),
 each reviewer pass and the lead's tie-break is a compare-and-set decision on the store's
 ``"adjudications"`` queue (:class:`proxy.review.queue.DecisionQueue`) and is receipted
@@ -12,7 +12,7 @@ other pass is given; the second pass's receipt reveals both verdicts and nonces,
 that makes an item final carries the outcome.
 
 Reviewers see only what the model saw: the pipeline hands the hook masked messages and the
-masked answer (:meth:`proxy.server.pipeline.Gateway._review_view`), and a reviewer reads only the
+masked answer (:meth:`proxy.server.flow.pipeline.Gateway._review_view`), and a reviewer reads only the
 items and receipts assigned to them (:func:`proxy.kpi.adjudication.assigned`,
 :meth:`Adjudications.may_read_receipt`).
 """
@@ -42,8 +42,8 @@ from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
 from proxy.review.queue import DecisionQueue
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.metrics import Metrics
-from proxy.server.sink import ReceiptSink
+from proxy.server.telemetry.metrics import Metrics
+from proxy.server.admission.sink import ReceiptSink
 from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["QUEUE", "Adjudications"]

@@ -47,9 +47,9 @@ from proxy.receipts.receipt import new_receipt, utc_timestamp
 from proxy.review.queue import DecisionQueue
 from proxy.review.sealed_mapping import seal_mapping
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.metrics import Metrics
-from proxy.server.sink import ReceiptSink
-from proxy.server.wire import completion_body
+from proxy.server.telemetry.metrics import Metrics
+from proxy.server.admission.sink import ReceiptSink
+from proxy.server.flow.wire import completion_body
 from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["DECISIONS", "DEFAULT_REASON", "QUEUE", "STATUSES", "Decision", "Drafter", "Escalations"]

@@ -15,8 +15,8 @@ import logging
 from typing import Any, Callable, Sequence
 
 from proxy.server.errors import GatewayError, ledger_unavailable
-from proxy.server.metrics import Metrics
-from proxy.server.sink import ReceiptSink
+from proxy.server.telemetry.metrics import Metrics
+from proxy.server.admission.sink import ReceiptSink
 from proxy.storage.base import LedgerConflict, LedgerError, LedgerStore
 
 __all__ = ["DecisionQueue"]

@@ -24,7 +24,7 @@ from proxy.tlog.checkpoint import (
     verifier_key,
     verify_checkpoint,
 )
-from proxy.server.publisher import CheckpointPublisher
+from proxy.server.admission.publisher import CheckpointPublisher
 from proxy.receipts.signing import b64url_decode
 from proxy.storage.base import LedgerStore
 from proxy.tlog.tree import publish_checkpoint, tree_root

@@ -410,7 +410,7 @@ def test_tokens_are_counted_only_when_there_are_turns_to_summarize(rig):
 
 
 class Abandoned(Exception):
-    """What a lane's pause hook raises for a screen nobody awaits (proxy.server.limits.ScreenAbandoned)."""
+    """What a lane's pause hook raises for a screen nobody awaits (proxy.server.admission.limits.ScreenAbandoned)."""
 
 
 def test_many_texts_are_detected_in_groups_with_a_pause_point_between_them(rig):

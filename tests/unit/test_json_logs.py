@@ -1,4 +1,4 @@
-"""proxy.server.logs: JSON log lines and the request's log context (request id, receipt id, actor, action).
+"""proxy.server.telemetry.logs: JSON log lines and the request's log context (request id, receipt id, actor, action).
 
 The request-level check drives the Gateway of tests/unit/test_gateway.py's rig (fake detectors, the
 stub provider over HTTP, a real SQLite ledger) through a post-receipt hook that fails, one of the
@@ -19,7 +19,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from proxy.config import ObservabilityConfig
-from proxy.server import logs, tracing
+from proxy.server.telemetry import logs, tracing
 from tests.unit.test_gateway import Rig, rig  # noqa: F401  (the rig fixture)
 
 EMAIL = "ada.secret@example.com"

@@ -14,7 +14,7 @@ import pytest
 from proxy.cli import build_parser
 from proxy.cli.verify import run as verify_run
 from proxy.receipts import Ledger, Signer
-from proxy.server.publisher import CheckpointPublisher
+from proxy.server.admission.publisher import CheckpointPublisher
 from proxy.storage.base import LedgerStore
 from proxy.tlog import merkle
 from proxy.tlog.checkpoint import (
