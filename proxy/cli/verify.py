@@ -20,7 +20,7 @@ checkpoint; ``--trusted-checkpoint`` proves the ledger still extends a
 checkpoint saved earlier outside its database (catches a deleted tail or
 rewritten history: :func:`proxy.tlog.tree.verify_against_trusted_checkpoint`).
 ``--case`` (repeatable) also follows an escalation case's receipts: its escalation receipt and
-every reviewer step chained to it (:func:`proxy.review.case_chain.verify_case`).
+every reviewer step chained to it (:func:`proxy.server.flow.review.case_chain.verify_case`).
 ``--witness-key`` (a cosigner vkey, ``sonate witness --print-key``; repeatable) additionally
 requires every checkpoint given (FILE, ``--checkpoint``, ``--trusted-checkpoint``) to carry
 valid C2SP ``cosignature/v1`` lines of at least ``--witness-quorum`` of those witnesses (default:
@@ -354,10 +354,10 @@ async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int 
 
 
 async def _case_failures(store: Any, cases: Sequence[str], page: int = 500) -> list[Failure]:
-    """The :func:`proxy.review.case_chain.verify_case` failures of ``cases`` over the whole ledger."""
+    """The :func:`proxy.server.flow.review.case_chain.verify_case` failures of ``cases`` over the whole ledger."""
     if not cases:
         return []
-    from proxy.review.case_chain import verify_case
+    from proxy.server.flow.review.case_chain import verify_case
 
     head = await store.head()
     receipts: list[dict[str, Any]] = []

@@ -96,7 +96,7 @@ async def test_privacy_runs_beside_the_other_detectors_only_while_no_other_reque
     questions = ("first question", "second question")
     seen: dict[str, dict[str, Any]] = {q: {"judged": threading.Event()} for q in questions}
     for policy_id in ("safety", "privacy"):
-        fake = rig.gateway.engine.detectors[policy_id]
+        fake = rig.gateway.runtime.current().default.engine.detectors[policy_id]
 
         def spy(texts, _detect=fake.detect, _id=policy_id):
             record = seen.get(texts[0])

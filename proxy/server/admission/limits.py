@@ -52,8 +52,8 @@ from proxy.guardrails.detectors.patterns import pausing
 from proxy.server.errors import GatewayError
 
 __all__ = ["KeyLimiter", "Lease", "ScreenAbandoned", "ScreenLanes", "ScreenSize", "TokenBucket", "check_messages",
-           "overloaded", "pin_mmap_threshold", "rate_limited", "screen_size", "screen_timed_out", "text_chars",
-           "too_large_to_screen", "too_many_pieces", "trim_heap"]
+           "consume_result", "overloaded", "pin_mmap_threshold", "rate_limited", "screen_size", "screen_timed_out",
+           "text_chars", "too_large_to_screen", "too_many_pieces", "trim_heap"]
 
 
 def _retry_after(seconds: float) -> str:
@@ -433,7 +433,7 @@ class ScreenLanes:
             return await asyncio.wait_for(asyncio.shield(future), self.timeout)
         except TimeoutError:
             abandoned.set()  # it stops at its next pause point
-            future.add_done_callback(_consume)  # its late result or error is not wanted
+            future.add_done_callback(consume_result)  # its late result or error is not wanted
             raise screen_timed_out(self.timeout) from None
 
     def _call(self, lane: _Lane, abandoned: threading.Event, fn: Callable[..., Any], args: tuple) -> Any:
@@ -462,6 +462,8 @@ class ScreenLanes:
             self.small_idle.set()
 
 
-def _consume(future: "asyncio.Future[Any]") -> None:
+def consume_result(future: "asyncio.Future[Any]") -> None:
+    """Retrieve a finished future's exception (one nobody awaited is not logged as lost); a done
+    callback for futures whose outcome may be left unread."""
     if not future.cancelled():
         future.exception()

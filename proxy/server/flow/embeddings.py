@@ -18,7 +18,6 @@ metrics); knows nothing of aiohttp.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,18 +28,16 @@ from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.engine import GENERAL_DOMAIN, GuardrailEngine
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.receipts.canonical import json_hash
-from proxy.receipts.receipt import new_receipt
 from proxy.server.telemetry import tracing
-from proxy.server.errors import Caller, GatewayError, ledger_unavailable
+from proxy.server.errors import Caller, GatewayError
 from proxy.server.admission.limits import ScreenSize, too_many_pieces
-from proxy.server.flow.pipeline import ALLOW_POLICY_ID, Gateway
+from proxy.server.flow.pipeline import Gateway
+from proxy.server.flow.policy_runtime import ActivePolicySet
+from proxy.server.flow.receipting import build_receipts, request_fields
 from proxy.server.flow.upstream import UpstreamError, UpstreamResult
 from proxy.server.flow.wire import EmbeddingRequest, embedding_body, error_body, free_text_path
-from proxy.storage.base import LedgerError
 
 __all__ = ["EmbeddingResult", "EmbeddingScreen", "Embeddings", "REFUSAL_CODE", "screen_embedding_inputs"]
-
-log = logging.getLogger("sonate.embeddings")
 
 #: OpenAI error code of a Safety refusal of an embeddings request.
 REFUSAL_CODE = "content_policy_violation"
@@ -148,6 +145,8 @@ class _Call:
     declared: str | None
     inputs_hash: str
     texts: list[str]
+    #: The caller's policy set, chosen on acceptance (:meth:`PolicyRuntime.bind`).
+    policy: ActivePolicySet
     request_id: str = field(default_factory=lambda: "req_" + uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
     screen: EmbeddingScreen | None = None
@@ -182,7 +181,7 @@ class Embeddings:
         if max_pieces and size.pieces > max_pieces:
             raise too_many_pieces(size.pieces, max_pieces)
         with tracing.span("guardrails.input") as traced:
-            screen = x.screen = await g.lanes.run(screen_embedding_inputs, g.engine, x.texts,
+            screen = x.screen = await g.lanes.run(screen_embedding_inputs, x.policy.engine, x.texts,
                                                   g.config.server.embeddings_safety, screened,
                                                   chars=size.chars, pieces=size.pieces)
             tracing.record_screen(traced, screen.action, screen.triggers)
@@ -236,8 +235,8 @@ class Embeddings:
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
-        self.gateway.runtime.bind(caller.actor)  # this request's policy set (proxy.server.flow.policy_runtime)
-        return _Call(req, caller, route.provider, declared, inputs_hash, texts)
+        return _Call(req, caller, route.provider, declared, inputs_hash, texts,
+                     self.gateway.runtime.bind(caller.actor))  # this request's policy set
 
     async def _forward(self, x: _Call) -> None:
         """The provider call with the screened texts (503 fail_closed while the ledger is down)."""
@@ -259,24 +258,12 @@ class Embeddings:
         g = self.gateway
         assert x.screen is not None
         stratum = {"domain": GENERAL_DOMAIN, "complexity": await self._complexity(x), "provider": x.provider}
-        common = dict(request_id=x.request_id, actor=x.caller.actor, intent=GENERAL_DOMAIN,
-                      inputs_hash=x.inputs_hash, outputs_hash=json_hash(body), model=x.req.model,
-                      provider=x.provider, stratum=stratum)
-        endpoint = {"endpoint": ENDPOINT, "inputs": len(x.texts), **g.runtime.bound().evidence()}
-        receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
-                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {}), **endpoint},
-                                **common) for d in x.screen.decisions] or [
-            new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow",
-                        evidence={"policies_evaluated": self._evaluated(), **endpoint}, **common)]
-        try:
-            t = time.perf_counter()
-            with tracing.span("ledger.commit", {tracing.Sonate.RECEIPT_COUNT: len(receipts)}) as traced:
-                appended = await g.sink.append(receipts)
-                traced.set_attribute(tracing.Sonate.RECEIPT_STATUS, "pending" if appended.pending else "appended")
-            g.metrics.ledger_append_duration.observe(time.perf_counter() - t)
-        except LedgerError as exc:
-            log.error("ledger append failed for %s: %s", x.request_id, exc)
-            raise ledger_unavailable("the request was not completed (fail_closed)") from None
+        fields = request_fields(request_id=x.request_id, actor=x.caller.actor, intent=GENERAL_DOMAIN,
+                                inputs_hash=x.inputs_hash, body=body, model=x.req.model, provider=x.provider,
+                                stratum=stratum)
+        endpoint = {"endpoint": ENDPOINT, "inputs": len(x.texts), **x.policy.evidence()}
+        receipts = build_receipts(x.screen.decisions, fields, endpoint, self._evaluated(x))
+        appended = await g.receipting.commit(x.request_id, receipts)
         self._observe(x, appended.receipts, written=not appended.pending)
         tracing.finish_operation(
             receipt_id=appended.receipts[-1]["receipt_id"], action=x.screen.action,
@@ -288,10 +275,10 @@ class Embeddings:
             "x-sonate-request-id": x.request_id,
             "x-sonate-receipt-status": "pending" if appended.pending else "appended"}
 
-    def _evaluated(self) -> list[str]:
+    def _evaluated(self, x: _Call) -> list[str]:
         """Ids of the policies an embeddings request is screened by (input Privacy; Safety when on)."""
         kinds = ("privacy", "safety") if self.gateway.config.server.embeddings_safety else ("privacy",)
-        return sorted(p.id for p in self.gateway.engine.policies if p.kind in kinds and "input" in p.stages)
+        return [p.id for p in x.policy.engine.policies if p.kind in kinds and "input" in p.stages]
 
     async def _complexity(self, x: _Call) -> str:
         """The declared complexity, else the rule's over the provider's prompt tokens (or litellm's count)."""
@@ -301,16 +288,16 @@ class Embeddings:
         if not tokens:
             messages = [{"role": "user", "content": t} for t in x.texts]
             tokens = await asyncio.get_running_loop().run_in_executor(
-                self.gateway.executor, self.gateway.engine.count_tokens, x.req.model, messages)
+                self.gateway.executor, x.policy.engine.count_tokens, x.req.model, messages)
         return complexity_rule(prompt_tokens=tokens, user_turns=1, uses_tools=False, regulated=False)
 
     def _observe(self, x: _Call, sealed: list[dict[str, Any]], written: bool) -> None:
-        """Count the request as chat does (:meth:`proxy.server.flow.pipeline.Gateway.count_receipts`), except
+        """Count the request as chat does (:meth:`proxy.server.flow.receipting.Receipting.count`), except
         ``sonate_interactions_total`` and the apology counter: an embeddings request is not a chat
         interaction (FAR-A's denominator and numerator; docs/kpi.md, proxy.kpi.report)."""
         m, model = self.gateway.metrics, x.req.model
         assert x.screen is not None
-        self.gateway.count_receipts(list(x.screen.triggers), sealed, written)
+        self.gateway.receipting.count(x.screen.triggers, sealed, written, x.policy.policies)
         total = time.perf_counter() - x.started
         m.request_duration.labels(model, x.screen.action).observe(total)
         upstream = x.result.duration_seconds if x.result else 0.0

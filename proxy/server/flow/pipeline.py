@@ -24,34 +24,33 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from proxy.config import Config, ModelRoute
+from proxy.config import Config
 from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
 from proxy.guardrails.messages import DEFINITION_KEYS, map_text
 from proxy.guardrails.plan import InputScreen
-from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.chain import Ledger
-from proxy.receipts.receipt import new_receipt
-from proxy.review.escalations import Escalations
-from proxy.review.sealed_mapping import KEY_HEADER
+from proxy.server.flow.review.escalations import Escalations
+from proxy.server.flow.review.sealed_mapping import KEY_HEADER
 from proxy.server.telemetry import tracing
 from proxy.server.errors import Caller, GatewayError, guardrail_failed, ledger_unavailable
-from proxy.server.admission.limits import ScreenLanes, check_messages, screen_size, text_chars, too_many_pieces
+from proxy.server.admission.limits import (ScreenLanes, check_messages, consume_result, screen_size, text_chars,
+                                           too_many_pieces)
 from proxy.server.telemetry.metrics import Metrics
-from proxy.server.flow.policy_runtime import ActivePolicySet, PolicyRuntime
+from proxy.server.flow.exchange import Exchange
+from proxy.server.flow.policy_runtime import PolicyRuntime
+from proxy.server.flow.receipting import Receipting, SealedHook, build_receipts, request_fields
 from proxy.server.flow.streaming import StreamedAnswer
 from proxy.server.admission.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.flow.upstream import Upstream, UpstreamError, UpstreamResult
 from proxy.server.flow.wire import ChatCompletionRequest, completion_body, free_text_path
 from proxy.storage.base import LedgerError
 
-__all__ = ["ALLOW_POLICY_ID", "ChatResult", "Gateway"]
+__all__ = ["ChatResult", "Gateway"]
 
 log = logging.getLogger("sonate.pipeline")
 
-#: policy_id of the single receipt of a request where no policy fired.
-ALLOW_POLICY_ID = "matrix"
 #: Text-only messages of at most this many characters have their continuity plan (a token count)
 #: made on the event loop: for short texts that is cheaper than a hop to the detector threads, where
 #: it would also queue behind other requests' screens (every route's tokenizer is loaded at start,
@@ -80,38 +79,6 @@ class ChatResult:
     events: StreamedAnswer | None = None
 
 
-@dataclass
-class _Exchange:
-    """One request's state as it moves through the steps of :meth:`Gateway.chat`."""
-
-    req: ChatCompletionRequest
-    caller: Caller
-    route: ModelRoute
-    declared: str | None
-    inputs_hash: str
-    messages: list[dict[str, Any]]
-    request_id: str = field(default_factory=lambda: "req_" + uuid.uuid4().hex)
-    started: float = field(default_factory=time.perf_counter)
-    screen: InputScreen | None = None
-    decisions: list[Decision] = field(default_factory=list)
-    triggers: list[Decision] = field(default_factory=list)
-    body: dict[str, Any] = field(default_factory=dict)
-    chunks: list[str] = field(default_factory=list)
-    headers: dict[str, str] = field(default_factory=dict)
-    result: UpstreamResult | None = None
-    model_apology: bool = False
-    upstream_seconds: float = 0.0
-    stratum: dict[str, str] = field(default_factory=dict)
-    #: The caller's policy set, chosen at the start of the request (:meth:`PolicyRuntime.bind`).
-    policy: ActivePolicySet | None = None
-    #: ``evidence.endpoint`` of the receipts when another API is served over this pipeline
-    #: ("responses", "messages": proxy.server.http.translated); None for chat completions.
-    endpoint: str | None = None
-    #: The ledger check before the model call (:meth:`ReceiptSink.before_upstream`), started with the
-    #: input screen so that it overlaps it (None: started when needed).
-    ledger_check: asyncio.Future[None] | None = None
-
-
 def _check_passthrough(req: ChatCompletionRequest, forbidden: list[str]) -> None:
     """400 for an unknown field the operator forbids, or one carrying free text (unscreened)."""
     for name, value in (req.model_extra or {}).items():
@@ -138,19 +105,13 @@ def _bounded_screen(engine: GuardrailEngine, messages: list[dict[str, Any]], def
     return engine.screen_input(messages, definitions, side_by_side)
 
 
-def _upstream_params(x: _Exchange) -> dict[str, Any]:
+def _upstream_params(x: Exchange) -> dict[str, Any]:
     """The provider parameters, with the tool definitions, ``user`` and the passed-through fields
     as the input screen left them (masked)."""
     params = x.req.upstream_params()
     if x.screen is not None and x.screen.definitions:
         params.update(x.screen.definitions)
     return params
-
-
-def _consume(future: "asyncio.Future[Any]") -> None:
-    """Retrieve a finished future's exception (one nobody awaited is not logged as lost)."""
-    if not future.cancelled():
-        future.exception()
 
 
 class Gateway:
@@ -161,7 +122,8 @@ class Gateway:
     :class:`LedgerSink`, fail_closed). ``lanes``: where the input and output screens run
     (:class:`proxy.server.admission.limits.ScreenLanes`: a large-input lane, bounded queues → 503; default:
     ``executor`` with no bound). ``engine``: a :class:`PolicyRuntime` (policy sets, hot reload) or
-    one :class:`GuardrailEngine` served as the only set; :attr:`engine` is the current request's.
+    one :class:`GuardrailEngine` served as the only set; each request reads the set it was accepted
+    with from its :class:`Exchange`.
     """
 
     def __init__(self, config: Config, engine: GuardrailEngine | PolicyRuntime, upstream: Upstream, ledger: Ledger,
@@ -176,26 +138,18 @@ class Gateway:
         #: Where receipts go (docs/operations.md "Fault policy"): the ledger (fail_closed) or a spool.
         self.sink: ReceiptSink = sink or LedgerSink(ledger, metrics)
         self.metrics = metrics
+        #: The one receipt path (build, commit, count, post-receipt hooks).
+        self.receipting = Receipting(self.sink, metrics)
         self.executor = executor
         self.lanes = lanes or ScreenLanes(executor, small_slots=1 << 30)
         #: Chat requests between admission and their answer (a stream: until it opens), on the loop.
         self.in_progress = 0
-        #: The human review queue of escalated requests (:mod:`proxy.review.escalations`).
-        self.escalations = Escalations(ledger.store, self.sink, metrics, config.review.allow_self_resolution)
+        #: The human review queue of escalated requests (:mod:`proxy.server.flow.review.escalations`).
+        self.escalations = Escalations(ledger.store, self.receipting, metrics, config.review.allow_self_resolution)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
-        #: model_apology)`` (e.g. the adjudication queue, proxy.review.adjudication); a failing
+        #: model_apology)`` (e.g. the adjudication queue, proxy.server.flow.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
-        self.sealed_hooks: list[Callable[..., Awaitable[None]]] = []
-
-    @property
-    def engine(self) -> GuardrailEngine:
-        """The engine of the current request's policy set (bound at its start), else the default set's."""
-        return self.runtime.bound().engine
-
-    @property
-    def policies(self) -> dict[str, Any]:
-        """policy id → policy of the current request's policy set (see :attr:`engine`)."""
-        return self.runtime.bound().policies
+        self.sealed_hooks: list[SealedHook] = []
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -224,7 +178,7 @@ class Gateway:
         tracing.start_operation("chat", req.model, x.route.provider, request_id=x.request_id, actor=x.caller.actor,
                                 stream=bool(req.stream))
         x.ledger_check = asyncio.ensure_future(self.sink.before_upstream())  # overlaps the input screen
-        x.ledger_check.add_done_callback(_consume)  # awaited only when the request is forwarded
+        x.ledger_check.add_done_callback(consume_result)  # awaited only when the request is forwarded
         screen = await self._screen_input(x)
         if screen.notice and screen.action not in ("refuse", "escalate"):  # Compliance `ambiguous: notice`
             x.headers["x-sonate-notice"] = screen.notice
@@ -246,7 +200,7 @@ class Gateway:
 
     # -- steps ------------------------------------------------------------------------------------
     def _accept(self, raw: dict[str, Any], req: ChatCompletionRequest, caller: Caller,
-                complexity_header: str | None) -> _Exchange:
+                complexity_header: str | None) -> Exchange:
         """Check the route, the declared complexity and the request's canonical hash (400/404)."""
         route = self.config.route(req.model)
         if route is None:
@@ -266,9 +220,9 @@ class Gateway:
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
-        return _Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor))
+        return Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor))
 
-    async def _screen_input(self, x: _Exchange) -> InputScreen:
+    async def _screen_input(self, x: Exchange) -> InputScreen:
         """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
         lane for the messages' size; GatewayError 503 ``overloaded`` when that lane is saturated."""
         t = time.perf_counter()
@@ -281,7 +235,7 @@ class Gateway:
         with tracing.span("guardrails.input") as traced:
             try:
                 screen = x.screen = await self.lanes.run(
-                    _bounded_screen, self.engine, x.messages, definitions, side_by_side,
+                    _bounded_screen, x.policy.engine, x.messages, definitions, side_by_side,
                     self.config.server.limits.max_screen_pieces, chars=size.chars, pieces=size.pieces)
             except GatewayError:
                 raise
@@ -295,14 +249,14 @@ class Gateway:
     async def before_upstream(self, request_id: str, check: Awaitable[None] | None = None) -> None:
         """fail_closed: GatewayError 503 ``ledger_unavailable`` while the ledger is known to be down,
         so nothing is forwarded whose receipt could not be written (the sink's check; ``check``: that
-        check already started for this request, see :attr:`_Exchange.ledger_check`)."""
+        check already started for this request, see :attr:`Exchange.ledger_check`)."""
         try:
             await (check if check is not None else self.sink.before_upstream())
         except LedgerError as exc:
             log.error("ledger unavailable before the model call for %s: %s", request_id, exc)
             raise ledger_unavailable("the request was not forwarded (fail_closed)") from None
 
-    async def _forward(self, x: _Exchange) -> None:
+    async def _forward(self, x: Exchange) -> None:
         """Continuity summary (if planned), the model call, then the output guardrails.
 
         fail_closed: nothing is forwarded while the ledger is known to be down (503).
@@ -317,7 +271,7 @@ class Gateway:
         self._observe_upstream(x.req.model, x.result)
         await self._screen_output(x, x.result)
 
-    async def _open_stream(self, x: _Exchange) -> ChatResult:
+    async def _open_stream(self, x: Exchange) -> ChatResult:
         """Continuity summary (if planned), then open the provider stream; the answer is passed
         through by the returned result's ``events``. Errors before the first byte are the same
         as :meth:`_forward`'s (503 fail_closed, mapped provider errors)."""
@@ -333,7 +287,7 @@ class Gateway:
         return ChatResult({}, [], True, include_usage, receipt_id, decisive_action([d.action for d in x.decisions]),
                           x.headers, StreamedAnswer(self, x, stream, include_usage, receipt_id))
 
-    async def seal_stream(self, x: _Exchange, result: UpstreamResult, body: dict[str, Any],
+    async def seal_stream(self, x: Exchange, result: UpstreamResult, body: dict[str, Any],
                           decisions: list[Decision], model_apology: bool, receipt_id: str,
                           stream: dict[str, Any]) -> Appended:
         """Receipts of a passed-through stream: ``body`` is the chat.completion the delivered
@@ -357,7 +311,7 @@ class Gateway:
         return appended
 
     async def draft_escalation(self, case: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """An approved escalation's answer (:data:`proxy.review.escalations.Drafter`): the case's
+        """An approved escalation's answer (:data:`proxy.server.flow.review.escalations.Drafter`): the case's
         masked messages and parameters sent to its model, the answer screened by the output
         policies of the requester's policy set, Privacy's placeholders kept (the requester restores
         them with its key). Returns (chat.completion, evidence of the call: ``provider``, ``usage``,
@@ -370,7 +324,7 @@ class Gateway:
         if route is None:
             raise GatewayError(409, "The escalated request's model is no longer served by this gateway.",
                                code="model_not_found")
-        self.runtime.bind(case["actor"])
+        policy = self.runtime.bind(case["actor"])
         await self.before_upstream(case["id"])
         try:
             result = await self.upstream.complete(case["model"], case["messages"], dict(case.get("params") or {}))
@@ -380,7 +334,7 @@ class Gateway:
         choice = (result.response.get("choices") or [{}])[0]
         tool_calls = (choice.get("message") or {}).get("tool_calls")
         try:
-            out = await self.lanes.run(self.engine.screen_output, result.content, None, tool_calls,
+            out = await self.lanes.run(policy.engine.screen_output, result.content, None, tool_calls,
                                        chars=len(result.content or "") + text_chars(tool_calls), admit=False)
         except GatewayError:
             raise
@@ -394,30 +348,30 @@ class Gateway:
         decisions = [{"policy_id": d.policy_id, "action": d.action, "stage": d.stage} for d in out.decisions]
         usage = {k: int(result.usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens")}
         return body, {"provider": route.provider, "usage": usage, "output_decisions": decisions,
-                      **self.runtime.bound().evidence()}
+                      **policy.evidence()}
 
-    async def _continuity(self, x: _Exchange) -> list[dict[str, Any]]:
+    async def _continuity(self, x: Exchange) -> list[dict[str, Any]]:
         """The messages for the model: the screened ones, or a continuity policy's summary of them."""
         assert x.screen is not None
-        messages = x.screen.messages
+        engine, messages = x.policy.engine, x.screen.messages
         if all(isinstance(m.get("content"), (str, type(None))) for m in messages) \
                 and text_chars(messages) <= INLINE_PLAN_CHARS:  # (image parts may be fetched to be counted)
-            plan = self.engine.continuity_plan(messages, x.req.model)
+            plan = engine.continuity_plan(messages, x.req.model)
         else:
-            plan = await self._run(self.engine.continuity_plan, messages, x.req.model)
+            plan = await self._run(engine.continuity_plan, messages, x.req.model)
         if plan is None:
             return messages
         summarizer = plan.policy.summary_model or x.req.model
-        summary = await self.upstream.complete(summarizer, self.engine.summary_request(plan), {})
+        summary = await self.upstream.complete(summarizer, engine.summary_request(plan), {})
         x.upstream_seconds += summary.duration_seconds
         self._observe_upstream(summarizer, summary)
-        messages, decision = await self._run(self.engine.apply_summary, plan, summary.content, x.req.model)
+        messages, decision = await self._run(engine.apply_summary, plan, summary.content, x.req.model)
         x.decisions.append(decision)
         x.triggers.append(decision)
         x.headers["x-sonate-continuity"] = "summarized"
         return messages
 
-    async def _screen_output(self, x: _Exchange, result: UpstreamResult) -> None:
+    async def _screen_output(self, x: Exchange, result: UpstreamResult) -> None:
         """Run the output guardrails on the model's answer and build the response body."""
         assert x.screen is not None
         choice = (result.response.get("choices") or [{}])[0]
@@ -426,7 +380,7 @@ class Gateway:
         tool_calls = message.get("tool_calls")
         with tracing.span("guardrails.output") as traced:
             try:
-                out = await self.lanes.run(self.engine.screen_output, result.content, x.screen.masker, tool_calls,
+                out = await self.lanes.run(x.policy.engine.screen_output, result.content, x.screen.masker, tool_calls,
                                            chars=len(result.content or "") + text_chars(tool_calls), admit=False)
             except GatewayError:
                 raise
@@ -448,33 +402,26 @@ class Gateway:
         if not out.refused and out.text == result.content:
             x.chunks = result.chunks  # the provider's own deltas still spell the answer
 
-    async def _build_receipts(self, x: _Exchange) -> list[dict[str, Any]]:
+    async def _build_receipts(self, x: Exchange) -> list[dict[str, Any]]:
         """One unsigned receipt per performed action (one ``allow`` receipt when none), with the
         request's stratum (domain, complexity, provider)."""
         assert x.screen is not None
         x.stratum = {"domain": x.screen.domain, "complexity": await self._complexity(x),
                      "provider": x.route.provider}
-        common = dict(request_id=x.request_id, actor=x.caller.actor, intent=x.screen.domain,
-                      inputs_hash=x.inputs_hash, outputs_hash=json_hash(x.body), model=x.req.model,
-                      provider=x.route.provider, stratum=x.stratum)
+        fields = request_fields(request_id=x.request_id, actor=x.caller.actor, intent=x.screen.domain,
+                                inputs_hash=x.inputs_hash, body=x.body, model=x.req.model,
+                                provider=x.route.provider, stratum=x.stratum)
         # history turns the proxy already refused or escalated, withheld from the model (docs/architecture.md)
         withheld = {"withheld_turns": [s.evidence() for s in x.screen.settled]} if x.screen.settled else {}
-        policy_set = x.policy or self.runtime.bound()  # its name and the policy version go into every receipt
-        receipts = [new_receipt(policy_id=d.policy_id, guardrail_action=d.action,
-                                evidence={**d.evidence, **({"scores": d.scores} if d.scores else {}), **withheld,
-                                          **policy_set.evidence()},
-                                **common)
-                    for d in x.decisions] or [
-            new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow",
-                        evidence={"policies_evaluated": sorted(policy_set.policies), **withheld,
-                                  **policy_set.evidence()}, **common)]
+        # the policy set's name and version go into every receipt
+        receipts = build_receipts(x.decisions, fields, {**withheld, **x.policy.evidence()}, x.policy.policies)
         if x.model_apology:  # FAR-A counts model-initiated apologies too: the receipt must say so
             receipts[-1]["evidence"]["model_apology"] = True
         for receipt in receipts if x.endpoint else []:
             receipt["evidence"]["endpoint"] = x.endpoint
         return receipts
 
-    async def _complexity(self, x: _Exchange) -> str:
+    async def _complexity(self, x: Exchange) -> str:
         """The declared complexity, else the rule's (proxy.kpi.strata.complexity_rule)."""
         if x.declared:
             return x.declared
@@ -482,11 +429,11 @@ class Gateway:
         prompt_tokens = x.result.usage["prompt_tokens"] if x.result else 0
         regulated = x.screen.action == "escalate" or any(d.kind == "compliance" for d in x.triggers)
         return complexity_rule(
-            prompt_tokens=prompt_tokens or await self._run(self.engine.count_tokens, x.req.model, x.messages),
+            prompt_tokens=prompt_tokens or await self._run(x.policy.engine.count_tokens, x.req.model, x.messages),
             user_turns=sum(1 for m in x.messages if m.get("role") == "user"),
             uses_tools=bool(x.req.tools), regulated=regulated)
 
-    async def _commit(self, x: _Exchange, receipts: list[dict[str, Any]]) -> Appended:
+    async def _commit(self, x: Exchange, receipts: list[dict[str, Any]]) -> Appended:
         """Open the escalation case (if any), then append the receipts; 503 when they cannot be
         written (the case is aborted then)."""
         assert x.screen is not None
@@ -497,20 +444,10 @@ class Gateway:
                 receipt_id=receipts[-1]["receipt_id"], messages=x.screen.messages,
                 mapping=x.screen.masker.mapping if x.screen.masker else {}, api=x.endpoint or "chat",
                 params={k: v for k, v in _upstream_params(x).items() if k not in _CASE_DROPS})
-        try:
-            t = time.perf_counter()
-            with tracing.span("ledger.commit", {tracing.Sonate.RECEIPT_COUNT: len(receipts)}) as traced:
-                appended = await self.sink.append(receipts)  # unsealed when pending (in the spool)
-                traced.set_attribute(tracing.Sonate.RECEIPT_STATUS, "pending" if appended.pending else "appended")
-            self.metrics.ledger_append_duration.observe(time.perf_counter() - t)
-        except LedgerError as exc:
-            log.error("ledger append failed for %s: %s", x.request_id, exc)
-            if escalation_id:
-                await self.escalations.abort(escalation_id)
-            raise ledger_unavailable("the request was not completed (fail_closed)") from None
-        return appended
+        abort = (lambda: self.escalations.abort(escalation_id)) if escalation_id else None
+        return await self.receipting.commit(x.request_id, receipts, undo=abort)
 
-    async def _after_commit(self, x: _Exchange, appended: Appended) -> None:
+    async def _after_commit(self, x: Exchange, appended: Appended) -> None:
         """Count the request, set the receipt headers and run the post-receipt hooks."""
         assert x.screen is not None
         self._observe_request(x, appended.receipts, written=not appended.pending)
@@ -520,28 +457,18 @@ class Gateway:
             policies=[d.policy_id for d in x.triggers], receipt_status=x.headers["x-sonate-receipt-status"],
             response=x.result.response if x.result else None, usage=x.result.usage if x.result else None,
             finish_reasons=[c.get("finish_reason") for c in x.body.get("choices") or []])
-        try:
-            messages, body = await self._review_view(x) if self.sealed_hooks else ([], {})
-        except Exception:  # never hand a hook the unmasked text instead
-            log.exception("could not mask the review view of %s; post-receipt hooks skipped", x.request_id)
-            messages, body, hooks = [], {}, []
-        else:
-            hooks = self.sealed_hooks
-        for hook in hooks:
-            try:
-                await hook(appended.receipts, messages, body, x.model_apology)
-            except Exception:
-                log.exception("post-receipt hook %r failed for %s", hook, x.request_id)
+        await self.receipting.after_commit(self.sealed_hooks, x.request_id, appended.receipts,
+                                           lambda: self._review_view(x), x.model_apology)
         x.headers["x-sonate-request-id"] = x.request_id
 
-    async def _review_view(self, x: _Exchange) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    async def _review_view(self, x: Exchange) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """(messages, body) as the model saw them, for the post-receipt hooks (review items keep no
         personal data that Privacy hid; docs/security.md "Review"): the masked messages (a refused
         prompt, never masked on its way, is masked here) and the response with Privacy's
         placeholders put back in place of the originals the client got restored."""
         assert x.screen is not None
         if x.screen.action == "refuse":
-            return await self._run(self.engine.mask_messages, x.messages), x.body
+            return await self._run(x.policy.engine.mask_messages, x.messages), x.body
         if x.screen.masker is None or not x.screen.masker.mapping:
             return x.screen.messages, x.body
         remask = x.screen.masker.remask
@@ -560,29 +487,13 @@ class Gateway:
         self.metrics.tokens.labels(model, provider, "completion").inc(result.usage["completion_tokens"])
         self.metrics.cost.labels(model, provider).inc(result.cost_usd)
 
-    def count_receipts(self, triggers: list[Decision], sealed: list[dict[str, Any]], written: bool) -> None:
-        """Count a request's guardrail triggers and its sealed receipts: actions, receipts written
-        (``written`` false: spooled, counted when replayed, proxy.server.admission.sink) and each policy's
-        required and present evidence (Audit Depth's inputs, proxy.kpi.audit_depth)."""
-        m = self.metrics
-        for d in triggers:
-            m.guardrail_triggers.labels(d.policy_id, d.action, d.stage).inc()
-        for receipt in sealed:
-            m.actions.labels(receipt["guardrail_action"]).inc()
-            if written:
-                m.receipts_written.labels(receipt["guardrail_action"]).inc()
-            policy = self.policies.get(receipt["policy_id"])
-            if policy is not None:
-                m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))
-                m.evidence_present.labels(policy.id).inc(evidence_present(receipt, policy.evidence_required))
-
-    def _observe_request(self, x: _Exchange, sealed: list[dict[str, Any]], written: bool = True) -> None:
+    def _observe_request(self, x: Exchange, sealed: list[dict[str, Any]], written: bool = True) -> None:
         """Count one answered request: interactions, triggers, actions, receipts, evidence, apologies
         and durations (spooled receipts count as written when replayed, proxy.server.admission.sink)."""
         m, model = self.metrics, x.req.model
         domain, complexity = x.stratum["domain"], x.stratum["complexity"]
         m.interactions.labels(model, x.route.provider, domain, complexity).inc()
-        self.count_receipts(x.triggers, sealed, written)
+        self.receipting.count(x.triggers, sealed, written, x.policy.policies)
         for receipt in sealed:
             if receipt["guardrail_action"] == "refuse":
                 m.apologies.labels("guardrail", receipt["policy_id"], domain, complexity).inc()

@@ -24,7 +24,6 @@ set. :class:`PolicyRuntime` holds the current snapshot:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
 import os
@@ -174,11 +173,6 @@ class ReloadOutcome:
         return {**out, "error": self.error} if self.error else out
 
 
-#: The request's policy set: (runtime id, set), set by :meth:`PolicyRuntime.bind`.
-_BOUND: contextvars.ContextVar[tuple[int, ActivePolicySet] | None] = contextvars.ContextVar(
-    "sonate_policy_set", default=None)
-
-
 class PolicyRuntime:
     """The serving snapshot and its replacement (see the module docstring).
 
@@ -220,15 +214,9 @@ class PolicyRuntime:
         return self._current
 
     def bind(self, actor: str) -> ActivePolicySet:
-        """Pick ``actor``'s set from the current snapshot and keep it for the rest of this request."""
-        active = self._current.for_actor(actor)
-        _BOUND.set((id(self), active))
-        return active
-
-    def bound(self) -> ActivePolicySet:
-        """The set :meth:`bind` chose in this request, else the current ``default`` set."""
-        held = _BOUND.get()
-        return held[1] if held is not None and held[0] == id(self) else self._current.default
+        """``actor``'s set in the current snapshot: a request picks it once, on acceptance, and
+        carries it to its end (a reload meanwhile does not change it)."""
+        return self._current.for_actor(actor)
 
     def _prepare(self) -> PolicySnapshot:
         """Read, validate and build the next snapshot (in a worker thread). Raises ConfigError."""

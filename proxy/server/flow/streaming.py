@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator, Protocol
 
 from proxy.guardrails.decisions import Decision
 from proxy.guardrails.stream import (
@@ -38,12 +38,23 @@ from proxy.guardrails.stream import (
     screen_window,
     stream_holds,
 )
+from proxy.server.admission.limits import ScreenLanes
 from proxy.server.errors import GatewayError, guardrail_failed
+from proxy.server.flow.exchange import Exchange
 from proxy.server.flow.upstream import UpstreamError, UpstreamStream
 from proxy.server.flow.wire import completion_body, error_body, new_completion_id, sse_event
+from proxy.server.telemetry.metrics import Metrics
 
-if TYPE_CHECKING:
-    from proxy.server.flow.pipeline import Gateway, _Exchange
+
+class _Services(Protocol):
+    """What a stream needs of :class:`proxy.server.flow.pipeline.Gateway`: its guardrail lanes,
+    metrics and the receipts of a finished stream (:meth:`~proxy.server.flow.pipeline.Gateway.seal_stream`)."""
+
+    lanes: ScreenLanes
+    metrics: Metrics
+
+    async def seal_stream(self, x: Exchange, result: Any, body: dict[str, Any], decisions: list[Decision],
+                          model_apology: bool, receipt_id: str, stream: dict[str, Any]) -> Any: ...
 
 __all__ = ["StreamedAnswer", "assemble_tool_calls"]
 
@@ -72,12 +83,12 @@ class StreamedAnswer:
     ``receipt_id``: assigned before the first byte (the decisive receipt's id, sent in the headers).
     """
 
-    def __init__(self, gateway: "Gateway", x: "_Exchange", upstream: UpstreamStream, include_usage: bool,
+    def __init__(self, gateway: _Services, x: Exchange, upstream: UpstreamStream, include_usage: bool,
                  receipt_id: str) -> None:
         """Bind the request's state; no I/O."""
         assert x.screen is not None
         masker = x.screen.masker
-        policies = gateway.engine.policies
+        policies = x.policy.engine.policies
         restore = masker.restore if masker is not None and any(
             p.kind == "privacy" and "input" in p.stages and p.restore_in_answer for p in policies) else None
         self.gateway, self.x, self.upstream = gateway, x, upstream
@@ -181,7 +192,7 @@ class StreamedAnswer:
                     yield self._chunk({"content": piece})
                     self._delivered(piece)
         if self.refusal is not None:
-            apology = "" if self.delivered else self.gateway.policies[self.refusal.policy_id].apology
+            apology = "" if self.delivered else self.x.policy.policies[self.refusal.policy_id].apology
             self.finish_reason = "content_filter"
             yield self._chunk({"content": apology} if apology else {}, "content_filter")
             if apology:
@@ -196,7 +207,7 @@ class StreamedAnswer:
     async def _screen(self, windows: list[Window]) -> bool:
         """Screen ``windows`` in the detector lane (and mask them when privacy screens outputs);
         True (and the scanner stopped) when a guardrail fired."""
-        lanes, engine = self.gateway.lanes, self.gateway.engine
+        lanes, engine = self.gateway.lanes, self.x.policy.engine
         for window in windows:
             t = time.perf_counter()
             decision = await lanes.run(screen_window, engine, window.text, chars=len(window.text), admit=False)
@@ -240,10 +251,10 @@ class StreamedAnswer:
         (fail_closed), None when they are appended (or spooled)."""
         decisions = [self.refusal] if self.refusal else []
         if self.output_mask is not None:
-            decisions += self.output_mask.decisions(self.gateway.engine)
+            decisions += self.output_mask.decisions(self.x.policy.engine)
         text = "".join(self.delivered)
         apology = (self.refusal is None and bool(text.strip()) and await self.gateway.lanes.run(
-            model_apology, self.gateway.engine, text, chars=len(text), admit=False))
+            model_apology, self.x.policy.engine, text, chars=len(text), admit=False))
         try:
             await self.gateway.seal_stream(self.x, self.upstream.result(), self.body(), decisions, apology,
                                            self.receipt_id, {"ended": self.ended, "delivered_chars": len(text)})

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import itertools
 import logging
@@ -41,7 +40,8 @@ from proxy.receipts.signing import Signer
 from proxy.server.http import tasks
 from proxy.server.telemetry import tracing
 from proxy.server.http.auth import Authenticator
-from proxy.server.admission.limits import KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold
+from proxy.server.admission.limits import (KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold,
+                                           trim_heap)
 from proxy.server.telemetry.metrics import Metrics
 from proxy.server.http.middleware import error_middleware, trace_middleware
 from proxy.server.flow.pipeline import Gateway
@@ -146,14 +146,12 @@ def settle_heap() -> None:
     """After start-up: collect garbage, move every surviving object to the collector's permanent
     generation (``gc.freeze``: later collections no longer walk the models' millions of start-up
     objects, so they stay short instead of stalling requests), and hand freed heap pages back to
-    the OS (glibc ``malloc_trim``; model loading frees large temporary buffers: about 70 MB of RSS).
+    the OS (:func:`proxy.server.admission.limits.trim_heap`; model loading frees large temporary
+    buffers: about 70 MB of RSS).
     """
     gc.collect()
     gc.freeze()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
+    trim_heap()
 
 
 async def warm_up_upstream(upstream: Upstream) -> None:

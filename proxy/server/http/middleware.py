@@ -18,18 +18,17 @@ that into one WARNING line without the traceback: a client's malformed bytes are
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.server.telemetry import logs, tracing
-from proxy.server.dialects.base import messages
 from proxy.server.errors import GatewayError
 from proxy.server.http.requests import CLIENT_GONE, services
 from proxy.server.flow.wire import error_body
 
-__all__ = ["ClientProtocolErrorFilter", "error_middleware", "json_error", "trace_middleware"]
+__all__ = ["ERROR_BODIES", "ClientProtocolErrorFilter", "ErrorBody", "error_middleware", "json_error", "trace_middleware"]
 
 log = logging.getLogger("sonate.server")
 
@@ -57,13 +56,27 @@ _HTTP_CODES = {404: ("not_found", "Unknown URL"), 405: ("method_not_allowed", "M
                413: ("request_too_large", "Request body too large")}
 
 
+#: An API's error object: ``(status, message, type, code, param) -> dict``.
+ErrorBody = Callable[[int, str, str, "str | None", "str | None"], dict[str, Any]]
+#: Path → the error object of the dialect served there (registered by its route, e.g. Anthropic's on
+#: ``/v1/messages``); every other path answers OpenAI's (:func:`proxy.server.flow.wire.error_body`).
+ERROR_BODIES: web.AppKey[dict[str, ErrorBody]] = web.AppKey("error_bodies", dict)
+
+
+def _openai_error(status: int, message: str, type: str, code: str | None, param: str | None) -> dict[str, Any]:
+    return error_body(message, type, param, code)
+
+
 def json_error(status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
-               param: str | None = None, path: str = "") -> web.Response:
-    """An error response with HTTP ``status``: OpenAI's error object, or Anthropic's on the Messages
-    route (``path``; :func:`proxy.server.dialects.messages.error_body`, docs/api.md "Errors")."""
-    if path == messages_api.PATH:
-        return web.json_response(messages_api.error_body(status, message, code), status=status)
-    return web.json_response(error_body(message, type, param, code), status=status)
+               param: str | None = None, render: ErrorBody | None = None) -> web.Response:
+    """An error response with HTTP ``status``: the object ``render`` builds (a dialect's, see
+    :data:`ERROR_BODIES`), else OpenAI's (docs/api.md "Errors")."""
+    return web.json_response((render or _openai_error)(status, message, type, code, param), status=status)
+
+
+def _renderer(request: web.Request) -> ErrorBody | None:
+    """The error object of the dialect served on ``request.path`` (None: OpenAI's)."""
+    return request.app.get(ERROR_BODIES, {}).get(request.path)
 
 
 def _route_label(request: web.Request) -> str:
@@ -78,7 +91,7 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
         text = f"{text}: the limit is {services(request).config.server.max_body_bytes} bytes"
     elif exc.status in (404, 405):
         text = f"{text} ({request.method}); the path is not echoed"
-    return json_error(exc.status, text, code=code, path=request.path)
+    return json_error(exc.status, text, code=code, render=_renderer(request))
 
 
 @web.middleware
@@ -108,7 +121,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return response
     except GatewayError as exc:
         metrics.requests.labels(route, exc.result).inc()
-        response = json_error(exc.status, exc.message, exc.type, exc.code, exc.param, request.path)
+        response = json_error(exc.status, exc.message, exc.type, exc.code, exc.param, _renderer(request))
         response.headers.update(exc.headers)
         return response
     except web.HTTPException as exc:
@@ -120,4 +133,4 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         log.exception("unhandled error on %s %s", request.method, request.path)
         metrics.requests.labels(route, "server_error").inc()
         return json_error(500, "The proxy had an internal error; it has been logged.", "api_error", "internal_error",
-                          path=request.path)
+                          render=_renderer(request))

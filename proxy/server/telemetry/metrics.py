@@ -113,7 +113,7 @@ class Metrics:
             ["model", "provider"], registry=r)
 
     def _adjudication(self, r: CollectorRegistry) -> None:
-        """Adjudication (methodology "Adjudication"; proxy.kpi.adjudication, proxy.review.adjudication)."""
+        """Adjudication (methodology "Adjudication"; proxy.kpi.adjudication, proxy.server.flow.review.adjudication)."""
         self.review_items_queued = Counter(
             "sonate_review_items_queued", "Interactions queued for blind two-pass adjudication, by "
             "reason: apology (refusal or model apology), trigger (guardrail acted), sample (random "

@@ -11,7 +11,7 @@ Routes::
   POST /v1/admin/escalations/{id}/resolve   a reviewer decision (admin): approve, answer, edit, release,
                                             reject; every step receipted
 
-The workflow is :mod:`proxy.review.escalations`; docs/api.md "Escalations".
+The workflow is :mod:`proxy.server.flow.review.escalations`; docs/api.md "Escalations".
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.guardrails.detectors.pii import restore_placeholders
 from proxy.guardrails.messages import map_text
-from proxy.review.escalations import STATUSES, Decision
-from proxy.review.sealed_mapping import KEY_HEADER, open_mapping
+from proxy.server.flow.review.escalations import STATUSES, Decision
+from proxy.server.flow.review.sealed_mapping import KEY_HEADER, open_mapping
 from proxy.server.errors import GatewayError
 from proxy.server.http.requests import ADMIN, caller, read_model, services
 from proxy.server.http.routes import messages, responses
@@ -47,7 +47,7 @@ _DIALECTS = {d.endpoint: d for d in (responses.DIALECT, messages.DIALECT)}
 
 
 class ResolveRequest(BaseModel):
-    """Body of POST /v1/admin/escalations/{id}/resolve (:class:`proxy.review.escalations.Decision`)."""
+    """Body of POST /v1/admin/escalations/{id}/resolve (:class:`proxy.server.flow.review.escalations.Decision`)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
     decision: Literal["approve", "answer", "edit", "release", "reject"]

@@ -10,10 +10,13 @@ The body is translated to a chat completion (:mod:`proxy.server.dialects.message
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-from proxy.server.dialects.base import messages
+from proxy.server.dialects import messages as messages_api
 from proxy.server.errors import Caller
+from proxy.server.http.middleware import ERROR_BODIES
 from proxy.server.http.requests import admitted
 from proxy.server.dialects.base import Dialect
 from proxy.server.http.translated import answer
@@ -40,5 +43,10 @@ async def _answer(request: web.Request, who: Caller) -> web.StreamResponse:
 
 
 def register(app: web.Application) -> None:
-    """Add the Messages route to ``app``."""
+    """Add the Messages route to ``app``; errors on it take Anthropic's shape."""
     app.router.add_post(messages_api.PATH, messages)
+    app.setdefault(ERROR_BODIES, {})[messages_api.PATH] = _error_body
+
+
+def _error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> dict[str, Any]:
+    return messages_api.error_body(status, message, code)

@@ -36,7 +36,7 @@ def public_key_entries(svc: Any) -> list[dict[str, Any]]:
 
 async def _may_read(request: web.Request, who: Caller, receipt: dict[str, Any]) -> bool:
     """Admins read every receipt, clients their own, reviewers their own and the receipts of review
-    items assigned to them (:meth:`proxy.review.adjudication.Adjudications.may_read_receipt`)."""
+    items assigned to them (:meth:`proxy.server.flow.review.adjudication.Adjudications.may_read_receipt`)."""
     if who.role == "admin" or receipt.get("actor") == who.actor:
         return True
     adjudications = request.app.get(ADJUDICATIONS)

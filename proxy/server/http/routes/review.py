@@ -16,7 +16,7 @@ Lists are pages in OpenAI's list style, paginated in the store (never the whole 
 ``{"object": "list", "data": [...], "first_id", "last_id", "has_more"}``; pass ``last_id`` as
 ``after`` for the next page while ``has_more``.
 
-The workflow (queueing, passes, receipts) is :mod:`proxy.review.adjudication`; this module only
+The workflow (queueing, passes, receipts) is :mod:`proxy.server.flow.review.adjudication`; this module only
 authenticates, validates and answers.
 """
 
@@ -26,7 +26,7 @@ from aiohttp import web
 from pydantic import ConfigDict, Field
 
 from proxy.kpi.adjudication import Verdict
-from proxy.review.adjudication import Adjudications
+from proxy.server.flow.review.adjudication import Adjudications
 from proxy.server.errors import GatewayError
 from proxy.server.http.requests import ADMIN, REVIEWERS, SERVICES, caller, read_model
 from proxy.storage.base import MAX_PAGE
@@ -128,7 +128,7 @@ async def get_agreement(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     """Add the reviewer routes to ``app`` and queue reviewable interactions from its gateway."""
     svc = app[SERVICES]
-    adjudications = Adjudications(svc.store, svc.gateway.sink, svc.metrics, svc.config.review.sample_rate,
+    adjudications = Adjudications(svc.store, svc.gateway.receipting, svc.metrics, svc.config.review.sample_rate,
                                   policy_ids=frozenset(p.id for p in svc.engine.policies))
     app[ADJUDICATIONS] = adjudications
     svc.gateway.sealed_hooks.append(adjudications.enqueue)

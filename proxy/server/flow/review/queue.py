@@ -1,7 +1,7 @@
 """The one workflow of human review: claim → decide → receipt, on a status compare-and-set queue.
 
-Escalation cases (:mod:`proxy.review.escalations`) and adjudication items
-(:mod:`proxy.review.adjudication`) are JSON dicts with at least ``id`` and ``status``, kept in the
+Escalation cases (:mod:`proxy.server.flow.review.escalations`) and adjudication items
+(:mod:`proxy.server.flow.review.adjudication`) are JSON dicts with at least ``id`` and ``status``, kept in the
 ledger store's queues ``"escalations"`` and ``"adjudications"``. A decision moves an entry from
 the status it was read with to a new one **only if nobody moved it meanwhile** (compare-and-set on
 the status: of two concurrent reviewers one loses), then receipts it; an entry whose receipt
@@ -15,8 +15,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from proxy.server.errors import GatewayError, ledger_unavailable
-from proxy.server.telemetry.metrics import Metrics
-from proxy.server.admission.sink import ReceiptSink
+from proxy.server.flow.receipting import Receipting
 from proxy.storage.base import LedgerConflict, LedgerError, LedgerStore
 
 __all__ = ["DecisionQueue"]
@@ -25,17 +24,16 @@ log = logging.getLogger("sonate.review")
 
 
 class DecisionQueue:
-    """One queue (``"escalations"`` or ``"adjudications"``) of ``store``, decided through ``sink``.
+    """One queue (``"escalations"`` or ``"adjudications"``) of ``store``, decided through ``receipting``.
 
     Every store failure is raised as the 503 :func:`proxy.server.errors.ledger_unavailable`.
     """
 
-    def __init__(self, queue: str, store: LedgerStore, sink: ReceiptSink, metrics: Metrics) -> None:
-        """Bind the queue name, the store holding it, the receipt sink and the metrics. No I/O."""
+    def __init__(self, queue: str, store: LedgerStore, receipting: Receipting) -> None:
+        """Bind the queue name, the store holding it and the receipt path. No I/O."""
         self.queue = queue
         self.store = store
-        self.sink = sink
-        self.metrics = metrics
+        self.receipting = receipting
 
     async def put(self, item: dict[str, Any]) -> bool:
         """Add ``item``; False when an entry with its id exists already (a retried request)."""
@@ -87,17 +85,17 @@ class DecisionQueue:
             return None
         except LedgerError:
             raise ledger_unavailable("the decision was not recorded") from None
-        try:
-            sealed = (await self.sink.append(receipts, allow_pending=False)).receipts
-            result = sealed if isinstance(receipt, list) else sealed[0]
-            if link is not None:
+        sealed = (await self.receipting.commit(new["id"], receipts, allow_pending=False,
+                                               undo=lambda: self._release(old, new),
+                                               what="the decision was not recorded")).receipts
+        result = sealed if isinstance(receipt, list) else sealed[0]
+        if link is not None:
+            try:
                 await self.store.update_item(self.queue, link(result))
-        except LedgerError:
-            await self._release(old, new)
-            raise ledger_unavailable("the decision was not recorded") from None
-        for one in sealed:
-            self.metrics.actions.labels(one["guardrail_action"]).inc()
-            self.metrics.receipts_written.labels(one["guardrail_action"]).inc()
+            except LedgerError:
+                await self._release(old, new)
+                raise ledger_unavailable("the decision was not recorded") from None
+        self.receipting.count((), sealed, True, {})
         return result
 
     async def _release(self, old: dict[str, Any], new: dict[str, Any]) -> None:

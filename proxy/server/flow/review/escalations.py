@@ -21,7 +21,7 @@ visible to its client. Every step is a receipt with ``guardrail_action: "resolve
 action, :data:`proxy.kpi.report.HUMAN_ACTIONS`) whose evidence names the ``step``, the
 ``escalation_id``, the ``escalation_receipt_id`` and the ``previous_receipt_id`` (the case's prior
 step, the escalation receipt for the first): the case's receipts form a chain of their own inside
-the ledger. Cases live in the store's ``"escalations"`` queue (:class:`proxy.review.queue.DecisionQueue`)::
+the ledger. Cases live in the store's ``"escalations"`` queue (:class:`proxy.server.flow.review.queue.DecisionQueue`)::
 
     {"id", "status": "pending"|"drafted"|"resolved"|"aborted", "created", "request_id", "actor",
      "model", "api": "chat"|"responses"|"messages", "domain", "receipt_id", "messages", "params",
@@ -32,7 +32,7 @@ the ledger. Cases live in the store's ``"escalations"`` queue (:class:`proxy.rev
 ``messages`` and ``params`` are the request as the model would have seen it: Privacy's
 placeholders in place of personal data; ``draft`` and ``answer`` (chat.completion objects) keep
 the placeholders too. The placeholder mapping is stored only sealed under a key its requester
-alone received (:mod:`proxy.review.sealed_mapping`; docs/security.md "Review").
+alone received (:mod:`proxy.server.flow.review.sealed_mapping`; docs/security.md "Review").
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from typing import Any, Awaitable, Callable
 
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
-from proxy.review.queue import DecisionQueue
-from proxy.review.sealed_mapping import seal_mapping
+from proxy.server.flow.review.queue import DecisionQueue
+from proxy.server.flow.review.sealed_mapping import seal_mapping
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.telemetry.metrics import Metrics
-from proxy.server.admission.sink import ReceiptSink
+from proxy.server.flow.receipting import Receipting
 from proxy.server.flow.wire import completion_body
 from proxy.storage.base import LedgerError, LedgerStore
 
@@ -94,14 +94,14 @@ class _Step:
 
 
 class Escalations:
-    """The escalation queue of ``store``; receipts go through ``sink``; counts in ``metrics``
+    """The escalation queue of ``store``; receipts go through ``receipting``; counts in ``metrics``
     (``sonate_escalations_pending``)."""
 
-    def __init__(self, store: LedgerStore, sink: ReceiptSink, metrics: Metrics,
+    def __init__(self, store: LedgerStore, receipting: Receipting, metrics: Metrics,
                  allow_self_resolution: bool = False) -> None:
-        """Bind the store, sink and metrics. No I/O. ``allow_self_resolution``: an admin may resolve
+        """Bind the store, receipt path and metrics. No I/O. ``allow_self_resolution``: an admin may resolve
         an escalation of their own request (``review.allow_self_resolution``; default: refused)."""
-        self.queue = DecisionQueue(QUEUE, store, sink, metrics)
+        self.queue = DecisionQueue(QUEUE, store, receipting)
         self.store = store
         self.metrics = metrics
         self.allow_self_resolution = allow_self_resolution

@@ -1,7 +1,7 @@
 """The receipts of one escalation case, checked as a chain of their own inside the ledger.
 
 An escalated request's ``escalate`` receipt names the case (``evidence.escalation_id``); each step
-a reviewer's decision took (:mod:`proxy.review.escalations`) is a ``resolve`` receipt naming the
+a reviewer's decision took (:mod:`proxy.server.flow.review.escalations`) is a ``resolve`` receipt naming the
 case, the escalation receipt (``evidence.escalation_receipt_id``) and the step before it
 (``evidence.previous_receipt_id``; the first step names the escalation receipt). In ledger order
 the steps must form exactly that chain: none missing, none forked, none out of order. Signatures

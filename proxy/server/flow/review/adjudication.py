@@ -4,7 +4,7 @@ The workflow around the pure rules of :mod:`proxy.kpi.adjudication` (item lifecy
 Gwet's AC1): items are queued at request time (a :attr:`proxy.server.flow.pipeline.Gateway.sealed_hooks`
 hook: every apology and guardrail trigger, and allowed requests sampled at ``review.sample_rate``),
 each reviewer pass and the lead's tie-break is a compare-and-set decision on the store's
-``"adjudications"`` queue (:class:`proxy.review.queue.DecisionQueue`) and is receipted
+``"adjudications"`` queue (:class:`proxy.server.flow.review.queue.DecisionQueue`) and is receipted
 (``guardrail_action: "adjudicate"``, actor = the reviewer). A pass receipt carries a salted
 commitment to the verdict (:func:`proxy.kpi.adjudication.verdict_commitment`: a fresh 32-byte
 nonce kept with the item), not the verdict, so nobody can recover it from the ledger before the
@@ -40,10 +40,10 @@ from proxy.kpi.adjudication import (
 )
 from proxy.receipts.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
-from proxy.review.queue import DecisionQueue
+from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
 from proxy.server.telemetry.metrics import Metrics
-from proxy.server.admission.sink import ReceiptSink
+from proxy.server.flow.receipting import Receipting
 from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["QUEUE", "Adjudications"]
@@ -67,10 +67,10 @@ class Adjudications:
     becomes a Prometheus series; docs/architecture.md "Metrics").
     """
 
-    def __init__(self, store: LedgerStore, sink: ReceiptSink, metrics: Metrics, sample_rate: float,
+    def __init__(self, store: LedgerStore, receipting: Receipting, metrics: Metrics, sample_rate: float,
                  rng: random.Random | None = None, policy_ids: frozenset[str] = frozenset()) -> None:
-        """Bind the store, sink, metrics, sampling and the label set. No I/O."""
-        self.queue = DecisionQueue(QUEUE, store, sink, metrics)
+        """Bind the store, receipt path, metrics, sampling and the label set. No I/O."""
+        self.queue = DecisionQueue(QUEUE, store, receipting)
         self.metrics = metrics
         self.sample_rate = sample_rate
         self.rng = rng or random.Random()
