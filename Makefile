@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install system-deps lock mutation
+.PHONY: run test lint install system-deps lock mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ TEST_ARGS ?=
 test: install system-deps
 	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
 	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) $(TEST_ARGS)
+
+# Static checks: the import layers and no import cycle (import-linter; contracts in pyproject.toml).
+lint: install
+	$(BIN)/lint-imports --no-cache
 
 # Re-resolve and re-hash every dependency after editing requirements.in.
 lock: | $(BIN)/python

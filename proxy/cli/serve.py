@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)  # before the heavy imports: a bad config fails fast
     host = args.host or config.server.host
     check_exposure(config, host)
-    from proxy.server.telemetry import logs
+    from proxy.server.telemetry import tracing
 
-    logs.setup(config.observability)  # JSON log lines; OTLP traces when configured (docs/operations.md)
+    tracing.setup(config.observability)  # JSON log lines; OTLP traces when configured (docs/operations.md)
     port = args.port if args.port is not None else config.server.port
 
     from proxy.server.admission import workers

@@ -20,7 +20,7 @@ from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text
 from proxy.guardrails.registry import DetectorRegistry, default_registry
 from proxy.guardrails.schema import PrivacyPolicy
-from proxy.receipts.canonical import sha256_ref
+from proxy.primitives.canonical import sha256_ref
 from tests.support.detectors import (
     CONTINUITY,
     POLICIES,

@@ -105,13 +105,13 @@ def test_setup_switches_the_root_handlers_to_json(monkeypatch: pytest.MonkeyPatc
     buffer = io.StringIO()
     handler = logging.StreamHandler(buffer)
     monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
-    logs.setup(ObservabilityConfig(log_format="json"))
+    tracing.setup(ObservabilityConfig(log_format="json"))
     assert not tracing.enabled()  # no otlp_endpoint: traces stay off
     logging.getLogger("sonate.test").warning("switched")
     assert json.loads(buffer.getvalue())["message"] == "switched"
     text = logging.StreamHandler(io.StringIO())
     monkeypatch.setattr(logging.getLogger(), "handlers", [text])
-    logs.setup(ObservabilityConfig())
+    tracing.setup(ObservabilityConfig())
     assert not isinstance(text.formatter, logs.JsonFormatter)
 
 

@@ -16,7 +16,7 @@ from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.schema import HoldBack
 from proxy.receipts import Ledger, Signer, open_store
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.server.errors import Caller
 from proxy.server.telemetry.metrics import Metrics
 from proxy.server.flow.pipeline import Gateway

@@ -16,7 +16,7 @@ from proxy.cli.verify import run as verify_run
 from proxy.receipts import Ledger, Signer
 from proxy.server.admission.publisher import CheckpointPublisher
 from proxy.storage.base import LedgerStore
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
     CheckpointError,

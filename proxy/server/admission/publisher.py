@@ -33,7 +33,7 @@ from proxy.tlog.checkpoint import (
 )
 from proxy.receipts.chain import Ledger
 from proxy.storage.base import LedgerError
-from proxy.tlog.tree import consistency_proof, publish_checkpoint
+from proxy.receipts.tree import consistency_proof, publish_checkpoint
 from proxy.tlog.witness import SIZE_CONTENT_TYPE, format_add_checkpoint
 
 __all__ = ["CheckpointPublisher", "WitnessClient", "witness_clients"]

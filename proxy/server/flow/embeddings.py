@@ -27,7 +27,7 @@ from proxy.guardrails.decisions import Decision, privacy_decision, safety_decisi
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.engine import GENERAL_DOMAIN, GuardrailEngine
 from proxy.kpi.strata import complexity_rule, declared_complexity
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.server.telemetry import tracing
 from proxy.server.errors import Caller, GatewayError
 from proxy.server.admission.limits import ScreenSize, too_many_pieces
@@ -294,7 +294,7 @@ class Embeddings:
     def _observe(self, x: _Call, sealed: list[dict[str, Any]], written: bool) -> None:
         """Count the request as chat does (:meth:`proxy.server.flow.receipting.Receipting.count`), except
         ``sonate_interactions_total`` and the apology counter: an embeddings request is not a chat
-        interaction (FAR-A's denominator and numerator; docs/kpi.md, proxy.kpi.report)."""
+        interaction (FAR-A's denominator and numerator; docs/kpi.md, proxy.evaluation.kpi_report)."""
         m, model = self.gateway.metrics, x.req.model
         assert x.screen is not None
         self.gateway.receipting.count(x.screen.triggers, sealed, written, x.policy.policies)

@@ -29,7 +29,7 @@ from proxy.guardrails.engine import Decision, GuardrailEngine, decisive_action
 from proxy.guardrails.messages import DEFINITION_KEYS, map_text
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.strata import complexity_rule, declared_complexity
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.receipts.chain import Ledger
 from proxy.server.flow.review.escalations import Escalations
 from proxy.server.flow.review.sealed_mapping import KEY_HEADER

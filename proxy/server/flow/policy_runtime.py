@@ -39,6 +39,7 @@ from proxy.config import DEFAULT_POLICY_SET, Config, ConfigError, load_config
 from proxy.guardrails.detectors.embeddings import limit_blas_threads
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import PolicyBundle, load_policy_bundle, policy_version
+from proxy.guardrails.schema import PolicyDocument
 from proxy.guardrails.registry import DetectorPool, DetectorRegistry, default_registry
 from proxy.receipts.receipt import utc_timestamp
 from proxy.server.telemetry.metrics import Metrics
@@ -202,8 +203,6 @@ class PolicyRuntime:
     @classmethod
     def fixed(cls, engine: GuardrailEngine) -> "PolicyRuntime":
         """A runtime serving ``engine`` as its only (``default``) set; :meth:`reload` is refused."""
-        from proxy.guardrails.schema import PolicyDocument
-
         documents = [PolicyDocument(Path(p.id), p.model_dump(mode="json"), p) for p in engine.policies]
         version = policy_version(documents, None)
         active = ActivePolicySet(DEFAULT_POLICY_SET, version, engine, {p.id: p for p in engine.policies})

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from proxy.guardrails.decisions import Decision
 from proxy.kpi.audit_depth import evidence_present
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.receipts.receipt import new_receipt
 from proxy.server.admission.sink import Appended, ReceiptSink
 from proxy.server.errors import ledger_unavailable
@@ -33,7 +33,7 @@ from proxy.storage.base import LedgerError
 
 __all__ = ["ALLOW_POLICY_ID", "Receipting", "SealedHook", "build_receipts", "request_fields"]
 
-log = logging.getLogger("sonate.receipting")
+log = logging.getLogger("sonate.pipeline")  # the request flow's logger: log filters key on the name
 
 #: policy_id of the single receipt of a request where no policy fired.
 ALLOW_POLICY_ID = "matrix"

@@ -27,7 +27,6 @@ import itertools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -47,43 +46,16 @@ from proxy.server.http.middleware import error_middleware, trace_middleware
 from proxy.server.flow.pipeline import Gateway
 from proxy.server.flow.policy_runtime import PolicyRuntime, SnapshotBuilder
 from proxy.server.http.requests import SERVICES
+from proxy.server.http.services import Services
 from proxy.server.http.routes import (admin_policies, chat, embeddings, escalations, health, ledger, messages, models,
                                  receipts, responses, review, verifier)
 from proxy.server.admission.sink import build_sink
 from proxy.server.flow.upstream import Upstream
-from proxy.storage.base import LedgerStore, open_store
+from proxy.storage import open_store
 
-__all__ = ["Services", "build_services", "create_app"]
+__all__ = ["build_services", "create_app"]
 
 log = logging.getLogger("sonate.server")
-
-
-@dataclass
-class Services:
-    """Everything a running proxy holds: built once at start-up."""
-
-    config: Config
-    signer: Signer
-    store: LedgerStore
-    ledger: Ledger
-    policy_runtime: PolicyRuntime
-    """The serving policy version and its sets (reloaded without a restart; proxy.server.flow.policy_runtime)."""
-    upstream: Upstream
-    metrics: Metrics
-    gateway: Gateway
-    auth: Authenticator
-    executor: ThreadPoolExecutor
-    keyring: Keyring | None = None
-    """The signing keyring (active key + published history; docs/receipts.md "Keys and rotation")."""
-    limiter: KeyLimiter | None = None
-    """Per-key rate and concurrency limits of chat completions (server.limits; proxy.server.admission.limits)."""
-    large_executor: ThreadPoolExecutor | None = None
-    """The large-input guardrail lane's threads (server.limits.large_input_threads; None: no lane)."""
-
-    @property
-    def engine(self) -> GuardrailEngine:
-        """The ``default`` policy set's engine of the serving policy version."""
-        return self.policy_runtime.current().default.engine
 
 
 async def build_services(config: Config) -> Services:

@@ -2,7 +2,7 @@
 validated JSON bodies.
 
 :data:`SERVICES` is the typed application key under which :func:`proxy.server.http.app.create_app`
-stores the :class:`proxy.server.http.app.Services`; route modules reach them through :func:`services`.
+stores the :class:`proxy.server.http.services.Services`; route modules reach them through :func:`services`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from proxy.server.errors import Caller, GatewayError, param_path
 
 if TYPE_CHECKING:
-    from proxy.server.http.app import Services
+    from proxy.server.http.services import Services
     from proxy.server.flow.pipeline import ChatResult
 
 __all__ = ["ADMIN", "ANY_ROLE", "CLIENT_GONE", "REVIEWERS", "SERVICES", "admitted", "caller", "read_model",

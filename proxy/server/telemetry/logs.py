@@ -30,7 +30,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-__all__ = ["CONTEXT_FIELDS", "JsonFormatter", "bind", "context", "setup", "start_request"]
+__all__ = ["CONTEXT_FIELDS", "JsonFormatter", "bind", "context", "start_request"]
 
 #: The request fields of every JSON line (null outside a request or before they are known).
 CONTEXT_FIELDS = ("request_id", "receipt_id", "actor", "action")
@@ -88,20 +88,3 @@ class JsonFormatter(logging.Formatter):
         elif record.exc_text:
             line["exception"] = record.exc_text
         return json.dumps(line, ensure_ascii=False, default=str)
-
-
-def setup(observability: Any) -> None:
-    """Set up this process's logs and traces from ``config.observability``
-    (:class:`proxy.config.ObservabilityConfig`): with ``log_format: json`` every handler of the
-    root logger (``sonate`` configures one: proxy.cli) writes :class:`JsonFormatter` lines; then
-    the tracer provider (:func:`proxy.server.telemetry.tracing.configure`: off unless ``otlp_endpoint``).
-    The one start-up call of ``sonate serve``."""
-    from proxy.server.telemetry import tracing
-
-    if observability.log_format == "json":
-        root = logging.getLogger()
-        if not root.handlers:
-            root.addHandler(logging.StreamHandler())
-        for handler in root.handlers:
-            handler.setFormatter(JsonFormatter())
-    tracing.configure(observability)

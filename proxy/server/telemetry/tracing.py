@@ -37,11 +37,12 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from proxy import __version__
 from proxy.server.telemetry import logs
 
 __all__ = ["CLIENT", "INVALID_SPAN", "GenAI", "Sonate", "close_span", "configure", "enabled", "finish_operation",
            "flush", "install", "new_provider", "open_span", "provider_name", "record_screen", "request", "respond",
-           "span", "start_operation"]
+           "setup", "span", "start_operation"]
 
 log = logging.getLogger("sonate.tracing")
 
@@ -104,8 +105,6 @@ def new_provider(observability: Any) -> Any:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    from proxy import __version__
-
     resource = Resource.create({"service.name": observability.service_name, "service.version": __version__})
     return TracerProvider(sampler=ParentBased(TraceIdRatioBased(observability.sample_ratio)), resource=resource)
 
@@ -113,8 +112,6 @@ def new_provider(observability: Any) -> Any:
 def install(provider: Any) -> None:
     """Make the proxy's spans come from ``provider`` (a TracerProvider; None: tracing off)."""
     global _tracer, _provider
-    from proxy import __version__
-
     _provider = provider
     _tracer = provider.get_tracer(SCOPE, __version__) if provider is not None else None
 
@@ -296,3 +293,18 @@ def record_screen(span_: Span, action: str, fired: Iterable[Any], domain: str | 
     span_.set_attributes({Sonate.ACTION: action, Sonate.POLICIES: sorted({d.policy_id for d in fired})})
     if domain:
         span_.set_attribute(Sonate.DOMAIN, domain)
+
+
+def setup(observability: Any) -> None:
+    """Set up this process's logs and traces from ``config.observability``
+    (:class:`proxy.config.ObservabilityConfig`): with ``log_format: json`` every handler of the
+    root logger (``sonate`` configures one: proxy.cli) writes :class:`JsonFormatter` lines; then
+    the tracer provider (:func:`configure`: off unless ``otlp_endpoint``).
+    The one start-up call of ``sonate serve``."""
+    if observability.log_format == "json":
+        root = logging.getLogger()
+        if not root.handlers:
+            root.addHandler(logging.StreamHandler())
+        for handler in root.handlers:
+            handler.setFormatter(logs.JsonFormatter())
+    configure(observability)

@@ -38,7 +38,7 @@ from proxy.kpi.adjudication import (
     reveal,
     reviewer_view,
 )
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
 from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable

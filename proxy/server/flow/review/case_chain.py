@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from proxy.receipts.verify import Failure
+from proxy.primitives.failure import Failure
 
 __all__ = ["verify_case"]
 

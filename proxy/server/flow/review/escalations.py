@@ -18,7 +18,7 @@ approve, answer and edit release the draft at once (a ``release`` step) unless t
 keep it (``release: false``: the case is then ``drafted``). A released or rejected case is
 ``resolved``; ``aborted``: the request's receipts could not be written, so the case never became
 visible to its client. Every step is a receipt with ``guardrail_action: "resolve"`` (a human
-action, :data:`proxy.kpi.report.HUMAN_ACTIONS`) whose evidence names the ``step``, the
+action, :data:`proxy.evaluation.kpi_report.HUMAN_ACTIONS`) whose evidence names the ``step``, the
 ``escalation_id``, the ``escalation_receipt_id`` and the ``previous_receipt_id`` (the case's prior
 step, the escalation receipt for the first): the case's receipts form a chain of their own inside
 the ledger. Cases live in the store's ``"escalations"`` queue (:class:`proxy.server.flow.review.queue.DecisionQueue`)::
@@ -42,7 +42,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
 from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.flow.review.sealed_mapping import seal_mapping

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from proxy.evaluation.conversation.results import TREND_METRICS, trend_rows
 from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.adjudication import FINAL_STATUSES, TRIGGER_ACTIONS, agreement_by_domain
 from proxy.kpi.methodology import (
@@ -71,6 +72,7 @@ from proxy.kpi.stats import (
     wilson_interval,
 )
 from proxy.kpi.strata import COMPLEXITIES
+from proxy.receipts.verify import verify_receipt
 
 __all__ = ["FORMAT_ID", "HUMAN_ACTIONS", "ReportInputs", "build_report", "evidence_present", "proportion_block"]
 
@@ -93,7 +95,7 @@ class ReportInputs:
     ``evidence_required`` policy_id → required evidence fields; ``public_keys`` key_id → 32-byte
     Ed25519 key; ``start``/``end`` the window as RFC 3339 UTC strings with milliseconds
     (``2026-11-01T00:00:00.000Z``), end exclusive; ``farh``/``pfi`` the checked inputs of
-    :mod:`proxy.kpi.inputs` (or None); ``lvp_sample`` receipts re-verified for LVP; ``seed``
+    :mod:`proxy.evaluation.kpi_inputs` (or None); ``lvp_sample`` receipts re-verified for LVP; ``seed``
     for every random draw; ``resamples`` bootstrap resamples (≥ 1000).
     """
 
@@ -206,8 +208,6 @@ def _human_receipt_index(receipts: Sequence[dict[str, Any]]) -> tuple[set[tuple[
 def _lvp_sample(receipts: Sequence[dict[str, Any]], start: str, end: str, size: int, seed: int,
                 keys: Mapping[str, bytes]) -> dict[str, list[bool]]:
     """Re-verify a seeded random sample of the window's receipts; request_id → [passed, ...]."""
-    from proxy.receipts.verify import verify_receipt
-
     by_height = {r.get("ledger_height"): r for r in receipts}
     window = [r for r in receipts if _in_window(r.get("ts", ""), start, end)]
     sample = window if len(window) <= size else random.Random(seed).sample(window, size)
@@ -585,7 +585,5 @@ def build_report(inputs: ReportInputs) -> dict[str, Any]:
 def _evaluation_trends(inputs: ReportInputs) -> dict[str, Any]:
     """The conversation-metric summaries of the stored runs generated in the window, oldest first
     (:func:`proxy.evaluation.conversation.results.trend_rows`): one row per run."""
-    from proxy.evaluation.conversation.results import TREND_METRICS, trend_rows
-
     runs = [r for r in inputs.evaluations if _in_window(str(r.get("generated") or ""), inputs.start, inputs.end)]
     return {"conversation": {"metrics": list(TREND_METRICS), "runs": trend_rows(runs)}}

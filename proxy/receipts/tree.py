@@ -1,7 +1,7 @@
 """The ledger's Merkle tree over a store: roots, proofs, checkpoints, backfill and audit.
 
 Reads go through :meth:`TreeStore.get_nodes <proxy.storage.base.TreeStore.get_nodes>` (stored perfect-subtree
-nodes, see :mod:`proxy.tlog.merkle`), so a root or a proof costs one
+nodes, see :mod:`proxy.primitives.merkle`), so a root or a proof costs one
 batched read of O(log² n) nodes and never reads the log. Only
 :func:`reindex` and :func:`verify_tree` stream receipts.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.receipts.bundle import make_bundle
 from proxy.tlog.checkpoint import CheckpointError, format_checkpoint, parse_checkpoint, sign_checkpoint, verify_checkpoint
-from proxy.tlog.proofs import receipt_leaf_hash
+from proxy.receipts.proofs import receipt_leaf_hash
 from proxy.storage.base import LedgerError, LedgerStore, TreeStore, TreeUpdate
-from proxy.receipts.verify import Failure
+from proxy.primitives.failure import Failure
 
 __all__ = [
     "DEFAULT_ORIGIN",
@@ -76,7 +76,7 @@ async def leaf_hash_at(store: TreeStore, index: int) -> bytes:
 async def inclusion_proof(store: TreeStore, index: int, size: int) -> list[bytes]:
     """RFC 9162 §2.1.3.1 inclusion path of leaf ``index`` in the tree of ``size`` leaves.
 
-    Raises :class:`proxy.tlog.merkle.MerkleError` (``ValueError``) unless
+    Raises :class:`proxy.primitives.merkle.MerkleError` (``ValueError``) unless
     ``0 <= index < size``, :class:`TreeError` if ``size`` exceeds the stored tree.
     """
     ranges = merkle.inclusion_ranges(index, size)
@@ -87,7 +87,7 @@ async def inclusion_proof(store: TreeStore, index: int, size: int) -> list[bytes
 async def consistency_proof(store: TreeStore, first: int, second: int) -> list[bytes]:
     """RFC 9162 §2.1.4.1 consistency proof between tree sizes ``first`` <= ``second``.
 
-    Raises :class:`proxy.tlog.merkle.MerkleError` (``ValueError``) for
+    Raises :class:`proxy.primitives.merkle.MerkleError` (``ValueError``) for
     sizes out of order, :class:`TreeError` if ``second`` exceeds the stored tree.
     """
     ranges = merkle.consistency_ranges(first, second)

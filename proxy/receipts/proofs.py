@@ -7,7 +7,7 @@ padded base64 of 32 bytes, RFC 4648 §4)::
     consistency: {"first": M, "second": N, "hashes": ["<b64>", ...]}
 
 The leaf of a receipt is ``leaf_hash(entry bytes)`` with the entry = the 32
-raw bytes of its chain entry hash (see :mod:`proxy.tlog.merkle`); a
+raw bytes of its chain entry hash (see :mod:`proxy.primitives.merkle`); a
 receipt at ``ledger_height`` H is leaf H. Verification follows RFC 9162
 §2.1.3.2 (inclusion) and §2.1.4.2 (consistency) against the root hash of a
 C2SP checkpoint whose Ed25519 signature is checked first.
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from proxy.tlog import merkle
-from proxy.receipts.canonical import CanonicalizationError
+from proxy.primitives import merkle
+from proxy.primitives.canonical import CanonicalizationError
 from proxy.tlog.checkpoint import Checkpoint, CheckpointError, parse_checkpoint, verify_checkpoint
 from proxy.receipts.receipt import entry_hash
-from proxy.receipts.verify import Failure
+from proxy.primitives.failure import Failure
 
 __all__ = [
     "consistency_proof_doc",
@@ -53,7 +53,7 @@ def consistency_proof_doc(first: int, second: int, hashes: Sequence[bytes]) -> d
 
 
 def parse_hashes(values: Any) -> list[bytes]:
-    """Decode a JSON list of base64 hashes; raises :class:`proxy.tlog.merkle.MerkleError` naming the bad item."""
+    """Decode a JSON list of base64 hashes; raises :class:`proxy.primitives.merkle.MerkleError` naming the bad item."""
     if not isinstance(values, list):
         raise merkle.MerkleError("hashes must be a list of base64 strings")
     out = []
@@ -125,7 +125,7 @@ def verify_inclusion_proof(proof: Any, receipt: Any, checkpoint: str, public_key
     (malformed proof, leaf index ≠ the receipt's height, leaf hash ≠ the
     receipt's, tree size ≠ the checkpoint's, or the path does not lead to the
     checkpoint's root — RFC 9162 §2.1.3.2 via
-    :func:`proxy.tlog.merkle.verify_inclusion_path`). Never raises.
+    :func:`proxy.primitives.merkle.verify_inclusion_path`). Never raises.
     """
     where = "inclusion proof"
     fails, parsed = _read_checkpoint(checkpoint, public_keys, origin)
@@ -166,7 +166,7 @@ def verify_consistency_proof(proof: Any, first_checkpoint: str, second_checkpoin
     checked) and must name the same origin; the proof's ``first``/``second``
     must be their tree sizes, and the proof must show the first tree is a
     prefix of the second (RFC 9162 §2.1.4.2, via
-    :func:`proxy.tlog.merkle.verify_consistency_path`). Check names: those of
+    :func:`proxy.primitives.merkle.verify_consistency_path`). Check names: those of
     :func:`proxy.tlog.checkpoint.verify_checkpoint`, ``consistency``.
     Never raises.
     """

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from proxy.evaluation.fairness import Observation, axis_pfi
+
 __all__ = ["FARH_FORMAT", "PFI_FORMAT", "PFI_INPUT_FORMAT", "InputError", "check_farh", "check_pfi"]
 
 FARH_FORMAT = "sonate.farh/v1"
@@ -82,8 +84,6 @@ def check_pfi(doc: Any) -> dict[str, Any]:
     deltas}}, "overall": {pfi, ci_low, ci_high, rule}, "window", "methodology_version"}``.
     Raises :class:`InputError`.
     """
-    from proxy.evaluation.fairness import Observation, axis_pfi
-
     if not isinstance(doc, dict) or doc.get("format") != PFI_FORMAT:
         raise InputError(f"PFI results must be a JSON object with \"format\": \"{PFI_FORMAT}\"")
     weights, per_axis, raw = doc.get("outcome_weights"), doc.get("per_axis"), doc.get("observations")

@@ -335,7 +335,7 @@ def verify_inclusion_path(index: int, size: int, leaf: bytes, proof: Sequence[by
     """True iff ``proof`` shows leaf hash ``leaf`` at ``index`` in the tree of ``size`` with ``root``.
 
     RFC 9162 §2.1.3.2: the raw audit path (compare
-    :func:`proxy.tlog.proofs.verify_inclusion_proof` for a JSON proof
+    :func:`proxy.receipts.proofs.verify_inclusion_proof` for a JSON proof
     document against a signed checkpoint). An ``index`` outside
     ``0 <= index < size`` is never included. Never raises: malformed input
     returns False.
@@ -349,7 +349,7 @@ def verify_consistency_path(first: int, second: int, first_root: bytes, second_r
     """True iff ``proof`` shows the tree (``first``, ``first_root``) is a prefix of (``second``, ``second_root``).
 
     RFC 9162 §2.1.4.2: the raw proof path (compare
-    :func:`proxy.tlog.proofs.verify_consistency_proof` for a JSON proof
+    :func:`proxy.receipts.proofs.verify_consistency_proof` for a JSON proof
     document between signed checkpoints). ``first == second`` needs an empty proof and equal
     roots; ``first == 0`` needs an empty proof (and the empty root). Never
     raises: malformed input returns False.
