@@ -39,7 +39,7 @@ CLIENT_GONE = "sonate.client_gone"
 
 
 def services(request: web.Request) -> Services:
-    """The :class:`proxy.server.http.app.Services` of the app serving ``request``."""
+    """The :class:`proxy.server.http.services.Services` of the app serving ``request``."""
     return request.app[SERVICES]
 
 
