@@ -1,4 +1,5 @@
-"""proxy.server.http.middleware.ClientProtocolErrorFilter: a client's malformed HTTP is one WARNING line, no traceback."""
+"""proxy.server.http.middleware.ClientProtocolErrorFilter: a client's malformed HTTP is one WARNING
+line, no traceback."""
 
 from __future__ import annotations
 

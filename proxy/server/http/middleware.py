@@ -28,7 +28,8 @@ from proxy.server.errors import GatewayError
 from proxy.server.http.requests import CLIENT_GONE, services
 from proxy.server.flow.wire import error_body
 
-__all__ = ["ERROR_BODIES", "ClientProtocolErrorFilter", "ErrorBody", "error_middleware", "json_error", "trace_middleware"]
+__all__ = ["ERROR_BODIES", "ClientProtocolErrorFilter", "ErrorBody", "error_middleware", "json_error",
+           "trace_middleware"]
 
 log = logging.getLogger("sonate.server")
 
