@@ -20,7 +20,7 @@ from aiohttp import web
 
 __all__ = ["CONTENT_SECURITY_POLICY", "WEB_ROOT", "register"]
 
-WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
+WEB_ROOT = Path(__file__).resolve().parents[3] / "web"
 """Directory of the page and its assets (shipped as package data ``proxy/web``)."""
 
 CONTENT_SECURITY_POLICY = (
