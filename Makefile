@@ -11,7 +11,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install system-deps lock mutation serve-test image-test
+.PHONY: run test lint install system-deps lock mutation serve-test image-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ TEST_ARGS ?=
 test: install system-deps
 	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
 	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) $(TEST_ARGS)
+
+# Static checks: the import layers and no import cycle (import-linter; contracts in pyproject.toml).
+lint: install
+	$(BIN)/lint-imports --no-cache
 
 # Re-resolve and re-hash every dependency after editing pyproject.toml: requirements.lock (every
 # extra), then requirements-serve.lock (no extra) with the versions of the first. Pins already in a

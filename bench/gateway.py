@@ -17,7 +17,7 @@ process: a fixed short answer, or with ``stream: true`` 40 content chunks 20 ms 
   parsing, the litellm call, receipts, the ledger): the difference to ``sonate`` is what the
   guardrails cost;
 - **sonate-wN** (``--workers N``, default 2; ``--workers 1`` leaves it out): the same with
-  ``server.workers: N`` (a supervisor and N serving processes on the port, proxy.server.workers),
+  ``server.workers: N`` (a supervisor and N serving processes on the port, proxy.server.admission.workers),
   c=1, c=32 and streams only; its RSS is the sum over the supervisor and its workers.
 
 Measured per target, every request with a fresh prompt (a unique prefix, so no scan cache or

@@ -86,7 +86,7 @@ def main() -> int:
     from proxy.config import load_config
     from proxy.evaluation.guardrails import build_engine
     from proxy.guardrails.cache import ScanCache
-    from proxy.server.upstream import Upstream
+    from proxy.server.flow.upstream import Upstream
 
     offline.configure_tldextract()
     config = load_config(args.config or (ROOT / "config.yaml"))

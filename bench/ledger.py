@@ -17,13 +17,13 @@
    Afterwards the whole chain is verified (``verify_store``: every signature and link) and
    the Merkle tree checked (``verify_tree``) unless ``--no-verify``.
 2. **Proofs at 10^6 entries**: the tree of ``--entries`` synthetic leaves is built in
-   memory with :func:`proxy.tlog.merkle.extend` (2·10^6 SHA-256) and its ~2·10^6
+   memory with :func:`proxy.primitives.merkle.extend` (2·10^6 SHA-256) and its ~2·10^6
    nodes are bulk-inserted straight into the store's node layout (SQLite: one
    ``executemany`` into ``tree_nodes``; Redis: one 2 MiB string per 65,536 nodes of a
    level, pipelined ``SET``) with the tree size set — no receipts are written, since a
    proof reads only nodes. Then inclusion and consistency proofs for random indexes/sizes
-   are generated through :mod:`proxy.tlog.tree` (the code the HTTP API runs) and
-   verified with :mod:`proxy.tlog.merkle`; reports hashes per proof, JSON bytes, and
+   are generated through :mod:`proxy.receipts.tree` (the code the HTTP API runs) and
+   verified with :mod:`proxy.primitives.merkle`; reports hashes per proof, JSON bytes, and
    p50/p99 generation and verification time.
 
 Redis data goes to throw-away namespaces that are deleted afterwards; SQLite to a temp dir.
@@ -49,9 +49,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from proxy.receipts import Ledger, Signer, json_hash, new_receipt, open_store, verify_store  # noqa: E402
-from proxy.tlog import merkle  # noqa: E402
-from proxy.tlog.proofs import consistency_proof_doc, inclusion_proof_doc  # noqa: E402
-from proxy.tlog.tree import consistency_proof, inclusion_proof, tree_root, verify_tree  # noqa: E402
+from proxy.primitives import merkle  # noqa: E402
+from proxy.receipts.proofs import consistency_proof_doc, inclusion_proof_doc  # noqa: E402
+from proxy.receipts.tree import consistency_proof, inclusion_proof, tree_root, verify_tree  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402  (the one way this repo starts a Redis)
 
 _TEMPLATE = new_receipt(
@@ -283,7 +283,7 @@ def main() -> None:
                               f"{row['per_write']:>10.1f} {row['lost_per_write']:>10.2f}  {row['checked']}", flush=True)
         if not args.skip_proofs:
             print(f"\nProofs at {args.entries:,} entries ({args.samples} random proofs each; "
-                  "generation reads stored nodes through proxy.tlog.tree)")
+                  "generation reads stored nodes through proxy.receipts.tree)")
             print(f"{'store':8} {'proof':12} {'hashes':>7} {'JSON B':>7} {'gen p50 ms':>11} {'gen p99 ms':>11} "
                   f"{'verify p50 us':>14} {'build s':>8} {'load s':>7}")
             for kind in stores:

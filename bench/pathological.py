@@ -75,11 +75,11 @@ def _warmed_pool(engine, threads: int, name: str) -> ThreadPoolExecutor:
 def in_process_target(config_path: Path, lane: bool = True):
     """A ``send(text) -> None`` running the proxy's input screen in its detector thread pool, or (``lane``
     and ``server.limits.large_input_threads``) in the large-input lane's pool when the messages reach
-    ``server.limits.large_input_chars`` (as :class:`proxy.server.limits.ScreenLanes` chooses)."""
+    ``server.limits.large_input_chars`` (as :class:`proxy.server.admission.limits.ScreenLanes` chooses)."""
     from proxy.config import load_config
     from proxy.evaluation.guardrails import build_engine
-    from proxy.server.limits import text_chars
-    from proxy.server.upstream import Upstream
+    from proxy.server.admission.limits import text_chars
+    from proxy.server.flow.upstream import Upstream
 
     config = load_config(config_path)
     limits = config.server.limits

@@ -87,14 +87,14 @@ class _Strict(BaseModel):
 
 
 class LimitsConfig(_Strict):
-    """Admission control (docs/operations.md "Limits", :mod:`proxy.server.limits`).
+    """Admission control (docs/operations.md "Limits", :mod:`proxy.server.admission.limits`).
 
     Per key (per ``actor``) on ``POST /v1/chat/completions``: at most ``max_concurrent_per_key``
     requests in flight and a token bucket of ``requests_per_second`` with ``burst`` (0 disables
     either); over a limit → 429 ``rate_limit_exceeded`` with ``Retry-After`` (seconds).
     Guardrail lanes: a request whose client-written text totals at least ``large_input_chars``
     characters, or holds at least ``large_input_pieces`` texts (each JSON string, key and number the
-    guardrails read is one: :func:`proxy.server.limits.screen_size`), is screened in its own pool of ``large_input_threads`` threads (0 disables the
+    guardrails read is one: :func:`proxy.server.admission.limits.screen_size`), is screened in its own pool of ``large_input_threads`` threads (0 disables the
     lane), so large inputs never hold the threads short ones need; the lane's threads run at the OS
     scheduling priority ``large_input_nice`` (a thread's nice value on Linux, 0: unchanged), so
     short requests get the CPUs first while a large one is screened. Each lane admits its threads
@@ -141,7 +141,7 @@ class ServerConfig(_Strict):
     upstream_timeout_seconds: float = Field(60.0, gt=0)
     detector_threads: int = Field(2, ge=1, le=64)
     #: Serving processes on the one port, each with its own detectors (1: this process serves;
-    #: more: a supervisor and N workers, :mod:`proxy.server.workers`; docs/operations.md "Workers").
+    #: more: a supervisor and N workers, :mod:`proxy.server.admission.workers`; docs/operations.md "Workers").
     workers: int = Field(1, ge=1, le=64)
     #: ``GET /metrics`` without a key. Off by default: the series name models, policies and
     #: traffic volumes; Prometheus sends a ``metrics`` (or ``admin``) key as a bearer token.
@@ -352,8 +352,8 @@ class ReviewConfig(_Strict):
 
 
 class ObservabilityConfig(_Strict):
-    """Logs and traces (docs/operations.md "Logs and traces"; :mod:`proxy.server.logs`,
-    :mod:`proxy.server.tracing`).
+    """Logs and traces (docs/operations.md "Logs and traces"; :mod:`proxy.server.telemetry.logs`,
+    :mod:`proxy.server.telemetry.tracing`).
 
     ``log_format``: ``text`` (default) or ``json`` (one JSON object per line with the request id,
     receipt id, actor and action). ``otlp_endpoint``: the OTLP/HTTP traces URL of a collector
@@ -385,7 +385,7 @@ class Config(_Strict):
     #: Teams (:class:`TeamConfig`): ``auth.keys[].team`` names one.
     teams: dict[str, TeamConfig] = Field(default_factory=dict)
     #: Seconds between two checks of the policy files and this file for changes (a changed file
-    #: reloads the policies, :mod:`proxy.server.policy_runtime`); 0: no file watch (SIGHUP and
+    #: reloads the policies, :mod:`proxy.server.flow.policy_runtime`); 0: no file watch (SIGHUP and
     #: ``POST /v1/admin/policies/reload`` still reload).
     policy_watch_seconds: float = Field(0.0, ge=0, le=86_400)
     base_dir: Path = Field(default=Path("."), exclude=True)

@@ -3,7 +3,7 @@
 Readers of a file written here see the old content or the new one, never a
 mix, and a write that returned survives a crash (data and directory entry are
 fsync-ed). Used for signing key files and keyrings (:mod:`proxy.receipts`),
-the receipt spool's header file (:mod:`proxy.server.spool`) and report
+the receipt spool's header file (:mod:`proxy.server.admission.spool`) and report
 outputs (:mod:`proxy.cli.report`).
 """
 

@@ -30,7 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGES = ("proxy/receipts", "proxy/tlog", "proxy/kpi", "proxy/guardrails/decisions.py")
+PACKAGES = ("proxy/receipts", "proxy/tlog", "proxy/primitives", "proxy/kpi", "proxy/evaluation/kpi_report.py",
+            "proxy/evaluation/kpi_inputs.py", "proxy/guardrails/decisions.py")
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 SURVIVING = {"survived", "no tests"}
 UNJUSTIFIED = "UNJUSTIFIED"

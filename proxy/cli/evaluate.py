@@ -168,7 +168,7 @@ def _open_target(args: argparse.Namespace) -> tuple[Any, str | None]:
     """(the target to screen items with, the policies directory evaluated or None via a proxy)."""
     from proxy.config import load_config
     from proxy.evaluation.guardrails import EngineTarget, ProxyTarget, TargetError, build_engine
-    from proxy.server.upstream import Upstream
+    from proxy.server.flow.upstream import Upstream
 
     if args.proxy:
         if not args.api_key:

@@ -91,7 +91,7 @@ def _target(args: argparse.Namespace) -> _Target:
     Raises ``ConfigError`` (shown by :func:`proxy.cli.main`) for an unusable config.yaml.
     """
     from proxy.config import load_config
-    from proxy.tlog.tree import DEFAULT_ORIGIN
+    from proxy.receipts.tree import DEFAULT_ORIGIN
 
     if args.ledger:
         return _Target(args.ledger, args.origin or DEFAULT_ORIGIN)
@@ -101,9 +101,10 @@ def _target(args: argparse.Namespace) -> _Target:
 
 def _with_store(args: argparse.Namespace, work: Callable[[Any, _Target], Awaitable[int]]) -> int:
     """Open the target's store, run ``work(store, target)`` and close it; ledger errors become UsageError."""
-    from proxy.storage.base import LedgerError, open_store
+    from proxy.storage.base import LedgerError
+    from proxy.storage import open_store
     from proxy.tlog.checkpoint import CheckpointError
-    from proxy.tlog.merkle import MerkleError
+    from proxy.primitives.merkle import MerkleError
 
     target = _target(args)
     try:
@@ -127,7 +128,7 @@ def run_reindex(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     """``sonate ledger reindex``: backfill Merkle nodes with a tqdm progress bar (on stderr); exit 0."""
     from tqdm import tqdm
 
-    from proxy.tlog.tree import reindex
+    from proxy.receipts.tree import reindex
 
     out = stdout or sys.stdout
     if args.page < 1:
@@ -147,7 +148,7 @@ def run_reindex(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
 
 def run_checkpoint(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     """``sonate ledger checkpoint``: print a signed checkpoint note (optionally publishing one); exit 0."""
-    from proxy.tlog.tree import publish_checkpoint
+    from proxy.receipts.tree import publish_checkpoint
 
     out = stdout or sys.stdout
 
@@ -199,7 +200,7 @@ def _write_bundle(path: str, text: str) -> None:
 
 def run_bundle(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     """``sonate ledger bundle RECEIPT_ID``: write the offline bundle JSON (stdout or ``-o FILE``); exit 0."""
-    from proxy.tlog.tree import TreeError, bundle_for
+    from proxy.receipts.tree import TreeError, bundle_for
 
     out = stdout or sys.stdout
 

@@ -115,7 +115,7 @@ def _token_counter(config, model: str | None):
     """(``(model, messages) -> tokens``, the model name): the proxy's counter over ``config``'s
     routes (no provider is called), litellm's default tokenizer without a config."""
     if config is not None:
-        from proxy.server.upstream import Upstream
+        from proxy.server.flow.upstream import Upstream
 
         name = model or config.model_list[0].model_name
         if config.route(name) is None:

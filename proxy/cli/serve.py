@@ -6,7 +6,7 @@ non-loopback ``--host``/``server.host`` while a demo key of the example config.y
 (:func:`proxy.config.check_exposure`; docs/security.md "Safe defaults").
 
 ``server.workers`` > 1: this process becomes the supervisor of that many worker processes, each
-running this command again on a socket the supervisor bound (:mod:`proxy.server.workers`).
+running this command again on a socket the supervisor bound (:mod:`proxy.server.admission.workers`).
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)  # before the heavy imports: a bad config fails fast
     host = args.host or config.server.host
     check_exposure(config, host)
-    from proxy.server import logs
+    from proxy.server.telemetry import tracing
 
-    logs.setup(config.observability)  # JSON log lines; OTLP traces when configured (docs/operations.md)
+    tracing.setup(config.observability)  # JSON log lines; OTLP traces when configured (docs/operations.md)
     port = args.port if args.port is not None else config.server.port
 
-    from proxy.server import workers
+    from proxy.server.admission import workers
 
     sock = workers.inherited_socket()  # set in a worker of a supervisor
     if sock is None and config.server.workers > 1:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     offline.keep_torch_out_of_presidio()  # before anything imports presidio/spaCy: no torch in the server
     from proxy.receipts.signing import KeyFileError
-    from proxy.server.app import build_services, create_app
+    from proxy.server.http.app import build_services, create_app
 
     async def make_app() -> web.Application:
         app = create_app(await build_services(config))
@@ -85,7 +85,7 @@ def _supervise(args: argparse.Namespace, count: int, host: str, port: int) -> in
     Raises :class:`UsageError` when the address cannot be bound.
     """
     from proxy import __version__
-    from proxy.server import workers
+    from proxy.server.admission import workers
 
     try:
         socks = workers.bind(host, port, count)

@@ -18,9 +18,9 @@ receipt, and text a signed checkpoint note. ``-`` reads stdin. ``--ledger``
 over the whole ledger also audits the Merkle tree and every stored
 checkpoint; ``--trusted-checkpoint`` proves the ledger still extends a
 checkpoint saved earlier outside its database (catches a deleted tail or
-rewritten history: :func:`proxy.tlog.tree.verify_against_trusted_checkpoint`).
+rewritten history: :func:`proxy.receipts.tree.verify_against_trusted_checkpoint`).
 ``--case`` (repeatable) also follows an escalation case's receipts: its escalation receipt and
-every reviewer step chained to it (:func:`proxy.review.case_chain.verify_case`).
+every reviewer step chained to it (:func:`proxy.server.flow.review.case_chain.verify_case`).
 ``--witness-key`` (a cosigner vkey, ``sonate witness --print-key``; repeatable) additionally
 requires every checkpoint given (FILE, ``--checkpoint``, ``--trusted-checkpoint``) to carry
 valid C2SP ``cosignature/v1`` lines of at least ``--witness-quorum`` of those witnesses (default:
@@ -28,7 +28,7 @@ all of them): :func:`proxy.tlog.checkpoint.verify_cosignatures`.
 Prints one line per failure (where, check, detail), then a
 summary. Exit status: 0 all valid, 1 any failure, 2 usage or I/O error. The
 rules are docs/architecture.md, "Trust receipts" (see :mod:`proxy.receipts.verify`,
-:mod:`proxy.receipts.bundle`, :mod:`proxy.tlog.proofs`,
+:mod:`proxy.receipts.bundle`, :mod:`proxy.receipts.proofs`,
 :mod:`proxy.tlog.checkpoint`).
 """
 
@@ -42,13 +42,15 @@ from typing import Any, Sequence, TextIO
 
 from proxy.cli.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, fetch_key_document, report_usage_error
 from proxy.receipts.bundle import verify_bundle
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.tlog.checkpoint import COSIGNATURE_TYPE, CheckpointError, parse_verifier_key, verify_checkpoint, \
     verify_cosignatures
-from proxy.tlog.proofs import verify_consistency_proof, verify_inclusion_proof
+from proxy.receipts.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
-from proxy.storage.base import LedgerError, open_store
-from proxy.receipts.verify import Failure, verify_chain, verify_receipt, verify_store
+from proxy.storage.base import LedgerError
+from proxy.storage import open_store
+from proxy.primitives.failure import Failure
+from proxy.receipts.verify import verify_chain, verify_receipt, verify_store
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
 
@@ -331,7 +333,7 @@ def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _
 async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int | None,
                          origin: str | None = None, trusted: Sequence[str] = (),
                          cases: Sequence[str] = ()) -> tuple[int, list[Failure]]:
-    from proxy.tlog.tree import verify_against_trusted_checkpoint
+    from proxy.receipts.tree import verify_against_trusted_checkpoint
 
     store = open_store(url, create=False)  # a reader: never a new, empty ledger
     try:
@@ -340,7 +342,7 @@ async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int 
         for note in trusted:
             failures = failures + await verify_against_trusted_checkpoint(store, note, keys, origin)
         if start == 0 and end is None:  # the whole ledger: its Merkle tree and checkpoints too
-            from proxy.tlog.tree import verify_tree
+            from proxy.receipts.tree import verify_tree
 
             try:
                 await store.tree_size()
@@ -354,10 +356,10 @@ async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int 
 
 
 async def _case_failures(store: Any, cases: Sequence[str], page: int = 500) -> list[Failure]:
-    """The :func:`proxy.review.case_chain.verify_case` failures of ``cases`` over the whole ledger."""
+    """The :func:`proxy.server.flow.review.case_chain.verify_case` failures of ``cases`` over the whole ledger."""
     if not cases:
         return []
-    from proxy.review.case_chain import verify_case
+    from proxy.server.flow.review.case_chain import verify_case
 
     head = await store.head()
     receipts: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """The model-assisted claim span detection pass of FAR-H (off by default).
 
-Sends each output to a model route of config.yaml through :class:`proxy.server.upstream.Upstream`
+Sends each output to a model route of config.yaml through :class:`proxy.server.flow.upstream.Upstream`
 (litellm; the same routes, secrets and error mapping as the proxy) with the prompt of
 :func:`proxy.evaluation.claims.span_detection_messages`, and parses the reply with
 :func:`proxy.evaluation.claims.parse_model_spans`. The guardrails are not applied: this is an
@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from proxy.config import Config
 from proxy.evaluation.claims import Claim, parse_model_spans, span_detection_messages
-from proxy.server.upstream import Upstream, UpstreamError
+from proxy.server.flow.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("sonate.claim_spans")
 

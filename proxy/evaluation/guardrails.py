@@ -3,7 +3,7 @@
 Two targets with one interface (``screen(item) -> ItemOutcome``):
 
 - :class:`EngineTarget` (in-process): the :class:`~proxy.guardrails.engine.GuardrailEngine`
-  built exactly as ``proxy.server.app.build_services`` builds it (``load_policies`` +
+  built exactly as ``proxy.server.http.app.build_services`` builds it (``load_policies`` +
   ``GuardrailEngine(policies, count_tokens=Upstream.count_tokens,
   apology_detector=ApologyDetector())``, embeddings warmed up, one warm-up screen). Each item is
   one user message through ``engine.screen_input``; its latency is that whole input-guardrail

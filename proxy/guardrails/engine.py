@@ -433,7 +433,7 @@ class GuardrailEngine:
 
     def apply_summary(self, plan: ContinuityPlan, summary: str, model: str) -> SummaryResult:
         """Replace ``plan.older`` with one system message carrying ``summary``; token counts by ``model``."""
-        from proxy.receipts.canonical import sha256_ref
+        from proxy.primitives.canonical import sha256_ref
 
         summary_message = {"role": "system", "content": f"Summary of the earlier conversation: {summary}"}
         messages = [*plan.head, summary_message, *plan.kept]

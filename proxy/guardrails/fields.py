@@ -5,7 +5,7 @@ messages and the tool definitions; docs/security.md "What the guardrails read" l
 API), except the fields this module types: a value that can only be an identifier, one of a few
 keywords or a token id carries no prose, so it is checked at parse time and never screened. A
 value that fails the check is a 400 naming the field (pydantic's ``ValidationError`` turned into
-OpenAI's error object by :func:`proxy.server.requests.validation_error`).
+OpenAI's error object by :func:`proxy.server.http.requests.validation_error`).
 
 - :data:`Identifier`: ids the client echoes back (``tool_calls[].id``, ``tool_call_id``,
   ``audio.id``, ``file.file_id``, Responses ``call_id``, Messages ``tool_use.id``/``tool_use_id``):

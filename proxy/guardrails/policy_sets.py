@@ -32,7 +32,7 @@ from typing import Any
 from proxy.config import DEFAULT_POLICY_SET, Config, ConfigError, policy_set_of
 from proxy.guardrails.registry import DetectorRegistry
 from proxy.guardrails.schema import Policy, PolicyDocument, load_policy_documents, validate_policy
-from proxy.receipts.canonical import canonical, sha256_ref
+from proxy.primitives.canonical import canonical, sha256_ref
 
 __all__ = ["PolicyBundle", "load_policy_bundle", "merge_patch", "policy_version", "resolve_policy_sets"]
 

@@ -5,7 +5,7 @@ model-initiated apology), a guardrail trigger (refuse, mask, escalate, summarize
 sample of allowed requests (to find false negatives). Reviewer A and reviewer B judge it
 independently — neither sees the other's verdict and one reviewer cannot give both passes — and
 a lead resolves disagreements. Pure: items are JSON dicts, no I/O (the HTTP layer is
-:mod:`proxy.server.routes.review`, the workflow :mod:`proxy.review.adjudication`, storage the
+:mod:`proxy.server.http.routes.review`, the workflow :mod:`proxy.server.flow.review.adjudication`, storage the
 ``adjudications`` review queue of :mod:`proxy.storage.base`).
 
 Item lifecycle (``status``)::

@@ -5,7 +5,7 @@ The contract is docs/architecture.md, "Trust receipts". Domain modules (``canoni
 do, behind :class:`~proxy.storage.base.LedgerStore`.
 """
 
-from proxy.receipts.canonical import assert_no_floats, canonical, json_hash, sha256_ref
+from proxy.primitives.canonical import assert_no_floats, canonical, json_hash, sha256_ref
 from proxy.receipts.chain import Ledger
 from proxy.receipts.receipt import (
     GENESIS_PREV_HASH,
@@ -26,8 +26,10 @@ from proxy.receipts.signing import (
     public_key_entry,
     verify_signature,
 )
-from proxy.storage.base import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable, open_store
-from proxy.receipts.verify import Failure, verify_chain, verify_receipt, verify_store
+from proxy.storage.base import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable
+from proxy.storage import open_store
+from proxy.primitives.failure import Failure
+from proxy.receipts.verify import verify_chain, verify_receipt, verify_store
 
 __all__ = [
     "GENESIS_PREV_HASH",

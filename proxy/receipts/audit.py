@@ -28,8 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from proxy.receipts.receipt import entry_hash
-from proxy.storage.base import LedgerStore, LedgerUnavailable
-from proxy.receipts.verify import Failure, _height, verify_receipt
+from proxy.receipts.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
+from proxy.receipts.tree import inclusion_proof
+from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
+from proxy.storage.base import LedgerError, LedgerStore, LedgerUnavailable
+from proxy.primitives.failure import Failure
+from proxy.receipts.verify import _height, verify_receipt
 
 __all__ = ["AuditResult", "RESULTS", "audit_heights", "classify", "sample_heights"]
 
@@ -97,10 +101,6 @@ async def _latest_checkpoint(store: LedgerStore) -> str | None:
 
 async def _inclusion_failures(store: LedgerStore, receipt: dict[str, Any], height: int, note: str,
                               tree_size: int, public_keys: Mapping[str, bytes]) -> list[Failure]:
-    from proxy.tlog.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
-    from proxy.storage.base import LedgerError
-    from proxy.tlog.tree import inclusion_proof
-
     try:
         hashes = await inclusion_proof(store, height, tree_size)
         doc = inclusion_proof_doc(height, tree_size, receipt_leaf_hash(receipt), hashes)
@@ -120,8 +120,6 @@ async def audit_heights(store: LedgerStore, public_keys: Mapping[str, bytes],
     head, the latest checkpoint and O(log n) tree nodes per proof. Raises
     :class:`LedgerUnavailable` if the store is down (the round proves nothing then).
     """
-    from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
-
     head = await store.head()
     note = await _latest_checkpoint(store)
     tree_size = 0

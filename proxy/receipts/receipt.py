@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Any, Protocol
 
-from proxy.receipts.canonical import assert_no_floats, canonical, sha256_ref
+from proxy.primitives.canonical import assert_no_floats, canonical, sha256_ref
 
 __all__ = [
     "CHAIN_FIELDS",
@@ -164,7 +164,7 @@ def new_receipt(
 
     ``receipt_id`` = ``"rcpt_" + uuid4().hex``; ``ts`` defaults to
     :func:`utc_timestamp`. ``inputs_hash``/``outputs_hash`` are
-    ``sha256:<hex>`` (see :func:`proxy.receipts.canonical.json_hash`).
+    ``sha256:<hex>`` (see :func:`proxy.primitives.canonical.json_hash`).
     ``evidence`` and ``stratum`` are JSON objects without floats (scores as
     decimal strings). :func:`seal` adds the chain fields.
 

@@ -7,7 +7,7 @@ and float checks, the RFC 8785 encoding of the unsealed members) is done once
 by :class:`PreparedReceipt`; each :meth:`PreparedReceipt.seal` then costs one
 Ed25519 signature and one SHA-256.
 
-The bytes are exactly :func:`proxy.receipts.canonical.canonical` of the sealed
+The bytes are exactly :func:`proxy.primitives.canonical.canonical` of the sealed
 receipt: RFC 8785 §3.2.3 serialises an object as its members sorted by the
 UTF-16 code units of their names, ``{name:value,...}``, so the members are
 encoded once each and only the four chain members are encoded per seal.
@@ -19,7 +19,7 @@ within ±(2**53−1) and lists/dicts of them, and no object name has a character
 at or above U+E000 (below it, code-point order is UTF-16 code-unit order).
 String escaping is the same in both (RFC 8785 §3.2.2.2: ``\b \t \n \f \r \" \\``,
 other controls ``\u00xx`` in lowercase hex, everything else literal). Any
-other value goes through ``rfc8785`` (:func:`proxy.receipts.canonical.canonical`),
+other value goes through ``rfc8785`` (:func:`proxy.primitives.canonical.canonical`),
 which is also the reference the tests compare against. Pure functions: no I/O.
 """
 
@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.receipts.canonical import MAX_SAFE_INTEGER, assert_no_floats, canonical, sha256_ref
+from proxy.primitives.canonical import MAX_SAFE_INTEGER, assert_no_floats, canonical, sha256_ref
 from proxy.receipts.receipt import CHAIN_FIELDS, schema_problems
 
 __all__ = ["PreparedReceipt", "SealedReceipt", "encode_value"]
@@ -71,7 +71,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",",
 def encode_value(value: Any) -> bytes:
     """RFC 8785 bytes of a JSON value: the C encoder when :func:`_plain`, else ``rfc8785``.
 
-    Raises like :func:`proxy.receipts.canonical.canonical`.
+    Raises like :func:`proxy.primitives.canonical.canonical`.
     """
     if _plain(value):
         try:

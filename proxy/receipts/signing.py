@@ -13,8 +13,6 @@ fields minus ``private_key``. base64url is RFC 4648 §5 without padding.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import os
@@ -28,6 +26,7 @@ import nacl.exceptions
 import nacl.signing
 
 from proxy.files import atomic_write, create_exclusive
+from proxy.primitives.base64url import b64url_decode, b64url_encode
 from proxy.receipts.receipt import utc_timestamp
 
 __all__ = [
@@ -35,8 +34,6 @@ __all__ = [
     "KeyFileError",
     "PublicKeys",
     "Signer",
-    "b64url_decode",
-    "b64url_encode",
     "key_id_for",
     "load_or_create_signer",
     "load_public_keys",
@@ -46,7 +43,6 @@ __all__ = [
 ]
 
 ALG = "Ed25519"
-_B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
 
 
 class KeyFileError(Exception):
@@ -54,30 +50,6 @@ class KeyFileError(Exception):
 
     The message names the path (when there is one), what is wrong and the fix.
     """
-
-
-def b64url_encode(data: bytes) -> str:
-    """Encode bytes as base64url without padding (RFC 4648 §5)."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64url_decode(text: str) -> bytes:
-    """Decode unpadded base64url (RFC 4648 §5), strictly.
-
-    Only the canonical encoding is accepted: characters outside
-    ``[A-Za-z0-9_-]``, padding, an impossible length, or non-zero trailing
-    bits raise ``ValueError``. Strictness keeps exactly one valid text per
-    signature, so a receipt cannot be altered without failing verification.
-    """
-    if not isinstance(text, str) or not _B64URL.match(text) or len(text) % 4 == 1:
-        raise ValueError("not unpadded base64url")
-    try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"not unpadded base64url: {exc}") from None
-    if b64url_encode(data) != text:
-        raise ValueError("non-canonical base64url (trailing bits set)")
-    return data
 
 
 def key_id_for(public_key: bytes) -> str:

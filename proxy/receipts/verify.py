@@ -13,14 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from proxy.receipts.canonical import CanonicalizationError
+from proxy.primitives.canonical import CanonicalizationError
+from proxy.primitives.failure import Failure
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, schema_problems, signing_payload
 from proxy.receipts.signing import verify_signature
 
 if TYPE_CHECKING:
     from proxy.storage.base import LedgerStore
 
-__all__ = ["CHECKS", "ChainVerifier", "Failure", "verify_chain", "verify_receipt", "verify_store"]
+__all__ = ["CHECKS", "ChainVerifier", "verify_chain", "verify_receipt", "verify_store"]
 
 CHECKS = ("schema", "unknown_key", "signature", "genesis", "prev_hash", "height", "duplicate", "head",
           "key_window")
@@ -28,30 +29,6 @@ CHECKS = ("schema", "unknown_key", "signature", "genesis", "prev_hash", "height"
 not match its last receipt, or a receipt is stored above the head. ``key_window``: the receipt's
 ``ts`` is at or after its key's ``not_after`` (a retired key), or its ``ledger_height`` is below its key's
 ``not_before_height`` (sealed before the key existed); docs/receipts.md "Keys and rotation"."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One failed check: where (``height``, ``receipt_id``; None when unknown), which ``check``, why.
-
-    ``where`` (optional) names a place that is not a receipt, e.g.
-    ``"checkpoint (tree size 42)"`` or ``"inclusion proof"``; when set it
-    replaces the height in the printed form.
-    """
-
-    height: int | None
-    receipt_id: str | None
-    check: str
-    detail: str
-    where: str | None = None
-
-    def __str__(self) -> str:
-        if self.where is not None:
-            return f"{self.where}: {self.check}: {self.detail}"
-        where = "height ?" if self.height is None else f"height {self.height}"
-        if self.receipt_id:
-            where += f" ({self.receipt_id})"
-        return f"{where}: {self.check}: {self.detail}"
 
 
 def _height(receipt: Any) -> int | None:

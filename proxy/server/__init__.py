@@ -1,5 +1,8 @@
-"""The request path of a running proxy, in reading order: app, errors, middleware, auth, requests,
-wire (OpenAI format), pipeline, upstream, metrics, sink and spool, background tasks, routes/.
+"""The serving process, one subpackage per concern, in the order a request meets them:
+``http`` (app, middleware, auth, request parsing, routes) → ``dialects`` (OpenAI Responses and
+Anthropic Messages over the chat flow) → ``flow`` (the exchange, pipelines, streaming, upstream,
+receipting) → ``admission`` (limits, lanes, sink, spool, workers, checkpoint publication) →
+``telemetry`` (metrics, traces, logs); ``errors`` is shared by all.
 
 See docs/architecture.md "Request flow".
 """

@@ -3,7 +3,7 @@
 
 No aiohttp and no pipeline here: every layer of the request path (auth, request parsing, the
 pipeline, the review workflows, the routes) raises these, and
-:mod:`proxy.server.middleware` turns a :class:`GatewayError` into the HTTP response.
+:mod:`proxy.server.http.middleware` turns a :class:`GatewayError` into the HTTP response.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class GatewayError(Exception):
     code: str | None = None
     param: str | None = None
     result: str = "client_error"
-    #: Extra response headers (e.g. ``Retry-After`` on 429/503, proxy.server.limits).
+    #: Extra response headers (e.g. ``Retry-After`` on 429/503, proxy.server.admission.limits).
     headers: dict[str, str] = field(default_factory=dict)
 
 

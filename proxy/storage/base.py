@@ -25,7 +25,6 @@ import abc
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
-from urllib.parse import parse_qs, urlencode, urlsplit
 
 __all__ = [
     "QUEUES",
@@ -51,7 +50,6 @@ __all__ = [
     "check_page",
     "check_queue",
     "check_tree_update",
-    "open_store",
 ]
 
 
@@ -71,7 +69,7 @@ class AppendOutcome:
     after the call (the batch's last receipt when appended; the head found
     instead of the expected one when not, None for an empty ledger).
     ``frontier``: when not appended, the stored Merkle compact range at
-    ``head`` (the hashes of :func:`proxy.tlog.merkle.frontier_ids` of
+    ``head`` (the hashes of :func:`proxy.primitives.merkle.frontier_ids` of
     ``head.height + 1``) if the store has it at hand, else None: the loser
     re-seals on ``head`` without another round trip (group commit,
     :mod:`proxy.receipts.chain`).
@@ -120,7 +118,7 @@ def check_batch(receipts: list[dict[str, Any]], expected: Head | None) -> None:
 
 @dataclass(frozen=True)
 class TreeUpdate:
-    """Merkle tree nodes to store with a batch (RFC 9162 tree, see :mod:`proxy.tlog.merkle`).
+    """Merkle tree nodes to store with a batch (RFC 9162 tree, see :mod:`proxy.primitives.merkle`).
 
     ``old_size``/``new_size``: the tree sizes (leaf counts) before and after;
     ``nodes``: every node ``(level, index) -> 32-byte hash`` completed by the
@@ -288,7 +286,7 @@ class ReceiptLog(abc.ABC):
 
 
 class TreeStore(abc.ABC):
-    """Merkle tree nodes (RFC 9162, see :mod:`proxy.tlog.merkle`) and signed checkpoint notes (C2SP).
+    """Merkle tree nodes (RFC 9162, see :mod:`proxy.primitives.merkle`) and signed checkpoint notes (C2SP).
 
     Nodes are 32-byte hashes keyed ``(level, index)``; the *tree size* is the
     number of leaves whose complete nodes are all stored. Every method may
@@ -446,46 +444,3 @@ class LedgerStore(ReceiptLog, TreeStore, ReviewQueue):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release connections and threads. Idempotent."""
-
-
-def open_store(url: str, *, create: bool = True) -> LedgerStore:
-    """Return the store for a ledger URL (connections open lazily, on first use).
-
-    ``create``: a SQLite ledger file that does not exist yet is created (the proxy's start); False
-    for a reader (the CLI's ``verify``, ``report``, ``ledger``), whose first use then raises
-    :class:`LedgerUnavailable` naming the path instead of creating an empty ledger (and its
-    folders) where a mistyped URL points. A Redis ledger has no file: ``create`` does not apply.
-
-    - ``sqlite:///relative/path.db`` (relative to the working directory),
-      ``sqlite:////abs/path.db``;
-    - ``redis://[user:password@]host:port/db[?namespace=name]`` (also
-      ``rediss://``); the namespace (default ``sonate``) becomes the Redis
-      Cluster hash tag ``{name}`` shared by every key.
-
-    Raises ``ValueError`` with the accepted forms for anything else.
-    """
-    if not isinstance(url, str):
-        raise ValueError(f"ledger URL must be a string, got {type(url).__name__}")
-    scheme = urlsplit(url).scheme.lower()
-    if scheme == "sqlite":
-        if not url.startswith("sqlite:///") or len(url) <= len("sqlite:///"):
-            raise ValueError(
-                f"bad SQLite ledger URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
-            )
-        from proxy.storage.sqlite import SQLiteStore
-
-        return SQLiteStore(url[len("sqlite:///"):], create=create)
-    if scheme in ("redis", "rediss"):
-        parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        namespace = query.pop("namespace", ["sonate"])[-1]
-        if not parts.hostname:  # the URL may hold a password: not echoed
-            raise ValueError("bad Redis ledger URL (no host): use redis://host:port/db[?namespace=name]")
-        from proxy.storage.redis import RedisStore
-
-        rest = urlencode(query, doseq=True)
-        return RedisStore(parts._replace(query=rest).geturl(), namespace=namespace)
-    raise ValueError(
-        f"unsupported ledger URL {url!r}: use sqlite:///path.db, sqlite:////abs/path.db "
-        "or redis://host:port/db[?namespace=name]"
-    )

@@ -42,7 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from proxy.receipts.canonical import canonical, sha256_ref
+from proxy.primitives.canonical import canonical, sha256_ref
 from proxy.storage.base import (
     AppendOutcome,
     Head,
@@ -321,7 +321,7 @@ class RedisStore(LedgerStore, ResultLog):
         """Compare-and-set append as one Lua script, tree nodes included (see :class:`LedgerStore`).
 
         ``frontier``: the Merkle compact range after this batch (from
-        :func:`proxy.tlog.merkle.extend`), kept in ``{ns}:tree:frontier``
+        :func:`proxy.primitives.merkle.extend`), kept in ``{ns}:tree:frontier``
         with the tree size so a writer that loses the race gets it back with
         the new head. ``release_turn``: push the turn token (:meth:`take_turn`)
         back, carrying the head after this call, unless one is waiting already.

@@ -1,3 +1,5 @@
-"""The transparency log over the receipt chain: RFC 9162 Merkle tree hashing and proofs, C2SP
-signed checkpoints, and the tree a ledger store keeps (docs/architecture.md "Trust receipts").
+"""The transparency log's notes: C2SP signed checkpoints and cosignatures, and the C2SP
+tlog-witness rules. Knows nothing of receipts: their tree and proofs are :mod:`proxy.receipts.tree`
+and :mod:`proxy.receipts.proofs`, the tree hashing :mod:`proxy.primitives.merkle`
+(docs/architecture.md "Trust receipts").
 """

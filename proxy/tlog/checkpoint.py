@@ -29,9 +29,9 @@ from typing import Any, Mapping
 import nacl.exceptions
 import nacl.signing
 
-from proxy.tlog.merkle import HASH_SIZE, MerkleError, b64_decode_hash, b64_encode_hash
-from proxy.receipts.signing import b64url_decode
-from proxy.receipts.verify import Failure
+from proxy.primitives.merkle import HASH_SIZE, MerkleError, b64_decode_hash, b64_encode_hash
+from proxy.primitives.base64url import b64url_decode
+from proxy.primitives.failure import Failure
 
 __all__ = [
     "ED25519_SIGNATURE_TYPE",

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     CheckpointError,
     checkpoint_signers,

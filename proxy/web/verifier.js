@@ -661,7 +661,7 @@ function isHash(value) {
 /**
  * RFC 9162 §2.1.4.2: does `proof` (array of 32-byte Uint8Array) show that the tree of `first`
  * leaves with root `firstRoot` is a prefix of the tree of `second` leaves with root `secondRoot`?
- * The same algorithm, step for step, as proxy/tlog/merkle.py verify_consistency_path: first ==
+ * The same algorithm, step for step, as proxy/primitives/merkle.py verify_consistency_path: first ==
  * second needs an empty proof and equal roots, first == 0 an empty proof and the empty root
  * SHA-256(""); when first is a power of two its root is the proof's implicit first node. Sizes:
  * Number (safe integer) or BigInt. Returns {ok, detail}; never throws for malformed input.

@@ -369,7 +369,7 @@ def _check_written_report(html: str) -> None:
 
 
 def test_kpi_report_html_has_a_strict_csp() -> None:
-    from proxy.kpi.report import ReportInputs, build_report
+    from proxy.evaluation.kpi_report import ReportInputs, build_report
     from proxy.kpi.report_html import render_html
 
     report = build_report(ReportInputs(receipts=[], review_items=[], cases=[], evidence_required={}, public_keys={},

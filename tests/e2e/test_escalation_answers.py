@@ -24,9 +24,9 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from proxy.receipts.canonical import json_hash
-from proxy.review.sealed_mapping import KEY_HEADER, seal_mapping
-from proxy.storage.base import open_store
+from proxy.primitives.canonical import json_hash
+from proxy.server.flow.review.sealed_mapping import KEY_HEADER, seal_mapping
+from proxy.storage import open_store
 from tests.support.prompts import TOXIC
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT
 from tests.support.stub_upstream import Reply

@@ -27,7 +27,7 @@ import redis
 from openai import OpenAI
 
 from proxy.receipts import load_public_keys, open_store, verify_store
-from proxy.receipts.canonical import canonical
+from proxy.primitives.canonical import canonical
 from tests.support.faults import kill9, metric_value, scrape, start_proxy_with
 from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, stop_proxy
 from tests.support.redis_server import RedisServer, delete_redis_namespace, redis_namespace_url
@@ -118,7 +118,7 @@ def wait_until(predicate, timeout: float, what: str) -> None:
 
 async def check_ledger(url: str, keys, received: list[str]) -> None:
     """Chain and tree verify; every received receipt id is stored exactly once."""
-    from proxy.tlog.tree import verify_tree
+    from proxy.receipts.tree import verify_tree
 
     store = open_store(url)
     try:

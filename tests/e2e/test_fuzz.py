@@ -377,7 +377,7 @@ def test_zzz_embeddings_on_the_demo_route_are_a_400(fuzzed: RunningProxy) -> Non
     """Found by test_embeddings_bodies_never_5xx while /v1/embeddings was being added: the demo route
     (litellm's mock_response) answers text where a vector belongs, which was packed as float32 (500).
     A mock chat route now answers 400 ``model_not_supported``; a provider answer without vectors is a
-    502 (proxy.server.upstream)."""
+    502 (proxy.server.flow.upstream)."""
     body = {"model": "demo", "input": ["0"], "encoding_format": "base64"}
     answer = send(fuzzed.url, "POST", "/v1/embeddings", json.dumps(body).encode(),
                   {"Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"})

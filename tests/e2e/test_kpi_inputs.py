@@ -35,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.guardrails.schema import load_policies
 from proxy.receipts.receipt import utc_timestamp
-from proxy.storage.base import open_store
+from proxy.storage import open_store
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
 from tests.support.stub_upstream import Reply, StubUpstream
 

@@ -16,7 +16,7 @@ import urllib.request
 import openai
 import pytest
 
-from proxy.receipts.canonical import json_hash, sha256_ref
+from proxy.primitives.canonical import json_hash, sha256_ref
 from proxy.receipts.signing import load_public_keys
 from proxy.receipts.verify import verify_receipt
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT

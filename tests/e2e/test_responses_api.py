@@ -18,7 +18,7 @@ import urllib.request
 import openai
 import pytest
 
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.receipts.signing import load_public_keys
 from proxy.receipts.verify import verify_receipt
 from tests.support.prompts import APOLOGY, HARMFUL, LEGAL, PII, TOXIC

@@ -20,8 +20,8 @@ import openai
 import pytest
 
 from proxy.kpi.adjudication import Verdict, check_commitment
-from proxy.receipts.canonical import json_hash
-from proxy.storage.base import open_store
+from proxy.primitives.canonical import json_hash
+from proxy.storage import open_store
 from tests.support.stub_upstream import Reply
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url

@@ -26,7 +26,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from proxy.review.sealed_mapping import KEY_HEADER
+from proxy.server.flow.review.sealed_mapping import KEY_HEADER
 from proxy.storage.base import open_store
 from tests.support.browser import start_chromium
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy

@@ -26,7 +26,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from proxy.server.spool import Spool
+from proxy.server.admission.spool import Spool
 from proxy.storage.sqlite import SQLiteStore
 from tests.support.proxy import (
     ADMIN_KEY,

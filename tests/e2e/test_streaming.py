@@ -16,7 +16,7 @@ import openai
 import pytest
 import redis
 
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.receipts.verify import verify_receipt
 from proxy.receipts.signing import load_public_keys
 from tests.support.faults import start_proxy_with

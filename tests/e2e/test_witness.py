@@ -19,7 +19,7 @@ import pytest
 
 from proxy.receipts import Signer
 from proxy.receipts.signing import load_or_create_signer
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     format_checkpoint,
     parse_checkpoint,

@@ -29,7 +29,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.server.workers import Supervisor, bind
+from proxy.server.admission.workers import Supervisor, bind
 from tests.support.prompts import APOLOGY, HARMFUL
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, spawn_proxy, stop_proxy, wait_until_up, \
     write_config

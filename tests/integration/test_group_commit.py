@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 from proxy.receipts import Ledger, LedgerConflict, Signer, entry_hash, open_store, verify_store
 from proxy.receipts.sealing import PreparedReceipt
 from proxy.storage.base import LedgerStore
-from proxy.tlog import merkle
-from proxy.tlog.tree import verify_tree
+from proxy.primitives import merkle
+from proxy.receipts.tree import verify_tree
 from tests.support.ledger import (  # noqa: F401  (fixtures)
     STORE_KINDS,
     keys,

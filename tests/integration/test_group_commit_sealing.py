@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.receipts import Signer, canonical, entry_hash, seal, verify_receipt
-from proxy.receipts.canonical import MAX_SAFE_INTEGER
+from proxy.primitives.canonical import MAX_SAFE_INTEGER
 from proxy.receipts.sealing import PreparedReceipt, encode_value
 from tests.support.ledger import make_receipt
 

@@ -21,7 +21,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from proxy.guardrails.schema import load_policies
 from proxy.kpi.adjudication import Verdict, new_item, record_pass, resolve
-from proxy.kpi.report import ReportInputs, build_report
+from proxy.evaluation.kpi_report import ReportInputs, build_report
 from proxy.kpi.report_html import render_html
 from proxy.receipts import json_hash, load_or_create_signer, new_receipt, open_store
 from proxy.receipts.chain import Ledger
@@ -361,7 +361,7 @@ def test_cli_usage_errors(tmp_path: Path, synthetic) -> None:
 
 
 def test_far_h_and_pfi_inputs_are_recomputed(synthetic) -> None:
-    from proxy.kpi.inputs import check_farh, check_pfi
+    from proxy.evaluation.kpi_inputs import check_farh, check_pfi
 
     farh = check_farh({"format": "sonate.farh/v1", "overall": {"checked": 400, "failed": 3},
                        "per_tier": {"general": {"checked": 300, "failed": 1}, "regulated": {"checked": 100, "failed": 2}},

@@ -501,8 +501,8 @@ async def test_sqlite_opening_while_another_writer_appends(tmp_path: Path, signe
 
 async def _assert_tree_matches_receipts(store: LedgerStore, keys: dict[str, bytes]) -> None:
     """The stored tree covers every receipt and every stored node is the one recomputed from them."""
-    from proxy.tlog import merkle
-    from proxy.tlog.tree import tree_root, verify_tree
+    from proxy.primitives import merkle
+    from proxy.receipts.tree import tree_root, verify_tree
 
     head = await store.head()
     size = 0 if head is None else head.height + 1
@@ -515,7 +515,7 @@ async def _assert_tree_matches_receipts(store: LedgerStore, keys: dict[str, byte
 @both
 async def test_appends_write_tree_nodes_in_the_same_batch(store: LedgerStore, signer: Signer,
                                                           keys: dict[str, bytes]) -> None:
-    from proxy.tlog import merkle
+    from proxy.primitives import merkle
 
     assert await store.tree_size() == 0 and await store.get_nodes([(0, 0), (3, 1)]) == [None, None]
     ledger = Ledger(store, signer)
@@ -532,7 +532,7 @@ async def test_appends_write_tree_nodes_in_the_same_batch(store: LedgerStore, si
 
 @both
 async def test_a_lost_compare_and_set_writes_no_nodes(store: LedgerStore, signer: Signer) -> None:
-    from proxy.tlog import merkle
+    from proxy.primitives import merkle
     from proxy.storage.base import TreeUpdate
 
     first = _sealed(signer, None, 2)
@@ -570,7 +570,7 @@ async def test_a_ledger_without_nodes_is_backfilled_by_reindex(store: LedgerStor
                                                                keys: dict[str, bytes]) -> None:
     """The migration-free path: receipts written without a tree (an older version) get nodes later."""
     from proxy.storage.base import TreeUpdate
-    from proxy.tlog.tree import reindex
+    from proxy.receipts.tree import reindex
 
     head = None
     for _ in range(7):  # an older writer: receipts only
@@ -597,7 +597,7 @@ async def test_verify_tree_detects_a_bad_node_and_a_bad_checkpoint(store: Ledger
                                                                    keys: dict[str, bytes]) -> None:
     from proxy.tlog.checkpoint import format_checkpoint, sign_checkpoint
     from proxy.storage.base import TreeUpdate
-    from proxy.tlog.tree import publish_checkpoint, verify_tree
+    from proxy.receipts.tree import publish_checkpoint, verify_tree
 
     await Ledger(store, signer).append([make_receipt() for _ in range(6)])
     await publish_checkpoint(store, signer, "test/log")

@@ -72,7 +72,7 @@ async def test_processes_appending_concurrently_keep_one_chain(ledger_url: str, 
         assert head is not None and head.height == len(appended) - 1
         chain = await store.range(0, len(appended))
         # The Merkle tree, written by every process in the same compare-and-set batches, is whole.
-        from proxy.tlog.tree import verify_tree
+        from proxy.receipts.tree import verify_tree
 
         assert await store.tree_size() == len(appended)
         assert await verify_tree(store, load_public_keys(key_file)) == (len(appended), [])

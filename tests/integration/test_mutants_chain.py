@@ -391,7 +391,7 @@ async def test_each_append_leaves_the_compact_range_a_losing_writer_is_handed(
     so a writer that then loses a compare-and-set gets the current head and that compact range in the same
     reply (AppendOutcome.frontier) and re-seals without reading the tree."""
     from proxy.receipts import seal
-    from proxy.tlog import merkle
+    from proxy.primitives import merkle
 
     ledger = Ledger(store, signer)
     written: list[dict[str, Any]] = []

@@ -3,7 +3,7 @@
 - deploy/prometheus/rules.yml passes `promtool check rules` and the unit tests in
   tests/prometheus/*.test.yml (`promtool test rules`: hand-worked KPI values, no-data cases);
 - deploy/prometheus/prometheus.yml passes `promtool check config`;
-- every counter the rules and the Grafana dashboard read is defined in proxy/server/metrics.py;
+- every counter the rules and the Grafana dashboard read is defined in proxy/server/telemetry/metrics.py;
 - the running proxy's real /metrics passes `promtool check metrics`.
 """
 
@@ -19,7 +19,7 @@ import openai
 import pytest
 import yaml
 
-from proxy.server.metrics import Metrics
+from proxy.server.telemetry.metrics import Metrics
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT
 
 PROM = ROOT / "deploy" / "prometheus"
@@ -95,7 +95,7 @@ def test_rules_and_dashboard_read_only_series_the_proxy_exports() -> None:
     rules_text = "\n".join(rule["expr"] for group in doc["groups"] for rule in group["rules"])
     raw_in_rules = set(re.findall(r"(?<![:\w])(sonate_[a-z0-9_]+)", rules_text))
     assert raw_in_rules, "no raw series found in rules.yml"
-    assert raw_in_rules <= exported, f"not in proxy/server/metrics.py: {sorted(raw_in_rules - exported)}"
+    assert raw_in_rules <= exported, f"not in proxy/server/telemetry/metrics.py: {sorted(raw_in_rules - exported)}"
 
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]

@@ -48,9 +48,9 @@ from proxy.receipts import (
     verify_receipt,
     verify_signature,
 )
-from proxy.receipts.canonical import CanonicalizationError
-from proxy.receipts.signing import b64url_decode, b64url_encode
-from proxy.receipts.verify import Failure
+from proxy.primitives.canonical import CanonicalizationError
+from proxy.primitives.base64url import b64url_decode, b64url_encode
+from proxy.primitives.failure import Failure
 
 # ---------------------------------------------------------------- RFC 8785 canonical JSON
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy.server.metrics import Metrics
+from proxy.server.telemetry.metrics import Metrics
 from proxy.receipts import Ledger, Signer, load_public_keys, open_store, public_key_entry, verify_store
-from proxy.server.spool import Spool, SpoolFull, read_spool_file
+from proxy.server.admission.spool import Spool, SpoolFull, read_spool_file
 from proxy.storage.base import LedgerUnavailable
-from proxy.server.sink import LedgerSink, SpoolingSink
+from proxy.server.admission.sink import LedgerSink, SpoolingSink
 from tests.support.redis_server import RedisServer
 from tests.support.ledger import make_receipt
 

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 
 from proxy.receipts import Ledger, open_store
-from proxy.receipts.canonical import canonical
+from proxy.primitives.canonical import canonical
 from proxy.receipts.keyring import Keyring
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal
 from proxy.receipts.signing import _read_key_file
-from proxy.tlog.tree import publish_checkpoint
+from proxy.receipts.tree import publish_checkpoint
 from tests.support.ledger import make_receipt
 
 REFUSED_AT = 10

@@ -188,7 +188,7 @@ async def check_ledger(url: str, keys: dict[str, bytes], acknowledged: list[str]
     """The ledger at ``url``: chain and signatures verify, the Merkle tree covers every receipt and
     verifies, no receipt id is stored twice and every ``acknowledged`` id is stored. Returns the size."""
     from proxy.receipts import open_store, verify_store
-    from proxy.tlog.tree import verify_tree
+    from proxy.receipts.tree import verify_tree
 
     store = open_store(url)
     try:

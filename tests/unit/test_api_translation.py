@@ -1,5 +1,5 @@
-"""The pure translations of the Responses and Messages APIs (proxy.server.responses_api,
-proxy.server.messages_api): request bodies to chat-completion bodies (valid for the chat wire
+"""The pure translations of the Responses and Messages APIs (proxy.server.dialects.responses,
+proxy.server.dialects.messages): request bodies to chat-completion bodies (valid for the chat wire
 model), chat answers back to native bodies and event streams, checked against the official SDKs'
 own types (``openai.types.responses``, ``anthropic.types``) so every shape is one a client parses.
 """
@@ -14,11 +14,11 @@ from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
-from proxy.server import messages_api, responses_api
+from proxy.server.dialects import messages as messages_api, responses as responses_api
 from proxy.server.errors import GatewayError
-from proxy.server.messages_api import MessagesRequest, MessagesStream
-from proxy.server.responses_api import ResponsesRequest, ResponsesStream
-from proxy.server.wire import ChatCompletionRequest
+from proxy.server.dialects.messages import MessagesRequest, MessagesStream
+from proxy.server.dialects.responses import ResponsesRequest, ResponsesStream
+from proxy.server.flow.wire import ChatCompletionRequest
 
 OPENAI_EVENT = TypeAdapter(ResponseStreamEvent)
 ANTHROPIC_EVENT = TypeAdapter(RawMessageStreamEvent)

@@ -1,8 +1,8 @@
-"""An escalation case's receipts checked as a chain (proxy.review.case_chain)."""
+"""An escalation case's receipts checked as a chain (proxy.server.flow.review.case_chain)."""
 
 from __future__ import annotations
 
-from proxy.review.case_chain import verify_case
+from proxy.server.flow.review.case_chain import verify_case
 
 
 def escalation(case_id: str = "esc_1") -> dict:

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.receipts import Ledger, Signer, entry_hash
 
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -24,10 +24,10 @@ from proxy.tlog.checkpoint import (
     verifier_key,
     verify_checkpoint,
 )
-from proxy.server.publisher import CheckpointPublisher
-from proxy.receipts.signing import b64url_decode
+from proxy.server.admission.publisher import CheckpointPublisher
+from proxy.primitives.base64url import b64url_decode
 from proxy.storage.base import LedgerStore
-from proxy.tlog.tree import publish_checkpoint, tree_root
+from proxy.receipts.tree import publish_checkpoint, tree_root
 from tests.support.ledger import STORE_KINDS, keys, ledger_url, make_receipt, signer, store  # noqa: F401
 
 both = pytest.mark.parametrize("ledger_url", STORE_KINDS, indirect=True)
@@ -205,8 +205,8 @@ async def test_sonate_verify_checkpoints_and_proofs(tmp_path, signer: Signer, ca
 
     from proxy.cli import verify as verify_cmd
     from proxy.receipts import open_store, public_key_entry
-    from proxy.tlog.proofs import consistency_proof_doc, inclusion_proof_doc, receipt_leaf_hash
-    from proxy.tlog.tree import consistency_proof, inclusion_proof
+    from proxy.receipts.proofs import consistency_proof_doc, inclusion_proof_doc, receipt_leaf_hash
+    from proxy.receipts.tree import consistency_proof, inclusion_proof
 
     store = open_store("sqlite:///" + str(tmp_path / "ledger.db"))
     try:

@@ -1,4 +1,4 @@
-"""The input stage of ``POST /v1/embeddings`` (proxy.server.embeddings.screen_embedding_inputs) over
+"""The input stage of ``POST /v1/embeddings`` (proxy.server.flow.embeddings.screen_embedding_inputs) over
 the real engine with the fake detectors: Privacy masks each input, Safety judges only when on,
 Compliance never routes an embeddings request."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.guardrails.engine import GuardrailEngine
-from proxy.server.embeddings import screen_embedding_inputs
+from proxy.server.flow.embeddings import screen_embedding_inputs
 from tests.support.detectors import POLICIES, PRIVACY, SAFETY, FakeApology, FakeDetectors, count_words
 
 
@@ -66,7 +66,7 @@ def test_user_and_passed_through_fields_are_masked_too():
 
 
 def test_a_provider_answer_without_vectors_is_a_502_not_a_500():
-    from proxy.server.upstream import UpstreamError, _check_vectors
+    from proxy.server.flow.upstream import UpstreamError, _check_vectors
 
     _check_vectors({"data": [{"embedding": [0.1, -2.0, 3]}]}, 1)  # numbers: accepted
     for body in ({"data": [{"embedding": "Hello!"}]}, {"data": []}, {}, {"data": [{"embedding": []}]},

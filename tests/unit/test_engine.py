@@ -20,7 +20,7 @@ from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text
 from proxy.guardrails.registry import DetectorRegistry, default_registry
 from proxy.guardrails.schema import PrivacyPolicy
-from proxy.receipts.canonical import sha256_ref
+from proxy.primitives.canonical import sha256_ref
 from tests.support.detectors import (
     CONTINUITY,
     POLICIES,
@@ -410,7 +410,7 @@ def test_tokens_are_counted_only_when_there_are_turns_to_summarize(rig):
 
 
 class Abandoned(Exception):
-    """What a lane's pause hook raises for a screen nobody awaits (proxy.server.limits.ScreenAbandoned)."""
+    """What a lane's pause hook raises for a screen nobody awaits (proxy.server.admission.limits.ScreenAbandoned)."""
 
 
 def test_many_texts_are_detected_in_groups_with_a_pause_point_between_them(rig):

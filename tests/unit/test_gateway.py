@@ -1,4 +1,4 @@
-"""proxy.server.pipeline.Gateway driven directly: fake detectors (tests/support/detectors.py) in the
+"""proxy.server.flow.pipeline.Gateway driven directly: fake detectors (tests/support/detectors.py) in the
 real GuardrailEngine, the real Upstream (litellm) against the stub provider over HTTP, a real
 SQLite ledger signed with a fresh key, and real Metrics. No HTTP server of our own is involved.
 """
@@ -17,10 +17,10 @@ from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.receipts import GENESIS_PREV_HASH, Ledger, Signer, entry_hash, open_store, verify_chain
 from proxy.server.errors import Caller
-from proxy.server.metrics import Metrics
-from proxy.server.pipeline import ChatResult, Gateway
-from proxy.server.upstream import Upstream
-from proxy.server.wire import ChatCompletionRequest
+from proxy.server.telemetry.metrics import Metrics
+from proxy.server.flow.pipeline import ChatResult, Gateway
+from proxy.server.flow.upstream import Upstream
+from proxy.server.flow.wire import ChatCompletionRequest
 from tests.support.detectors import POLICIES, FakeApology, FakeDetectors, count_words
 from tests.support.ledger import sqlite_url
 from tests.support.stub_upstream import Reply, StubUpstream
@@ -96,7 +96,7 @@ async def test_privacy_runs_beside_the_other_detectors_only_while_no_other_reque
     questions = ("first question", "second question")
     seen: dict[str, dict[str, Any]] = {q: {"judged": threading.Event()} for q in questions}
     for policy_id in ("safety", "privacy"):
-        fake = rig.gateway.engine.detectors[policy_id]
+        fake = rig.gateway.runtime.current().default.engine.detectors[policy_id]
 
         def spy(texts, _detect=fake.detect, _id=policy_id):
             record = seen.get(texts[0])

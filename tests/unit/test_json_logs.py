@@ -1,4 +1,4 @@
-"""proxy.server.logs: JSON log lines and the request's log context (request id, receipt id, actor, action).
+"""proxy.server.telemetry.logs: JSON log lines and the request's log context (request id, receipt id, actor, action).
 
 The request-level check drives the Gateway of tests/unit/test_gateway.py's rig (fake detectors, the
 stub provider over HTTP, a real SQLite ledger) through a post-receipt hook that fails, one of the
@@ -19,7 +19,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from proxy.config import ObservabilityConfig
-from proxy.server import logs, tracing
+from proxy.server.telemetry import logs, tracing
 from tests.unit.test_gateway import Rig, rig  # noqa: F401  (the rig fixture)
 
 EMAIL = "ada.secret@example.com"
@@ -105,13 +105,13 @@ def test_setup_switches_the_root_handlers_to_json(monkeypatch: pytest.MonkeyPatc
     buffer = io.StringIO()
     handler = logging.StreamHandler(buffer)
     monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
-    logs.setup(ObservabilityConfig(log_format="json"))
+    tracing.setup(ObservabilityConfig(log_format="json"))
     assert not tracing.enabled()  # no otlp_endpoint: traces stay off
     logging.getLogger("sonate.test").warning("switched")
     assert json.loads(buffer.getvalue())["message"] == "switched"
     text = logging.StreamHandler(io.StringIO())
     monkeypatch.setattr(logging.getLogger(), "handlers", [text])
-    logs.setup(ObservabilityConfig())
+    tracing.setup(ObservabilityConfig())
     assert not isinstance(text.formatter, logs.JsonFormatter)
 
 

@@ -23,7 +23,7 @@ from proxy.kpi.adjudication import (
     verdict_commitment,
 )
 from proxy.kpi.stats import bootstrap_interval, gwet_ac1
-from proxy.receipts.canonical import canonical, json_hash
+from proxy.primitives.canonical import canonical, json_hash
 
 NEEDLESS = Verdict(breach=False, intent_permissible=True, content_harmful=False)
 RUDE = Verdict(breach=False, intent_permissible=False, content_harmful=False)

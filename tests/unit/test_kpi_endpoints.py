@@ -1,10 +1,10 @@
-"""An embeddings request is no chat interaction (FAR-A's denominator): proxy.kpi.report groups
+"""An embeddings request is no chat interaction (FAR-A's denominator): proxy.evaluation.kpi_report groups
 only chat receipts (``evidence.endpoint`` absent, ``"chat"``, or the Responses / Messages APIs served
 over the chat pipeline) into interactions."""
 
 from __future__ import annotations
 
-from proxy.kpi.report import _interactions
+from proxy.evaluation.kpi_report import _interactions
 
 WINDOW = ("2026-11-23T00:00:00.000Z", "2026-11-24T00:00:00.000Z")
 

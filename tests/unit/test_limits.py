@@ -1,4 +1,4 @@
-"""proxy.server.limits: token bucket and per-key limiter arithmetic on an injected clock, and the
+"""proxy.server.admission.limits: token bucket and per-key limiter arithmetic on an injected clock, and the
 guardrail lanes' admission (a real thread pool; no detectors needed)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.guardrails.detectors.patterns import pause_point
 from proxy.server.errors import GatewayError
-from proxy.server.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages,
+from proxy.server.admission.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages,
                                  lower_thread_priority,
                                  pin_mmap_threshold, screen_size, text_chars, trim_heap)
 

@@ -11,8 +11,8 @@ import itertools
 
 import pytest
 
-from proxy.tlog import merkle
-from proxy.tlog.merkle import MerkleError
+from proxy.primitives import merkle
+from proxy.primitives.merkle import MerkleError
 
 CT_ENTRIES = [bytes.fromhex(h) for h in (
     "", "00", "10", "2021", "3031", "40414243", "5051525354555657", "606162636465666768696a6b6c6d6e6f")]

@@ -29,8 +29,8 @@ import json
 import pytest
 
 from proxy.receipts import Signer
-from proxy.receipts.verify import Failure
-from proxy.tlog import merkle
+from proxy.primitives.failure import Failure
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
     Checkpoint,

@@ -109,7 +109,7 @@ def test_reviewer_view_is_blind_and_names_the_reviewers_own_pass() -> None:
 
 def test_report_window_is_start_inclusive_end_exclusive() -> None:
     """Methodology: interactions with ``ts`` in ``[start, end)``."""
-    from proxy.kpi.report import _in_window
+    from proxy.evaluation.kpi_report import _in_window
 
     start, end = "2026-11-01T00:00:00.000Z", "2026-11-08T00:00:00.000Z"
     assert _in_window(start, start, end)
@@ -256,9 +256,9 @@ def test_count_errors_name_the_offending_argument() -> None:
         stats.publishable(-1, "claims")
 
 
-# -- inputs (FAR-H and PFI result files, proxy/kpi/inputs.py) -----------------------------------
+# -- inputs (FAR-H and PFI result files, proxy/evaluation/kpi_inputs.py) -----------------------------------
 
-from proxy.kpi.inputs import InputError, check_farh, check_pfi  # noqa: E402
+from proxy.evaluation.kpi_inputs import InputError, check_farh, check_pfi  # noqa: E402
 
 
 def _farh(**fields: object) -> dict:
@@ -408,7 +408,7 @@ def test_bootstrap_of_a_single_observation_is_a_zero_width_interval() -> None:
 # -- report (docs/kpi.md: interactions, RC, GA, AD, LVP's sample, disclosure) -------------------
 
 from proxy.kpi.adjudication import new_item  # noqa: E402
-from proxy.kpi.report import ReportInputs, build_report, proportion_block  # noqa: E402
+from proxy.evaluation.kpi_report import ReportInputs, build_report, proportion_block  # noqa: E402
 
 _START, _END = "2026-11-01T00:00:00.000Z", "2026-11-08T00:00:00.000Z"
 _BREACH = Verdict(breach=True, intent_permissible=False, content_harmful=True)

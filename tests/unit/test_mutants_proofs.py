@@ -1,17 +1,17 @@
-"""Tests that kill surviving mutants in proxy/tlog/proofs.py and tree.py (mutation/baseline.md).
+"""Tests that kill surviving mutants in proxy/receipts/proofs.py and tree.py (mutation/baseline.md).
 
 They pin what a verifier prints: the exact list of failures of
-:func:`proxy.tlog.proofs.verify_inclusion_proof` (RFC 9162 §2.1.3.2 against a C2SP signed
-checkpoint, https://c2sp.org/tlog-checkpoint) and :func:`proxy.tlog.proofs.verify_consistency_proof`
+:func:`proxy.receipts.proofs.verify_inclusion_proof` (RFC 9162 §2.1.3.2 against a C2SP signed
+checkpoint, https://c2sp.org/tlog-checkpoint) and :func:`proxy.receipts.proofs.verify_consistency_proof`
 (RFC 9162 §2.1.4.2 between two checkpoints of one origin), each failure's height, receipt id, check,
 detail and ``where`` (``str(Failure)`` is the line ``sonate verify`` prints). The proofs are those of
 the committed vectors (tests/vectors/bundles.json and consistency.json: one 8-leaf tree, its
 checkpoints of sizes 3, 7 and 8). The tree.py tests run in process over a SQLite ledger:
-:func:`proxy.tlog.tree.bundle_for` and :func:`proxy.tlog.tree.leaf_hash_at` (otherwise reached only by
+:func:`proxy.receipts.tree.bundle_for` and :func:`proxy.receipts.tree.leaf_hash_at` (otherwise reached only by
 the e2e and CLI-subprocess tests, which mutmut does not run), the audit of stored nodes and
-checkpoints (:func:`~proxy.tlog.tree.verify_tree`, RFC 9162 §2.1.1), a checkpoint kept outside the
-ledger (:func:`~proxy.tlog.tree.verify_against_trusted_checkpoint`, §2.1.4) and
-:func:`~proxy.tlog.tree.reindex`. The last tests pin merkle.py's argument checks: the raw §2.1.3.2 and
+checkpoints (:func:`~proxy.receipts.tree.verify_tree`, RFC 9162 §2.1.1), a checkpoint kept outside the
+ledger (:func:`~proxy.receipts.tree.verify_against_trusted_checkpoint`, §2.1.4) and
+:func:`~proxy.receipts.tree.reindex`. The last tests pin merkle.py's argument checks: the raw §2.1.3.2 and
 §2.1.4.2 paths never raise, hashes are canonical base64 (RFC 4648 §4), error texts name the argument.
 """
 
@@ -26,17 +26,17 @@ import pytest
 from proxy.receipts import Ledger, Signer, open_store, public_key_entry
 from proxy.receipts.bundle import make_bundle, verify_bundle
 from proxy.receipts.signing import load_public_keys
-from proxy.receipts.verify import Failure
-from proxy.tlog import merkle
+from proxy.primitives.failure import Failure
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import format_checkpoint, parse_checkpoint, sign_checkpoint
-from proxy.tlog.proofs import (
+from proxy.receipts.proofs import (
     consistency_proof_doc,
     inclusion_proof_doc,
     receipt_leaf_hash,
     verify_consistency_proof,
     verify_inclusion_proof,
 )
-from proxy.tlog.tree import (
+from proxy.receipts.tree import (
     TreeError,
     bundle_for,
     inclusion_proof,
@@ -439,7 +439,7 @@ async def test_verify_tree_recomputes_nodes_and_checkpoints(tmp_path: Path, sign
 async def test_reindex_backfills_a_ledger_written_without_nodes(tmp_path: Path, signer: Signer) -> None:
     from proxy.receipts import entry_hash, seal
     from proxy.receipts.receipt import GENESIS_PREV_HASH
-    from proxy.tlog.tree import reindex
+    from proxy.receipts.tree import reindex
 
     store = open_store(sqlite_url(tmp_path / "ledger.db"))
     try:

@@ -26,12 +26,12 @@ import pytest
 
 from proxy.receipts import Ledger, open_store, verify_store
 from proxy.receipts.bundle import make_bundle, verify_bundle
-from proxy.receipts.canonical import MAX_SAFE_INTEGER, canonical, json_hash
+from proxy.primitives.canonical import MAX_SAFE_INTEGER, canonical, json_hash
 from proxy.receipts.keyring import Keyring, generate_key, read_keyring, reconcile, rotate_key
 from proxy.receipts.receipt import CHAIN_FIELDS, GENESIS_PREV_HASH, new_receipt, schema_problems, seal, utc_timestamp
 from proxy.receipts.sealing import PreparedReceipt, encode_value
 from proxy.receipts.signing import KeyFileError, Signer, load_public_keys, replace_key_file
-from proxy.receipts.verify import Failure
+from proxy.primitives.failure import Failure
 from proxy.receipts.receipt import entry_hash
 from tests.support.ledger import make_receipt, sqlite_url
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
@@ -49,7 +49,7 @@ def test_unsafe_integers_inside_lists_and_objects_are_written_as_doubles() -> No
 
 def test_float_paths_quote_keys_that_are_not_identifiers() -> None:
     """The JSONPath in the error escapes backslashes and quotes of a bracketed key."""
-    from proxy.receipts.canonical import assert_no_floats
+    from proxy.primitives.canonical import assert_no_floats
 
     with pytest.raises(TypeError, match=r'^float at \$\["a\\\\b\\"c"\]\[1\] '):
         assert_no_floats({'a\\b"c': [0, 1.5]})
@@ -584,7 +584,7 @@ def test_prepared_receipts_refuse_a_lone_surrogate_as_seal_does(overrides) -> No
     """A lone surrogate is not Unicode text, so RFC 8785 cannot encode it: PreparedReceipt raises the same
     CanonicalizationError as seal() (the C encoder's UnicodeEncodeError is handed to rfc8785), never a
     receipt with the member silently encoded as something else."""
-    from proxy.receipts.canonical import CanonicalizationError
+    from proxy.primitives.canonical import CanonicalizationError
 
     receipt = _unsealed(**overrides)
     with pytest.raises(CanonicalizationError, match="^input contains non-UTF-8 codepoints$"):
@@ -658,7 +658,7 @@ def test_the_fast_member_encoder_writes_every_plain_value_as_rfc8785() -> None:
     """_encode_plain (PreparedReceipt's encoder for a body the C encoder can write) gives encode_value's bytes,
     which are rfc8785's, for every value _plain accepts, booleans included; a lone surrogate (plain by type,
     not Unicode text) raises rfc8785's CanonicalizationError."""
-    from proxy.receipts.canonical import CanonicalizationError
+    from proxy.primitives.canonical import CanonicalizationError
     from proxy.receipts.sealing import _encode_plain
 
     for value in _PLAIN_VALUES:

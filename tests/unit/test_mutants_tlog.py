@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.tlog.merkle import MerkleError, inclusion_ranges, leaf_hash, root_from_inclusion
+from proxy.primitives.merkle import MerkleError, inclusion_ranges, leaf_hash, root_from_inclusion
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 8])

@@ -21,7 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.receipts import Ledger, open_store
-from proxy.receipts.canonical import canonical, sha256_ref
+from proxy.primitives.canonical import canonical, sha256_ref
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal
 from proxy.receipts.signing import (
     KeyFileError,
@@ -33,7 +33,8 @@ from proxy.receipts.signing import (
     load_public_keys,
     public_key_entry,
 )
-from proxy.receipts.verify import CHECKS, ChainVerifier, Failure, verify_chain, verify_receipt, verify_store
+from proxy.primitives.failure import Failure
+from proxy.receipts.verify import CHECKS, ChainVerifier, verify_chain, verify_receipt, verify_store
 from proxy.storage.base import LedgerStore
 from tests.support.ledger import keys, make_receipt, signer, sqlite_store, sqlite_url  # noqa: F401  (fixtures)
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url, redis_url

@@ -26,7 +26,7 @@ CHILD = """
 import json, sys
 from proxy import offline
 offline.keep_torch_out_of_presidio()
-import proxy.server.app  # noqa: F401  (guardrails → presidio → spaCy/thinc)
+import proxy.server.http.app  # noqa: F401  (guardrails → presidio → spaCy/thinc)
 import presidio_analyzer, spacy  # noqa: F401
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity

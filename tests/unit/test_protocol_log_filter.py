@@ -1,4 +1,5 @@
-"""proxy.server.middleware.ClientProtocolErrorFilter: a client's malformed HTTP is one WARNING line, no traceback."""
+"""proxy.server.http.middleware.ClientProtocolErrorFilter: a client's malformed HTTP is one WARNING
+line, no traceback."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 
 from aiohttp.http_exceptions import BadHttpMessage
 
-from proxy.server.middleware import ClientProtocolErrorFilter
+from proxy.server.http.middleware import ClientProtocolErrorFilter
 
 
 def _record(exc: BaseException | None) -> logging.LogRecord:

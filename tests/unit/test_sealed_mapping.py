@@ -1,10 +1,10 @@
-"""The sealed placeholder mapping of an escalated request (proxy.review.sealed_mapping)."""
+"""The sealed placeholder mapping of an escalated request (proxy.server.flow.review.sealed_mapping)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.review.sealed_mapping import open_mapping, seal_mapping
+from proxy.server.flow.review.sealed_mapping import open_mapping, seal_mapping
 
 MAPPING = {"<PERSON_1>": "Ana Dias", "<EMAIL_ADDRESS_1>": "ana@example.com"}
 

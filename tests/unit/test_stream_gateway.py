@@ -1,4 +1,4 @@
-"""A passed-through stream driven through proxy.server.pipeline.Gateway: fake detectors
+"""A passed-through stream driven through proxy.server.flow.pipeline.Gateway: fake detectors
 (tests/support/detectors.py) in the real GuardrailEngine, the real Upstream (litellm) against the
 stub provider over HTTP, a real SQLite ledger signed with a fresh key, real Metrics.
 """
@@ -16,13 +16,13 @@ from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.schema import HoldBack
 from proxy.receipts import Ledger, Signer, open_store
-from proxy.receipts.canonical import json_hash
+from proxy.primitives.canonical import json_hash
 from proxy.server.errors import Caller
-from proxy.server.metrics import Metrics
-from proxy.server.pipeline import Gateway
-from proxy.server.streaming import assemble_tool_calls
-from proxy.server.upstream import Upstream
-from proxy.server.wire import ChatCompletionRequest
+from proxy.server.telemetry.metrics import Metrics
+from proxy.server.flow.pipeline import Gateway
+from proxy.server.flow.streaming import assemble_tool_calls
+from proxy.server.flow.upstream import Upstream
+from proxy.server.flow.wire import ChatCompletionRequest
 from tests.support.detectors import COMPLIANCE, CONTINUITY, PRIVACY, SAFETY, FakeApology, FakeDetectors, count_words
 from tests.support.ledger import sqlite_url
 from tests.support.stub_upstream import Reply, StubUpstream

@@ -1,8 +1,8 @@
-"""proxy.server.tracing: the spans of a request, recorded by the OpenTelemetry SDK's InMemorySpanExporter.
+"""proxy.server.telemetry.tracing: the spans of a request, recorded by the OpenTelemetry SDK's InMemorySpanExporter.
 
 The Gateway (tests/unit/test_gateway.py's rig: fake detectors of tests/support/detectors.py in the
 real GuardrailEngine, the real Upstream (litellm) against the stub provider over HTTP, a real
-SQLite ledger, real Metrics) is driven directly inside :func:`proxy.server.tracing.request`, what
+SQLite ledger, real Metrics) is driven directly inside :func:`proxy.server.telemetry.tracing.request`, what
 the tracing middleware opens for each API request. The HTTP side, the OTLP export and the JSON
 logs of a real proxy process are in tests/e2e/test_observability.py.
 """
@@ -20,11 +20,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import INVALID_SPAN, SpanKind, StatusCode
 
 from proxy.config import ObservabilityConfig
-from proxy.server import tracing
-from proxy.server.embeddings import Embeddings
+from proxy.server.telemetry import tracing
+from proxy.server.flow.embeddings import Embeddings
 from proxy.server.errors import Caller, GatewayError
-from proxy.server.pipeline import ChatResult, Gateway
-from proxy.server.wire import ChatCompletionRequest, EmbeddingRequest
+from proxy.server.flow.pipeline import ChatResult, Gateway
+from proxy.server.flow.wire import ChatCompletionRequest, EmbeddingRequest
 from tests.support.stub_upstream import Reply, StubUpstream
 from tests.unit.test_gateway import Rig, rig  # noqa: F401  (the rig fixture)
 

@@ -1,4 +1,4 @@
-"""The two ways a chat route reaches the provider (proxy/server/upstream.py): ``litellm.acompletion``
+"""The two ways a chat route reaches the provider (proxy/server/flow/upstream.py): ``litellm.acompletion``
 directly for a route that holds only a provider call's own parameters, litellm's Router for a route
 with Router settings. Both against the stub provider over HTTP, with the same answers and the same
 OpenAI errors."""
@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from proxy.config import Config
-from proxy.server.upstream import Upstream, UpstreamError, direct_params
+from proxy.server.flow.upstream import Upstream, UpstreamError, direct_params
 from tests.support.stub_upstream import Reply, StubUpstream
 
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]

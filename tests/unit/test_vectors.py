@@ -19,9 +19,9 @@ import pytest
 from proxy.receipts.bundle import verify_bundle
 from proxy.receipts.signing import KeyFileError, load_public_keys
 from proxy.receipts.verify import verify_chain, verify_receipt
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
-from proxy.tlog.proofs import parse_hashes, verify_consistency_proof
+from proxy.receipts.proofs import parse_hashes, verify_consistency_proof
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
 FILES = ("receipts.json", "chains.json", "bundles.json")

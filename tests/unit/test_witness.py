@@ -14,9 +14,9 @@ import pytest
 from proxy.cli import build_parser
 from proxy.cli.verify import run as verify_run
 from proxy.receipts import Ledger, Signer
-from proxy.server.publisher import CheckpointPublisher
+from proxy.server.admission.publisher import CheckpointPublisher
 from proxy.storage.base import LedgerStore
-from proxy.tlog import merkle
+from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
     CheckpointError,

@@ -22,7 +22,7 @@ TREND_METRICS = ("humanity_entropy", "humanity_spearman", "risk_total", "non_bia
 async def store_run(url: str, result: dict[str, Any]) -> None:
     """Append ``result`` to :data:`SERIES` in the store at ``url``. Raises ValueError (bad URL or
     result), :class:`~proxy.storage.base.LedgerError` (store unreachable, run id stored already)."""
-    from proxy.storage.base import open_store
+    from proxy.storage import open_store
 
     store = open_store(url)
     try:
@@ -33,7 +33,7 @@ async def store_run(url: str, result: dict[str, Any]) -> None:
 
 async def list_runs(url: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The stored runs of :data:`SERIES`, oldest first (the last ``limit``). Raises like :func:`store_run`."""
-    from proxy.storage.base import open_store
+    from proxy.storage import open_store
 
     store = open_store(url)
     try:

@@ -28,7 +28,7 @@ function el(tag, attrs = {}, ...children) {
 const state = { role: null, items: new Map(), escalationFilters: { status: 'open', domain: '', age: '' },
   itemFilters: { reason: '' } };
 
-// The escalation decisions and the statuses they apply to (docs/review.md; proxy/review/escalations.py).
+// The escalation decisions and the statuses they apply to (docs/review.md; proxy/server/flow/review/escalations.py).
 const DECISIONS = {
   approve: { from: ['pending'], label: 'Approve: the model answers the masked request' },
   answer: { from: ['pending', 'drafted'], label: 'Answer: write the answer yourself', content: true },

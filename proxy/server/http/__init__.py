@@ -1,0 +1,1 @@
+"""HTTP: the aiohttp application, its middleware, authentication, request parsing and routes."""

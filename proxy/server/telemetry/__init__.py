@@ -1,0 +1,1 @@
+"""Telemetry: Prometheus metrics, tracing spans and structured logs."""
