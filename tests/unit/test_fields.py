@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from proxy.guardrails.fields import BAD_NAME, IDENTIFIER_MAX, free_text_path, is_identifier
 from proxy.guardrails.messages import DEFINITION_KEYS, definition_pieces
-from proxy.server import messages_api, responses_api
+from proxy.server.dialects import messages as messages_api, responses as responses_api
 from proxy.server.errors import GatewayError
 from proxy.server.dialects.messages import MessagesRequest
 from proxy.server.http.requests import validation_error
