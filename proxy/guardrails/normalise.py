@@ -1,0 +1,306 @@
+"""Look-alike characters and encodings: the text a detector should read, with its way back.
+
+A client can write personal data or a harmful request so that it reads the same to a person or a
+model but not to a pattern or a classifier trained on plain text: full-width letters, Cyrillic
+homoglyphs, zero-width characters inside a word, a card number joined by non-breaking hyphens or
+underscores, letters spaced out, digits spelled as words, or the whole text in base64. Privacy
+and Safety read :func:`fold`'s text beside the original, and Safety also the
+:func:`variants` (decoded blocks, rot13, reversal); Privacy maps each span found in the folded
+text back to the original characters (:meth:`Folded.original_span`), so the placeholder covers
+what the client wrote.
+
+:func:`fold` applies, in order:
+
+1. per character outside ASCII: format characters (zero-width spaces and joiners, bidi controls,
+   soft hyphen, word joiner, BOM: Unicode category ``Cf``) removed; Unicode NFKC (full-width and
+   mathematical letters, ligatures, no-break and other spaces); any dash or hyphen (category
+   ``Pd``, the minus sign) as ``-`` and any space separator (``Zs``) as a space;
+2. confusable letters: a word whose letters are all ASCII or have an ASCII look-alike in Unicode's
+   confusables data (UTS #39 ``confusables.txt``, as shipped by the ``confusable-homoglyphs``
+   package) is spelled with those look-alikes (Cyrillic "рiре bоmb" → "pipe bomb"); a word with
+   any other letter (most Russian or Greek words) is left as written;
+3. digit groups joined by ``_`` or ``/`` (four groups or more: a card, ``+44/20/7946/0958``; not
+   a date or ``1_000_000``) joined by ``-`` instead;
+4. four or more single letters, digits or ``@ . _ -`` separated by single spaces joined up
+   (``p i p e  b o m b`` → ``pipe bomb``: two spaces separate words; a leading "a" or "I" before
+   four or more stays a word);
+5. four or more digit names in a row (``zero``/``oh`` to ``nine``, separated by spaces, commas or
+   hyphens) written as digits (``four one one one`` → ``4111``).
+
+Plain ASCII text without a digit group of step 3, a spaced run of step 4 or a digit name takes
+the fast path: :func:`fold` returns it unchanged (no copy, no offset table). Pure functions; the
+confusables table is read once, on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import codecs
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Callable
+
+__all__ = ["Folded", "fold", "variants", "encoded_blocks", "EncodedBlock"]
+
+#: What makes an ASCII text leave the fast path (steps 3-5 of the module docstring).
+_ASCII_TRIGGER = re.compile(
+    r"\d(?:[_/]\d+){3}"
+    r"|(?<!\S)(?:[A-Za-z0-9@._-] ){3}[A-Za-z0-9@._-](?!\S)"
+    r"|\b(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)\b", re.IGNORECASE)
+_DIGIT_GROUPS = re.compile(r"\+?\d+(?:[_/]\d+){3,}")
+_SPACED = re.compile(r"(?<!\S)(?:[A-Za-z0-9@._-] ){3,}[A-Za-z0-9@._-](?!\S)")
+_DIGIT_NAMES = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
+                "six": "6", "seven": "7", "eight": "8", "nine": "9"}
+_NAME = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
+_SPELLED = re.compile(rf"\b{_NAME}(?:[ ,-]+{_NAME}){{3,}}\b", re.IGNORECASE)
+_SPELLED_WORD = re.compile(_NAME, re.IGNORECASE)
+#: A word for step 2: letters (any script) and digits, with the marks NFKC may leave.
+_WORD = re.compile(r"[^\W_]+")
+
+
+@lru_cache(maxsize=1)
+def _confusable_letters() -> dict[str, str]:
+    """Non-ASCII letter → the ASCII letter or digit Unicode lists it as confusable with
+    (``confusable_homoglyphs``' ``confusables.json``, derived from UTS #39 ``confusables.txt``);
+    a letter look-alike is preferred over a digit."""
+    data = json.loads(resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8"))
+    table: dict[str, str] = {}
+    for char, glyphs in data.items():
+        if len(char) != 1 or char.isascii() or not char.isalpha():
+            continue
+        ascii_ = [g["c"] for g in glyphs if len(g["c"]) == 1 and g["c"].isascii() and g["c"].isalnum()]
+        if ascii_:
+            table[char] = min(ascii_, key=lambda c: (not c.isalpha(), c))
+    return table
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A text as :func:`fold` spells it: ``text``, and per character of it the ``[start, end)`` of
+    the original characters it stands for (``starts``/``ends``; both None when ``text`` is the
+    original itself). ``original`` is the text folded."""
+
+    original: str
+    text: str
+    starts: tuple[int, ...] | None = None
+    ends: tuple[int, ...] | None = None
+
+    @property
+    def changed(self) -> bool:
+        """True when :attr:`text` differs from :attr:`original`."""
+        return self.starts is not None
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        """The ``[start, end)`` of the original characters behind ``text[start:end]`` (a non-empty
+        span of :attr:`text`): from the first character's start to the last one's end, so removed
+        characters inside the span are covered too. Raises IndexError outside the text."""
+        if self.starts is None or self.ends is None:
+            return start, end
+        return self.starts[start], self.ends[end - 1]
+
+
+class _Builder:
+    """Characters with the original span each stands for, rewritten pass by pass."""
+
+    def __init__(self, chars: list[str], starts: list[int], ends: list[int]) -> None:
+        self.chars, self.starts, self.ends = chars, starts, ends
+
+    def text(self) -> str:
+        return "".join(self.chars)
+
+    def sub(self, pattern: re.Pattern[str], rewrite: Callable[[str], list[tuple[str, int, int]]]) -> None:
+        """Replace each match of ``pattern`` by ``rewrite(match text)``: ``(char, i, j)`` triples, the
+        new character standing for the match's characters ``[i, j)``."""
+        text = self.text()
+        matches = list(pattern.finditer(text))
+        if not matches:
+            return
+        chars: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        at = 0
+        for m in matches:
+            chars += self.chars[at:m.start()]
+            starts += self.starts[at:m.start()]
+            ends += self.ends[at:m.start()]
+            for char, i, j in rewrite(m.group()):
+                chars.append(char)
+                starts.append(self.starts[m.start() + i])
+                ends.append(self.ends[m.start() + j - 1])
+            at = m.end()
+        self.chars, self.starts, self.ends = chars + self.chars[at:], starts + self.starts[at:], ends + self.ends[at:]
+
+
+def _per_character(text: str) -> _Builder:
+    """Step 1 of the module docstring."""
+    chars: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for i, char in enumerate(text):
+        if char.isascii():
+            out = char
+        else:
+            out = _fold_char(char)
+        for c in out:
+            chars.append(c)
+            starts.append(i)
+            ends.append(i + 1)
+    return _Builder(chars, starts, ends)
+
+
+@lru_cache(maxsize=4096)
+def _fold_char(char: str) -> str:
+    """One non-ASCII character as step 1 writes it ('' when removed)."""
+    if unicodedata.category(char) == "Cf":
+        return ""
+    out = []
+    for c in unicodedata.normalize("NFKC", char):
+        category = unicodedata.category(c)
+        out.append("-" if category == "Pd" or c == "\u2212" else " " if category == "Zs" else c)
+    return "".join(out)
+
+
+def _confusables(builder: _Builder) -> None:
+    """Step 2: words whose every letter is ASCII or has an ASCII look-alike, spelled with those."""
+    table = _confusable_letters()
+
+    def rewrite(word: str) -> list[tuple[str, int, int]]:
+        if word.isascii() or not all(c.isascii() or c in table or not c.isalpha() for c in word):
+            return [(c, k, k + 1) for k, c in enumerate(word)]
+        return [(table.get(c, c), k, k + 1) for k, c in enumerate(word)]
+
+    builder.sub(_WORD, rewrite)
+
+
+def _spaced(match: str) -> list[tuple[str, int, int]]:
+    """Step 4: the spaces of a spaced-out run removed; a leading "a" or "I" (an English word on its
+    own: "make a p i p e") keeps its space when four or more characters follow (:func:`variants`
+    also reads the run joined whole)."""
+    keep = 2 if match[0] in "aAI" and len(match) >= 9 else 0
+    return [(c, k, k + 1) for k, c in enumerate(match) if c != " " or k < keep]
+
+
+def _spelled(match: str) -> list[tuple[str, int, int]]:
+    """Step 5: digit names as digits; a separator holding more than spaces becomes one space."""
+    out: list[tuple[str, int, int]] = []
+    at = 0
+    for m in _SPELLED_WORD.finditer(match):
+        if at and match[at:m.start()].strip():
+            out.append((" ", at, m.start()))
+        out.append((_DIGIT_NAMES[m.group().lower()], m.start(), m.end()))
+        at = m.end()
+    return out
+
+
+def fold(text: str) -> Folded:
+    """``text`` with look-alike characters folded (the module docstring's steps), and the offset
+    map back to ``text``. Never raises for a str; O(len(text))."""
+    if text.isascii() and not _ASCII_TRIGGER.search(text):
+        return Folded(text, text)
+    builder = _per_character(text)
+    if not text.isascii():
+        _confusables(builder)
+    builder.sub(_DIGIT_GROUPS, lambda m: [("-" if c in "_/" else c, k, k + 1) for k, c in enumerate(m)])
+    builder.sub(_SPACED, _spaced)
+    builder.sub(_SPELLED, _spelled)
+    folded = builder.text()
+    if folded == text:
+        return Folded(text, text)
+    return Folded(text, folded, tuple(builder.starts), tuple(builder.ends))
+
+
+# ---- encodings ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EncodedBlock:
+    """A block of ``text[start:end]`` that decodes (``encoding``: ``base64`` or ``hex``) to the
+    readable text ``decoded``."""
+
+    start: int
+    end: int
+    encoding: str
+    decoded: str
+
+
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}[ :]?){8,}(?![0-9A-Fa-f])")
+_ROT13_CUE = re.compile(r"\brot[ -]?13\b|\bcaesar\b", re.IGNORECASE)
+_REVERSED_CUE = re.compile(r"\brevers|\bbackwards?\b|\bright[ -]to[ -]left\b", re.IGNORECASE)
+#: The last word of an English sentence written backwards ("woH"): lower case, then one capital.
+_REVERSED_END = re.compile(r"\b[a-z]+[A-Z][^\w]*$")
+
+
+def _readable(raw: bytes) -> str | None:
+    """``raw`` as text when it is UTF-8 of mostly printable characters with at least one word of
+    three letters; else None (a hash, a key or random bytes)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(c.isprintable() or c in "\n\t" for c in text)
+    if not text or printable < 0.95 * len(text) or not re.search(r"[^\W\d_]{3}", text):
+        return None
+    return text
+
+
+def _decode_base64(block: str) -> str | None:
+    body = block.rstrip("=")
+    if len(body) % 4 == 1 or body.isalpha() and (body.islower() or body.isupper()):
+        return None  # not base64 length; or one plain word in one case (an identifier)
+    padded = body + "=" * (-len(body) % 4)
+    try:
+        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return _readable(raw)
+
+
+def encoded_blocks(text: str) -> list[EncodedBlock]:
+    """The base64 blocks (16 or more characters, standard or URL-safe alphabet) and hex blocks
+    (8 or more bytes, optionally separated by spaces or colons) of ``text`` that decode to
+    readable UTF-8 text (:func:`_readable`), in order; a block that is both is reported once, as
+    hex. Never raises for a str."""
+    blocks: list[EncodedBlock] = []
+    for m in _HEX.finditer(text):
+        digits = re.sub(r"[ :]", "", m.group())
+        decoded = _readable(bytes.fromhex(digits)) if len(digits) % 2 == 0 else None
+        if decoded is not None:
+            blocks.append(EncodedBlock(m.start(), m.end(), "hex", decoded))
+    taken = [(b.start, b.end) for b in blocks]
+    for m in _BASE64.finditer(text):
+        if any(a < m.end() and m.start() < b for a, b in taken):
+            continue
+        decoded = _decode_base64(m.group())
+        if decoded is not None:
+            blocks.append(EncodedBlock(m.start(), m.end(), "base64", decoded))
+    return sorted(blocks, key=lambda b: b.start)
+
+
+def variants(text: str) -> list[str]:
+    """Other readings of ``text`` a classifier should judge too, besides ``text`` itself: its
+    :func:`fold` when that differs (and, with spaced-out letters, every spaced run joined whole);
+    the decoded text of each :func:`encoded_blocks` block (also
+    folded); the whole text in rot13 when it names rot13 or Caesar; the whole text reversed when it
+    names reversal or reads like a reversed English sentence (its last word is lower case ending in
+    one capital: "... ekam ot woH"). Without repeats, ``text`` left out; ``[]`` for most texts."""
+    out: list[str] = []
+    folded = fold(text)
+    if folded.changed:
+        out.append(folded.text)
+    for block in encoded_blocks(text):
+        out.append(block.decoded)
+        decoded = fold(block.decoded)
+        if decoded.changed:
+            out.append(decoded.text)
+    if folded.changed and _SPACED.search(text):  # "a n t h r a x" joined whole too
+        out.append(_SPACED.sub(lambda m: m.group().replace(" ", ""), text))
+    if _ROT13_CUE.search(text):
+        out.append(codecs.encode(folded.text, "rot13"))
+    if _REVERSED_CUE.search(text) or _REVERSED_END.search(folded.text.rstrip()):
+        out.append(folded.text[::-1])
+    return [t for t in dict.fromkeys(out) if t != text and t.strip()]
