@@ -47,20 +47,18 @@ from typing import Callable
 
 __all__ = ["Folded", "fold", "variants", "encoded_blocks", "EncodedBlock"]
 
-#: What makes an ASCII text leave the fast path (steps 3-5 of the module docstring).
-_ASCII_TRIGGER = re.compile(
-    r"\d(?:[_/]\d+){3}"
-    r"|(?<!\S)(?:[A-Za-z0-9@._-] ){3}[A-Za-z0-9@._-](?!\S)"
-    r"|\b(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)\b", re.IGNORECASE)
+_NAME = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _DIGIT_GROUPS = re.compile(r"\+?\d+(?:[_/]\d+){3,}")
 _SPACED = re.compile(r"(?<!\S)(?:[A-Za-z0-9@._-] ){3,}[A-Za-z0-9@._-](?!\S)")
+_SPELLED = re.compile(rf"\b{_NAME}(?:[ ,-]+{_NAME}){{3,}}\b", re.IGNORECASE)
+_FOUR_SINGLES = b"\x01\x01\x01\x01"
 _DIGIT_NAMES = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
                 "six": "6", "seven": "7", "eight": "8", "nine": "9"}
-_NAME = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
-_SPELLED = re.compile(rf"\b{_NAME}(?:[ ,-]+{_NAME}){{3,}}\b", re.IGNORECASE)
 _SPELLED_WORD = re.compile(_NAME, re.IGNORECASE)
-#: A word for step 2: letters (any script) and digits, with the marks NFKC may leave.
+#: A word for step 2 (letters of any script and digits).
 _WORD = re.compile(r"[^\W_]+")
+#: Characters outside ASCII (step 1).
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 @lru_cache(maxsize=1)
@@ -137,20 +135,26 @@ class _Builder:
 
 
 def _per_character(text: str) -> _Builder:
-    """Step 1 of the module docstring."""
-    chars: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    for i, char in enumerate(text):
-        if char.isascii():
-            out = char
-        else:
-            out = _fold_char(char)
-        for c in out:
-            chars.append(c)
-            starts.append(i)
-            ends.append(i + 1)
-    return _Builder(chars, starts, ends)
+    """Step 1 of the module docstring (ASCII characters stay as they are)."""
+    builder = _Builder(list(text), list(range(len(text))), list(range(1, len(text) + 1)))
+    if any(_fold_char(c) != c for c in set(text) if not c.isascii()):
+        builder.sub(_NON_ASCII, lambda run: [(c, k, k + 1) for k, char in enumerate(run) for c in _fold_char(char)])
+    return builder
+
+
+def _steps(text: str) -> tuple[bool, bool, bool]:
+    """Which of steps 3, 4 and 5 may change ``text`` (cheap tests on its white-space separated
+    words, in C loops: most texts need none of them)."""
+    words = text.split()
+    if not words:
+        return False, False, False
+    groups = ("_" in text or "/" in text) and any(
+        _DIGIT_GROUPS.search(w) for w in words if len(w) >= 7 and ("_" in w or "/" in w))
+    spaced = _FOUR_SINGLES in bytes(map((1).__eq__, map(len, words)))
+    names = text.lower().replace(",", " ").replace("-", " ").split()
+    spelled = not _DIGIT_NAMES.keys().isdisjoint(names) and _FOUR_SINGLES in bytes(
+        map(_DIGIT_NAMES.__contains__, names))
+    return groups, spaced, spelled
 
 
 @lru_cache(maxsize=4096)
@@ -166,15 +170,18 @@ def _fold_char(char: str) -> str:
 
 
 def _confusables(builder: _Builder) -> None:
-    """Step 2: words whose every letter is ASCII or has an ASCII look-alike, spelled with those."""
+    """Step 2: words whose every letter is ASCII or has an ASCII look-alike, spelled with those
+    (one character for one: the offsets stay)."""
     table = _confusable_letters()
-
-    def rewrite(word: str) -> list[tuple[str, int, int]]:
+    text = builder.text()
+    if table.keys().isdisjoint(text):
+        return
+    for m in _WORD.finditer(text):
+        word = m.group()
         if word.isascii() or not all(c.isascii() or c in table or not c.isalpha() for c in word):
-            return [(c, k, k + 1) for k, c in enumerate(word)]
-        return [(table.get(c, c), k, k + 1) for k, c in enumerate(word)]
-
-    builder.sub(_WORD, rewrite)
+            continue
+        for k, c in enumerate(word, m.start()):
+            builder.chars[k] = table.get(c, c)
 
 
 def _spaced(match: str) -> list[tuple[str, int, int]]:
@@ -200,14 +207,22 @@ def _spelled(match: str) -> list[tuple[str, int, int]]:
 def fold(text: str) -> Folded:
     """``text`` with look-alike characters folded (the module docstring's steps), and the offset
     map back to ``text``. Never raises for a str; O(len(text))."""
-    if text.isascii() and not _ASCII_TRIGGER.search(text):
-        return Folded(text, text)
-    builder = _per_character(text)
-    if not text.isascii():
-        _confusables(builder)
-    builder.sub(_DIGIT_GROUPS, lambda m: [("-" if c in "_/" else c, k, k + 1) for k, c in enumerate(m)])
-    builder.sub(_SPACED, _spaced)
-    builder.sub(_SPELLED, _spelled)
+    if text.isascii():
+        groups, spaced, spelled = _steps(text)
+        if not (groups or spaced or spelled):
+            return Folded(text, text)
+        builder = _Builder(list(text), list(range(len(text))), list(range(1, len(text) + 1)))
+    else:
+        builder = _per_character(text)
+        if not builder.text().isascii():
+            _confusables(builder)
+        groups, spaced, spelled = _steps(builder.text())
+    if groups:
+        builder.sub(_DIGIT_GROUPS, lambda m: [("-" if c in "_/" else c, k, k + 1) for k, c in enumerate(m)])
+    if spaced:
+        builder.sub(_SPACED, _spaced)
+    if spelled:
+        builder.sub(_SPELLED, _spelled)
     folded = builder.text()
     if folded == text:
         return Folded(text, text)
@@ -228,11 +243,13 @@ class EncodedBlock:
 
 
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
-_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}[ :]?){8,}(?![0-9A-Fa-f])")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{2}(?::?[0-9A-Fa-f]{2}){7,}(?![0-9A-Fa-f])")
+#: A run of 16 or more characters without white space: where a block can be.
+_LONG_WORD = re.compile(r"\S{16,}")
 _ROT13_CUE = re.compile(r"\brot[ -]?13\b|\bcaesar\b", re.IGNORECASE)
 _REVERSED_CUE = re.compile(r"\brevers|\bbackwards?\b|\bright[ -]to[ -]left\b", re.IGNORECASE)
 #: The last word of an English sentence written backwards ("woH"): lower case, then one capital.
-_REVERSED_END = re.compile(r"\b[a-z]+[A-Z][^\w]*$")
+_REVERSED_END = re.compile(r"[a-z]+[A-Z]\W*")
 
 
 def _readable(raw: bytes) -> str | None:
@@ -262,22 +279,23 @@ def _decode_base64(block: str) -> str | None:
 
 def encoded_blocks(text: str) -> list[EncodedBlock]:
     """The base64 blocks (16 or more characters, standard or URL-safe alphabet) and hex blocks
-    (8 or more bytes, optionally separated by spaces or colons) of ``text`` that decode to
+    (8 or more bytes, optionally separated by colons) of ``text`` that decode to
     readable UTF-8 text (:func:`_readable`), in order; a block that is both is reported once, as
     hex. Never raises for a str."""
     blocks: list[EncodedBlock] = []
-    for m in _HEX.finditer(text):
-        digits = re.sub(r"[ :]", "", m.group())
-        decoded = _readable(bytes.fromhex(digits)) if len(digits) % 2 == 0 else None
-        if decoded is not None:
-            blocks.append(EncodedBlock(m.start(), m.end(), "hex", decoded))
-    taken = [(b.start, b.end) for b in blocks]
-    for m in _BASE64.finditer(text):
-        if any(a < m.end() and m.start() < b for a, b in taken):
-            continue
-        decoded = _decode_base64(m.group())
-        if decoded is not None:
-            blocks.append(EncodedBlock(m.start(), m.end(), "base64", decoded))
+    if max(map(len, text.split()), default=0) < 16:
+        return blocks
+    for word in _LONG_WORD.finditer(text):
+        for m in _HEX.finditer(word.group()):
+            decoded = _readable(bytes.fromhex(m.group().replace(":", "")))
+            if decoded is not None:
+                blocks.append(EncodedBlock(word.start() + m.start(), word.start() + m.end(), "hex", decoded))
+        taken = [(b.start, b.end) for b in blocks]
+        for m in _BASE64.finditer(word.group()):
+            start, end = word.start() + m.start(), word.start() + m.end()
+            decoded = None if any(a < end and start < b for a, b in taken) else _decode_base64(m.group())
+            if decoded is not None:
+                blocks.append(EncodedBlock(start, end, "base64", decoded))
     return sorted(blocks, key=lambda b: b.start)
 
 
@@ -297,10 +315,13 @@ def variants(text: str) -> list[str]:
         decoded = fold(block.decoded)
         if decoded.changed:
             out.append(decoded.text)
-    if folded.changed and _SPACED.search(text):  # "a n t h r a x" joined whole too
+    if folded.changed and _steps(text)[1]:  # "a n t h r a x" joined whole too
         out.append(_SPACED.sub(lambda m: m.group().replace(" ", ""), text))
-    if _ROT13_CUE.search(text):
+    lower = text.lower()
+    if ("rot" in lower or "caesar" in lower) and _ROT13_CUE.search(text):
         out.append(codecs.encode(folded.text, "rot13"))
-    if _REVERSED_CUE.search(text) or _REVERSED_END.search(folded.text.rstrip()):
+    words = folded.text.split()
+    if (words and _REVERSED_END.fullmatch(words[-1])) or (
+            ("revers" in lower or "backward" in lower or "right" in lower) and _REVERSED_CUE.search(text)):
         out.append(folded.text[::-1])
     return [t for t in dict.fromkeys(out) if t != text and t.strip()]
