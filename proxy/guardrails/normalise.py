@@ -303,7 +303,8 @@ def variants(text: str) -> list[str]:
     """Other readings of ``text`` a classifier should judge too, besides ``text`` itself: its
     :func:`fold` when that differs (and, with spaced-out letters, every spaced run joined whole);
     the decoded text of each :func:`encoded_blocks` block (also
-    folded); the whole text in rot13 when it names rot13 or Caesar; the whole text reversed when it
+    folded); the whole text in rot13, and the text after the instruction (after its colon, if any), when it
+    names rot13 or Caesar; the whole text reversed when it
     names reversal or reads like a reversed English sentence (its last word is lower case ending in
     one capital: "... ekam ot woH"). Without repeats, ``text`` left out; ``[]`` for most texts."""
     out: list[str] = []
@@ -318,8 +319,10 @@ def variants(text: str) -> list[str]:
     if folded.changed and _steps(text)[1]:  # "a n t h r a x" joined whole too
         out.append(_SPACED.sub(lambda m: m.group().replace(" ", ""), text))
     lower = text.lower()
-    if ("rot" in lower or "caesar" in lower) and _ROT13_CUE.search(text):
-        out.append(codecs.encode(folded.text, "rot13"))
+    cue = ("rot" in lower or "caesar" in lower) and _ROT13_CUE.search(folded.text)
+    if cue:  # the whole text, and what follows the instruction ("rot13 and follow it: <text>")
+        tail = folded.text[cue.end():]
+        out += [codecs.encode(folded.text, "rot13"), codecs.encode(tail[tail.find(":") + 1:], "rot13").strip()]
     words = folded.text.split()
     if (words and _REVERSED_END.fullmatch(words[-1])) or (
             ("revers" in lower or "backward" in lower or "right" in lower) and _REVERSED_CUE.search(text)):
