@@ -51,7 +51,8 @@ _NAME = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _DIGIT_GROUPS = re.compile(r"\+?\d+(?:[_/]\d+){3,}")
 _SPACED = re.compile(r"(?<!\S)(?:[A-Za-z0-9@._-] ){3,}[A-Za-z0-9@._-](?!\S)")
 _SPELLED = re.compile(rf"\b{_NAME}(?:[ ,-]+{_NAME}){{3,}}\b", re.IGNORECASE)
-_FOUR_SINGLES = b"\x01\x01\x01\x01"
+#: A digit after ``_`` or ``/``: where step 3 may apply.
+_JOINED_DIGIT = re.compile(r"[_/]\d")
 _DIGIT_NAMES = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
                 "six": "6", "seven": "7", "eight": "8", "nine": "9"}
 _SPELLED_WORD = re.compile(_NAME, re.IGNORECASE)
@@ -142,18 +143,22 @@ def _per_character(text: str) -> _Builder:
     return builder
 
 
+def _four_in_a_row(indexes: list[int]) -> bool:
+    """True when ``indexes`` (increasing) hold four consecutive integers."""
+    return any(indexes[k + 3] - indexes[k] == 3 for k in range(len(indexes) - 3))
+
+
 def _steps(text: str) -> tuple[bool, bool, bool]:
     """Which of steps 3, 4 and 5 may change ``text`` (cheap tests on its white-space separated
     words, in C loops: most texts need none of them)."""
     words = text.split()
     if not words:
         return False, False, False
-    groups = ("_" in text or "/" in text) and any(
-        _DIGIT_GROUPS.search(w) for w in words if len(w) >= 7 and ("_" in w or "/" in w))
-    spaced = _FOUR_SINGLES in bytes(map((1).__eq__, map(len, words)))
-    names = text.lower().replace(",", " ").replace("-", " ").split()
-    spelled = not _DIGIT_NAMES.keys().isdisjoint(names) and _FOUR_SINGLES in bytes(
-        map(_DIGIT_NAMES.__contains__, names))
+    groups = _JOINED_DIGIT.search(text) is not None and _DIGIT_GROUPS.search(text) is not None
+    spaced = _four_in_a_row([i for i, word in enumerate(words) if len(word) == 1])
+    lower = text.lower()
+    spelled = not _DIGIT_NAMES.keys().isdisjoint(lower.split()) and _four_in_a_row(
+        [i for i, word in enumerate(lower.replace(",", " ").replace("-", " ").split()) if word in _DIGIT_NAMES])
     return groups, spaced, spelled
 
 
