@@ -13,8 +13,9 @@ what the client wrote.
 
 1. per character outside ASCII: format characters (zero-width spaces and joiners, bidi controls,
    soft hyphen, word joiner, BOM: Unicode category ``Cf``) removed; Unicode NFKC (full-width and
-   mathematical letters, ligatures, no-break and other spaces); any dash or hyphen (category
-   ``Pd``, the minus sign) as ``-`` and any space separator (``Zs``) as a space;
+   mathematical letters, ligatures, no-break and other spaces; not punctuation it would spell out
+   in several characters, such as "…") and any space separator (``Zs``)
+   as a space; a dash, hyphen or minus sign between two digits as ``-`` (an em dash in prose stays);
 2. confusable letters: a word whose letters are all ASCII or have an ASCII look-alike in Unicode's
    confusables data (UTS #39 ``confusables.txt``, as shipped by the ``confusable-homoglyphs``
    package) is spelled with those look-alikes (Cyrillic "рiре bоmb" → "pipe bomb"); a word with
@@ -51,6 +52,8 @@ _NAME = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _DIGIT_GROUPS = re.compile(r"\+?\d+(?:[_/]\d+){3,}")
 _SPACED = re.compile(r"(?<!\S)(?:[A-Za-z0-9@._-] ){3,}[A-Za-z0-9@._-](?!\S)")
 _SPELLED = re.compile(rf"\b{_NAME}(?:[ ,-]+{_NAME}){{3,}}\b", re.IGNORECASE)
+#: A dash or hyphen other than ``-`` (Unicode category ``Pd``, the minus sign) between two digits.
+_DASH_IN_DIGITS = re.compile(r"(?<=\d)[\u2010-\u2015\u2212\u2E3A\u2E3B\uFE58\uFE63](?=\d)")
 #: A digit after ``_`` or ``/``: where step 3 may apply.
 _JOINED_DIGIT = re.compile(r"[_/]\d")
 _DIGIT_NAMES = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
@@ -167,11 +170,10 @@ def _fold_char(char: str) -> str:
     """One non-ASCII character as step 1 writes it ('' when removed)."""
     if unicodedata.category(char) == "Cf":
         return ""
-    out = []
-    for c in unicodedata.normalize("NFKC", char):
-        category = unicodedata.category(c)
-        out.append("-" if category == "Pd" or c == "\u2212" else " " if category == "Zs" else c)
-    return "".join(out)
+    out = unicodedata.normalize("NFKC", char)
+    if len(out) > 1 and not any(c.isalnum() for c in out):
+        return char  # "…" stays: punctuation spelled out identifies nothing
+    return "".join(" " if unicodedata.category(c) == "Zs" else c for c in out)
 
 
 def _confusables(builder: _Builder) -> None:
@@ -221,6 +223,8 @@ def fold(text: str) -> Folded:
         builder = _per_character(text)
         if not builder.text().isascii():
             _confusables(builder)
+            for m in _DASH_IN_DIGITS.finditer(builder.text()):  # one character for one
+                builder.chars[m.start()] = "-"
         groups, spaced, spelled = _steps(builder.text())
     if groups:
         builder.sub(_DIGIT_GROUPS, lambda m: [("-" if c in "_/" else c, k, k + 1) for k, c in enumerate(m)])
