@@ -262,7 +262,8 @@ class GuardrailEngine:
         every message's texts (:func:`input_texts`: client-written assistant turns, tool calls and
         tool results too), and refuses content parts no detector reads (images, audio, file data)
         where its policy says ``unreadable_parts: refuse``; Privacy masks every text piece of every
-        message (tool-call arguments inside their JSON), Compliance reads the last user message. ``definitions`` (the request's
+        message (tool-call arguments inside their JSON), Compliance reads the open question
+        (:meth:`classify_domain`). ``definitions`` (the request's
         ``tools`` / ``tool_choice`` / ``response_format``, any subset, None: none) are input too:
         Safety judges their :func:`~proxy.guardrails.messages.definition_texts` (a refusal caused
         by them alone records no verdict for the user's turn), Privacy masks them before the messages
