@@ -198,8 +198,9 @@ class GuardrailEngine:
         """The request's domain by the first input compliance policy: of every text of the open
         question (:func:`~proxy.guardrails.conversation.open_question`: the last user message,
         earlier unanswered user messages, system/developer instructions, the current turn's tool
-        results, none of ``withheld``) and of the tool definitions' descriptions (each
-        :func:`~proxy.guardrails.messages.definition_texts` text of more than three words), the most
+        results, none of ``withheld``) and of the questions in the tool definitions (each
+        :func:`~proxy.guardrails.messages.definition_texts` text of more than three words with a "?":
+        a tool's own description, "Issue a refund for a payment", is not a question asked), the most
         regulated: an escalated text first, then one with a notice, then the highest regulated
         probability; the last user message wins ties. Each text is judged once per content (the scan
         cache), so a resent conversation costs one new text per turn."""
@@ -208,7 +209,7 @@ class GuardrailEngine:
         for i in open_question(messages, withheld):
             sources.setdefault(message_text(messages[i]), i)
         for text in definition_texts(definitions):
-            if len(text.split()) > 3:
+            if "?" in text and len(text.split()) > 3:  # a question, not a tool's own instructions
                 sources.setdefault(text, None)
         texts = [t for t in sources if t.strip()]
         if not policies or not texts:

@@ -249,7 +249,7 @@ def test_a_regulated_question_anywhere_in_the_open_question_is_escalated(message
 
 
 def test_a_regulated_tool_description_is_escalated():
-    tools = [{"type": "function", "function": {"name": "ask", "description": QUESTION + " Answer it in full."}}]
+    tools = [{"type": "function", "function": {"name": "ask", "description": "Can you diagnose my rash? Answer it."}}]
     assert engine().screen_input([user("Go ahead.")], {"tools": tools}).action == "escalate"
 
 
