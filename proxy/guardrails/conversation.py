@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable
 
 from proxy.guardrails.messages import screened_text
 
-__all__ = ["Settled", "ReplyMatcher", "current_turn_start", "reply_text", "settled_turns", "withheld_indexes"]
+__all__ = ["Settled", "ReplyMatcher", "current_turn_start", "open_question", "reply_text", "settled_turns",
+           "withheld_indexes"]
 
 Message = dict[str, Any]
 
@@ -137,3 +138,30 @@ def withheld_indexes(messages: list[Message], settled: list[Settled]) -> set[int
     except ``system`` / ``developer`` instructions (they stay, and are judged like any text)."""
     return {i for s in settled for i in range(s.start, s.end)
             if messages[i].get("role") not in ("system", "developer")}
+
+
+def open_question(messages: list[Message], withheld: set[int] = frozenset()) -> list[int]:
+    """The indexes of the messages that make up the request's open question, which Compliance
+    judges (docs/guardrails.md "Compliance"), the last ``user`` message first:
+
+    - the last ``user`` message, and every earlier ``user`` message no ``assistant`` message
+      answers (those after the last assistant message before it: a question followed by
+      "Thanks!" or "answer my question above" is still open);
+    - every ``system`` / ``developer`` message (instructions, a Responses request's
+      ``instructions`` among them);
+    - the ``tool`` / ``function`` results after the last ``user`` message.
+
+    A history turn that was answered is not open: it kept the verdict it had when it was the
+    current turn. Indexes in ``withheld`` (settled turns, :func:`withheld_indexes`) are left out.
+    """
+    current = current_turn_start(messages)
+    has_user = bool(messages) and messages[current].get("role") == "user"
+    chosen = [current] if has_user else []
+    i = current - 1
+    while has_user and i >= 0 and messages[i].get("role") != "assistant":
+        if messages[i].get("role") == "user":
+            chosen.append(i)
+        i -= 1
+    chosen += [i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")]
+    chosen += [i for i in range(current + 1, len(messages)) if messages[i].get("role") in ("tool", "function")]
+    return [i for i in dict.fromkeys(chosen) if i not in withheld]

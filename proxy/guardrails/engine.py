@@ -22,7 +22,8 @@ from functools import lru_cache
 from typing import Any, Callable, NamedTuple
 
 from proxy.guardrails.cache import ScanCache
-from proxy.guardrails.conversation import ReplyMatcher, Settled, current_turn_start, settled_turns, withheld_indexes
+from proxy.guardrails.conversation import (ReplyMatcher, Settled, current_turn_start, open_question, settled_turns,
+                                           withheld_indexes)
 from proxy.guardrails.decisions import (
     Decision,
     decisive_action,
@@ -42,7 +43,6 @@ from proxy.guardrails.messages import (
     TextPiece,
     definition_pieces,
     definition_texts,
-    last_user_text,
     map_definitions,
     map_text,
     map_tool_calls,
@@ -193,14 +193,39 @@ class GuardrailEngine:
 
     # ---- input -----------------------------------------------------------------------------
 
-    def classify_domain(self, messages: list[Message]) -> DomainRoute:
-        """The domain of the last user message by the first input compliance policy."""
+    def classify_domain(self, messages: list[Message], definitions: dict[str, Any] | None = None,
+                        withheld: set[int] = frozenset()) -> DomainRoute:
+        """The request's domain by the first input compliance policy: of every text of the open
+        question (:func:`~proxy.guardrails.conversation.open_question`: the last user message,
+        earlier unanswered user messages, system/developer instructions, the current turn's tool
+        results, none of ``withheld``) and of the questions in the tool definitions (each
+        :func:`~proxy.guardrails.messages.definition_texts` text of more than three words with a "?":
+        a tool's own description, "Issue a refund for a payment", is not a question asked), the most
+        regulated: an escalated text first, then one with a notice, then the highest regulated
+        probability; the last user message wins ties. Each text is judged once per content (the scan
+        cache), so a resent conversation costs one new text per turn."""
         policies = self._policies("compliance", "input")
-        text = last_user_text(messages)
-        if not policies or not text.strip():
+        sources: dict[str, int | None] = {}
+        for i in open_question(messages, withheld):
+            sources.setdefault(message_text(messages[i]), i)
+        for text in definition_texts(definitions):
+            if "?" in text and len(text.split()) > 3:  # a question, not a tool's own instructions
+                sources.setdefault(text, None)
+        texts = [t for t in sources if t.strip()]
+        if not policies or not texts:
             return DomainRoute(GENERAL_DOMAIN, "1.0000")
-        (result,) = self.detect(policies[0], [text])
-        return DomainRoute(result.domain, fmt_score(result.confidence), result, policies[0])
+        results = self.detect(policies[0], texts)
+        regulated = self._regulated_probability(policies[0])
+        text, result = max(zip(texts, results),
+                           key=lambda tr: (bool(tr[1].regulated), tr[1].notice is not None, regulated(tr[1])))
+        return DomainRoute(result.domain, fmt_score(result.confidence), result, policies[0], sources[text])
+
+    def _regulated_probability(self, policy: Policy) -> Callable[[Any], float]:
+        """``result -> summed probability of the regulated domains`` for ``policy``'s detector (its
+        ``config.domains``; 0.0 for a detector without them)."""
+        domains = getattr(getattr(self.detectors[policy.id], "config", None), "domains", {})
+        names = {name for name, spec in domains.items() if getattr(spec, "regulated", False)}
+        return lambda result: sum(p for d, p in getattr(result, "scores", {}).items() if d in names)
 
     def _safety(self, stage: str, texts_of: Callable[[SafetyPolicy], list[str]],
                 definitions: bool = False) -> list[Decision]:
@@ -238,7 +263,8 @@ class GuardrailEngine:
         every message's texts (:func:`input_texts`: client-written assistant turns, tool calls and
         tool results too), and refuses content parts no detector reads (images, audio, file data)
         where its policy says ``unreadable_parts: refuse``; Privacy masks every text piece of every
-        message (tool-call arguments inside their JSON), Compliance reads the last user message. ``definitions`` (the request's
+        message (tool-call arguments inside their JSON), Compliance reads the open question
+        (:meth:`classify_domain`). ``definitions`` (the request's
         ``tools`` / ``tool_choice`` / ``response_format``, any subset, None: none) are input too:
         Safety judges their :func:`~proxy.guardrails.messages.definition_texts` (a refusal caused
         by them alone records no verdict for the user's turn), Privacy masks them before the messages
@@ -278,7 +304,7 @@ class GuardrailEngine:
                              route.domain, route.confidence, masker=masker, settled=settled,
                              definitions=masked_definitions)
         if escalation is not None and route.policy is not None:
-            self._record(messages, "escalate")
+            self._record(messages, "escalate", route.source)
             screen.escalation_id = escalation.evidence["escalation_id"]
             screen.notice = route.policy.notice.format(domain=route.domain, escalation_id=screen.escalation_id)
         elif notice is not None:
@@ -288,9 +314,9 @@ class GuardrailEngine:
     def _judge_input(self, messages: list[Message], definitions: dict[str, Any] | None) -> _Judgement:
         """Compliance's route and Safety's refusals for :meth:`screen_input` (no side effects but
         the scan cache: the caller records verdicts)."""
-        route = self.classify_domain(messages)
         settled = self.settled(messages)
         withheld = withheld_indexes(messages, settled)
+        route = self.classify_domain(messages, definitions, withheld)
         judged = [m for i, m in enumerate(messages) if i not in withheld]
         tool_texts = definition_texts(definitions)
         message_refusals = (self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
@@ -336,11 +362,14 @@ class GuardrailEngine:
         verdict was recorded for their text)."""
         return settled_turns(messages, self.replies, lambda text: self.cache.get(VERDICTS, text))
 
-    def _record(self, messages: list[Message], verdict: str) -> None:
-        """Record ``verdict`` for the current turn's user message (a later request's history)."""
+    def _record(self, messages: list[Message], verdict: str, source: int | None = None) -> None:
+        """Record ``verdict`` for the current turn's user message and for the user message at index
+        ``source`` (the earlier unanswered question that decided an escalation), for a later request's
+        history: a question followed by "Thanks!" is settled with the turn it was judged in."""
         start = current_turn_start(messages)
-        if messages and messages[start].get("role") == "user":
-            self.cache.put(VERDICTS, screened_text(messages[start]), verdict)
+        for i in (start, source):
+            if i is not None and messages and messages[i].get("role") == "user":
+                self.cache.put(VERDICTS, screened_text(messages[i]), verdict)
 
     def mask_messages(self, messages: list[Message]) -> list[Message]:
         """``messages`` as the model would see them: the first input Privacy policy's placeholders

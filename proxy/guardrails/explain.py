@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.guardrails.decisions import decisive_action, fmt_score, worst_scores
 from proxy.guardrails.engine import GuardrailEngine, input_texts
-from proxy.guardrails.messages import last_user_text, screened_text
+from proxy.guardrails.messages import screened_text
 
 __all__ = ["PolicyExplanation", "explain_input"]
 
@@ -73,13 +73,12 @@ def _privacy(engine: GuardrailEngine, policy: Any, messages: list[dict[str, Any]
 
 def _compliance(engine: GuardrailEngine, policy: Any, messages: list[dict[str, Any]],
                 first: bool) -> PolicyExplanation:
-    text = last_user_text(messages)
     if not first:
         return PolicyExplanation(policy.id, "compliance", "allow", "allow: only the first input compliance "
                                  "policy routes a request")
-    if not text.strip():
+    result = engine.classify_domain(messages).result  # the open question's most regulated text
+    if result is None:
         return PolicyExplanation(policy.id, "compliance", "allow", "allow: no user message")
-    (result,) = engine.detect(policy, [text])
     config = getattr(engine.detectors.get(policy.id), "config", None)
     scores = {d: fmt_score(p) for d, p in sorted(result.scores.items())}
     thresholds: dict[str, str] = {}

@@ -18,7 +18,8 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True)
 class DomainRoute:
-    """The request's domain (from its last user message) and the Compliance policy that routes it.
+    """The request's domain (from its open question: the engine's ``classify_domain``) and the
+    Compliance policy that routes it.
 
     ``confidence`` is a decimal string in [0, 1]; ``result`` the compliance detector's
     DomainResult, None (with ``policy`` None) when no compliance policy screens inputs or the
@@ -29,6 +30,8 @@ class DomainRoute:
     confidence: str
     result: Any = None
     policy: CompliancePolicy | None = None
+    #: Index of the message whose text decided the route (None: a tool definition, or no text).
+    source: int | None = None
 
     @property
     def regulated(self) -> bool:

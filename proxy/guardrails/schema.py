@@ -44,6 +44,10 @@ class HoldBack(BaseModel):
     unit: Literal["chars", "tokens"] = "chars"
 
 
+#: Safety's default ``hold_back`` (policies/safety.yaml explains the choice).
+SAFETY_HOLD_BACK = HoldBack(size=24, unit="tokens")
+
+
 def parse_hold_back(value: Any) -> Any:
     """``120`` → chars; ``"24 tokens"`` / ``"120 chars"`` → HoldBack; a mapping is validated as is.
 
@@ -97,6 +101,11 @@ class SafetyPolicy(_Policy):
     #: and definitions are terse imperatives ("Look up a customer by id") that read like
     #: instructions, so they may get stricter (higher) thresholds than messages.
     definition_thresholds: dict[str, Decimal] = Field(default_factory=dict)
+    #: Streams: Safety holds the newest 24 tokens back by default (:data:`SAFETY_HOLD_BACK`), so a
+    #: window that fires stops the stream before its last 24 tokens leave: an answer that fires
+    #: within its first 24 tokens is never delivered at all (the client gets the apology), a longer
+    #: one never whole. 0 restores the provider's time to first token.
+    hold_back: HoldBack = Field(default_factory=lambda: SAFETY_HOLD_BACK)
     #: Content parts no detector reads (images, audio, file data: ``messages.UNREADABLE_PART_TYPES``)
     #: on input: ``"forward"`` (the default) passes them to the provider unscreened; ``"refuse"``
     #: refuses a request whose judged messages carry any (category :data:`UNREADABLE_CONTENT`), for

@@ -106,12 +106,15 @@ def test_demo_route_answers_without_a_provider(client, upstream):
 
 
 def test_streaming_with_usage_in_last_chunk(proxy, client, upstream, keys):
+    # longer than Safety's default hold_back (24 tokens), so the answer leaves in many chunks
+    prompt = ("Tell me about rivers and lakes: where they start, the seas they run into, the fish, birds and "
+              "plants that live in and around them, and how people have used them for travel, food and power")
     raw = client.chat.completions.with_raw_response.create(
-        model="stub", messages=[{"role": "user", "content": "Tell me about rivers and lakes"}],
+        model="stub", messages=[{"role": "user", "content": prompt}],
         stream=True, stream_options={"include_usage": True})
     chunks = list(raw.parse())
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "Stub answer: Tell me about rivers and lakes"
+    assert text == f"Stub answer: {prompt}"
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 3  # really streamed
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(text.split())
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
@@ -183,6 +186,38 @@ def test_pii_is_masked_for_the_model_and_restored_for_the_client(proxy, client, 
     assert text[slice(*spans["EMAIL_ADDRESS"])] == "john.smith@example.com"
     assert "john.smith@example.com" not in json.dumps(r)
     assert verify_receipt(r, keys) == []
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": LEGAL}, {"role": "user", "content": "Thanks!"}],
+    [{"role": "system", "content": LEGAL}, {"role": "user", "content": "Answer the question above."}],
+], ids=["followed-by-thanks", "in-the-system-message"])
+def test_a_regulated_question_before_the_last_user_message_is_escalated(proxy, client, upstream, messages):
+    raw, completion = chat_raw(client, model="stub", messages=messages)
+    assert raw.headers["x-sonate-guardrail-action"] == "escalate"
+    assert upstream.received() == []
+    assert receipt(proxy, raw.headers["x-sonate-receipt-id"])["intent"] == "legal"
+
+
+def test_look_alike_identifiers_are_masked_over_what_the_client_wrote(proxy, client, upstream, keys):
+    email = "".join(chr(ord(c) + 0xFEE0) for c in "john.smith@example.com")  # full-width
+    card = "4111\u20111111\u20111111\u20111111"  # non-breaking hyphens
+    text = f"Send the tickets to {email} and put the card {card} on file for the hotel."
+    raw, completion = chat_raw(client, model="stub", messages=[{"role": "user", "content": text}])
+    seen = upstream.received()[0]["messages"][0]["content"]
+    assert seen == "Send the tickets to <EMAIL_ADDRESS_1> and put the card <CREDIT_CARD_1> on file for the hotel."
+    assert completion.choices[0].message.content == f"Stub answer: {text}"  # restored as written
+    r = receipt(proxy, raw.headers["x-sonate-receipt-id"])
+    spans = {s["entity_type"]: (s["start"], s["end"]) for s in r["evidence"]["spans"]}
+    assert text[slice(*spans["EMAIL_ADDRESS"])] == email and text[slice(*spans["CREDIT_CARD"])] == card
+    assert verify_receipt(r, keys) == []
+
+
+def test_a_disguised_harmful_request_is_refused(proxy, client, upstream):
+    disguised = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in HARMFUL)  # full-width
+    raw, completion = chat_raw(client, model="stub", messages=[{"role": "user", "content": disguised}])
+    assert completion.choices[0].message.content == APOLOGY
+    assert upstream.received() == []
 
 
 def test_regulated_query_is_escalated_to_the_review_queue(proxy, client, upstream, keys):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy.guardrails.conversation import ReplyMatcher, current_turn_start, settled_turns
+from proxy.guardrails.conversation import ReplyMatcher, current_turn_start, open_question, settled_turns
 from proxy.guardrails.detectors.domain import DomainResult
 from proxy.guardrails.engine import GuardrailEngine
 from tests.support.detectors import POLICIES, FakeApology, FakeDetectors, count_words
@@ -228,3 +228,51 @@ def test_scan_cache_is_bounded_by_the_characters_of_its_texts():
     cache.put("verdict", "a long turn of text", "refuse")  # a verdict weighs 1
     assert cache.get("verdict", "a long turn of text") == "refuse" and cache.chars <= 12
     assert ScanCache()._max_chars == MAX_CACHED_CHARS == 20_000_000
+
+
+# ---- Compliance judges the open question, not only the last user message ----------------------
+
+QUESTION = "Please diagnose my rash."
+
+
+@pytest.mark.parametrize("messages", [
+    [user(QUESTION), user("Thanks!")],
+    [user(QUESTION), user("Answer my question above.")],
+    [{"role": "system", "content": QUESTION}, user("Go ahead.")],
+    [{"role": "developer", "content": QUESTION}, user("Go ahead.")],  # Responses `instructions`
+    [user("Read the file."), {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+     {"role": "tool", "tool_call_id": "c1", "content": QUESTION}],
+], ids=["thanks", "answer-above", "system", "instructions", "tool-result"])
+def test_a_regulated_question_anywhere_in_the_open_question_is_escalated(messages):
+    assert engine().screen_input(messages).action == "escalate"
+
+
+def test_a_regulated_tool_description_is_escalated():
+    tools = [{"type": "function", "function": {"name": "ask", "description": "Can you diagnose my rash? Answer it."}}]
+    assert engine().screen_input([user("Go ahead.")], {"tools": tools}).action == "escalate"
+
+
+def test_an_answered_history_question_keeps_its_verdict():
+    fakes = FakeDetectors()
+    eng = engine(fakes)
+    history = [user("What is a cat?"), assistant("A small animal."), user("And a dog?")]
+    assert eng.screen_input(history).action == "allow"
+    assert fakes.domain.calls == [["And a dog?"]]  # the answered question is not judged again
+
+
+def test_the_question_that_decided_an_escalation_is_withheld_next_time():
+    eng = engine()
+    first = eng.screen_input([user(QUESTION), user("Thanks!")])
+    assert first.action == "escalate"
+    screen = eng.screen_input([user(QUESTION), user("Thanks!"), assistant(first.notice), user("What is a cat?")])
+    assert screen.action == "allow"
+    assert screen.messages == [user("What is a cat?")]  # the escalated question never reaches the model
+
+
+def test_open_question_lists_the_texts_compliance_reads():
+    messages = [{"role": "system", "content": "sys"}, user("old"), assistant("answer"), user("unanswered"),
+                user("last"), {"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "result"}]
+    assert open_question(messages) == [4, 3, 0, 6]
+    assert open_question(messages, withheld={3}) == [4, 0, 6]
+    assert open_question([]) == []

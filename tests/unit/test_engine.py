@@ -236,7 +236,7 @@ def test_each_detector_reads_the_roles_it_screens(rig):
     everything = ["sys", "dev", "first question", "an answer", "tool output", "fn output", "last question"]
     assert rig.safety.calls == [everything]  # client-written assistant turns are input too
     assert rig.pii.calls == [everything]
-    assert rig.domain.calls == [["last question"]]
+    assert rig.domain.calls == [["last question", "sys", "dev"]]  # the open question (test_conversation.py)
 
 
 def test_results_are_cached_by_content(rig):
@@ -437,7 +437,7 @@ def test_an_abandoned_screen_stops_at_its_next_group(rig):
 
 def test_the_side_thread_pauses_and_is_abandoned_with_its_screen(rig):
     """Safety and Compliance in the side thread run under the screen's pause hook."""
-    messages = [user(f"question {i}") for i in range(40)]  # 40 texts for Safety (and Privacy): two groups
+    messages = [user(f"question {i}") for i in range(40)]  # 40 texts for each detector: two groups
     side_paused = threading.Event()
 
     def hook() -> None:
@@ -449,7 +449,8 @@ def test_the_side_thread_pauses_and_is_abandoned_with_its_screen(rig):
     with patterns.pausing(hook), pytest.raises(Abandoned):
         rig.engine.screen_input(messages, side_by_side=True)
     assert side_paused.is_set()
-    assert [len(call) for call in rig.safety.calls] == [engine_module.DETECT_GROUP]  # stopped after one group
+    # 40 unanswered questions: Compliance reads them first and the side thread stops after one group
+    assert [len(call) for call in rig.domain.calls + rig.safety.calls] == [engine_module.DETECT_GROUP]
 
 
 def test_count_pieces_is_what_privacy_reads(rig):

@@ -132,3 +132,36 @@ def test_policy_recognizers_need_their_context(detector):
     assert found["2018-01-14 03:07:43"] == "DATE_TIME"
     assert found["Ukkonen"] == "PERSON"
     assert not any(s.entity_type == "DATE_TIME" for s in detector.analyze("Add 1968 apples to 2018 pears."))
+
+
+# ---- look-alike characters and encodings (proxy/guardrails/normalise.py) ------------------------
+
+FULL_WIDTH = "".join(chr(ord(c) + 0xFEE0) for c in "john.smith@example.com")
+NBSP_IBAN = "GB82\u00a0WEST\u00a01234\u00a05698\u00a07654\u00a032"
+
+
+@pytest.mark.parametrize("text, written, entity", [
+    (f"Please wire it to IBAN {NBSP_IBAN} today.", NBSP_IBAN, "IBAN_CODE"),
+    ("Charge my card 4111\u20111111\u20111111\u20111111 please.", "4111\u20111111\u20111111\u20111111", "CREDIT_CARD"),
+    ("Charge my card 4111\u20131111\u20131111\u20131111 please.", "4111\u20131111\u20131111\u20131111", "CREDIT_CARD"),
+    ("Charge my card 4111_1111_1111_1111 please.", "4111_1111_1111_1111", "CREDIT_CARD"),
+    (f"Write to me at {FULL_WIDTH} soon.", FULL_WIDTH, "EMAIL_ADDRESS"),
+    ("Write to me at john.smi\u200bth@exam\u200bple.com soon.", "john.smi\u200bth@exam\u200bple.com", "EMAIL_ADDRESS"),
+    ("Write to me at j o h n @ e x a m p l e . c o m soon.", "j o h n @ e x a m p l e . c o m", "EMAIL_ADDRESS"),
+    ("My phone is +44/20/7946/0958, call me.", "+44/20/7946/0958", "PHONE_NUMBER"),
+    ("My card is four one one one one one one one one one one one one one one one, charge it.",
+     "four one one one one one one one one one one one one one one one", "CREDIT_CARD"),
+    ("Email me: am9obi5zbWl0aEBleGFtcGxlLmNvbQ== thanks", "am9obi5zbWl0aEBleGFtcGxlLmNvbQ==", "EMAIL_ADDRESS"),
+], ids=["iban-nbsp", "card-nb-hyphen", "card-en-dash", "card-underscores", "email-full-width",
+        "email-zero-width", "email-spaced", "phone-slashes", "card-spelled", "email-base64"])
+def test_identifiers_in_look_alike_characters_are_found_over_the_original_characters(detector, text, written,
+                                                                                      entity):
+    found = _found(text, detector.analyze(text))
+    assert found.get(written) == entity, found
+    masked = PiiMasker().mask(text, detector.analyze(text))
+    assert written not in masked and f"<{entity}_1>" in masked
+
+
+def test_ordinary_text_with_typographic_characters_has_the_same_spans(detector):
+    text = "The 2019\u20132020 season \u2014 as you\u2019d expect \u2014 ran from May to June."
+    assert detector.analyze(text) == detector._analyze_written([text])[0]

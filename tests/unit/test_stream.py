@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from proxy.guardrails.schema import HoldBack, parse_hold_back
+from proxy.guardrails.schema import SAFETY_HOLD_BACK, HoldBack, SafetyPolicy, load_policies, parse_hold_back
 from proxy.guardrails.stream import (
     MAX_WINDOW_CHARS,
     OVERLAP_CHARS,
@@ -128,3 +130,11 @@ def test_privacy_cut_keeps_the_longest_identifier_back_and_never_cuts_a_word_or_
     unbroken = "x" * (MAX_UNBROKEN_CHARS + MAX_IDENTIFIER_CHARS)
     assert privacy_cut(unbroken, 0, len(unbroken) - 1, []) == 0  # a word is not cut...
     assert privacy_cut(unbroken, 0, len(unbroken), []) == MAX_UNBROKEN_CHARS  # ...unless it is this long
+
+
+def test_safety_holds_24_tokens_back_by_default_and_as_shipped():
+    assert SAFETY_HOLD_BACK == HoldBack(size=24, unit="tokens")
+    assert SafetyPolicy(id="s", kind="safety", stages=["output"], thresholds={"toxicity": "0.9"}).hold_back \
+        == SAFETY_HOLD_BACK
+    shipped = [p for p in load_policies(Path(__file__).resolve().parents[2] / "policies") if p.kind == "safety"]
+    assert [p.hold_back for p in shipped] == [SAFETY_HOLD_BACK]

@@ -115,6 +115,13 @@ async def test_harm_split_across_chunks_stops_with_content_filter(make, upstream
     assert result.events.body()["choices"][0]["message"]["content"] == text
 
 
+async def test_by_default_a_short_harmful_answer_is_replaced_by_the_apology(make, upstream):
+    gateway = make(safety=[SAFETY])  # Safety's default hold_back (24 tokens)
+    upstream.queue(Reply(chunks=["Sure. ", "Here is how to ", "HA", "RM them. ", "Step two."]))
+    result, events, at_done = await stream(gateway, "Tell me a story")
+    assert text_of(events) == "Refused by policy." and finish_of(events) == "content_filter"
+
+
 async def test_placeholder_split_across_chunks_is_restored(make, upstream):
     gateway = make()
     upstream.queue(Reply(chunks=["I will mail ", "<EMAIL_", "ADDRESS_1>", " today."]))

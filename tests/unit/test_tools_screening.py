@@ -190,11 +190,13 @@ def test_placeholders_of_the_definitions_do_not_move_as_the_conversation_grows(r
     assert later.messages[0] == first.messages[0] == user("Mail <EMAIL_ADDRESS_2>")
 
 
-def test_compliance_still_reads_only_the_last_user_message(rig):
+def test_compliance_reads_a_question_in_a_tool_description_not_its_instructions(rig):
     definitions = {"tools": [weather_tool("Diagnose the patient's rash.")]}
     screen = rig.engine.screen_input([user("Weather in Paris?")], definitions)
     assert screen.action == "allow"
     assert rig.domain.calls == [["Weather in Paris?"]]
+    asked = {"tools": [weather_tool("Can you diagnose the rash on my arm?")]}
+    assert rig.engine.screen_input([user("Weather in Paris?")], asked).action == "escalate"
 
 
 # ---- the real detectors of policies/*.yaml ------------------------------------------------------------

@@ -46,6 +46,7 @@ from typing import Iterable
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from proxy import offline
+from proxy.guardrails import normalise
 from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, LemmaBound
 from proxy.guardrails.detectors.embeddings import embed
@@ -648,7 +649,40 @@ class PiiDetector:
         return self.analyze_batch([text])[0]
 
     def analyze_batch(self, texts: list[str]) -> list[list[PiiSpan]]:
-        """PII spans of each text (same order), one spaCy ``pipe`` pass over all their windows.
+        """PII spans of each text (same order): non-overlapping, sorted by start, in the text's own
+        offsets.
+
+        Each text is read as written and, where it differs, as :func:`~proxy.guardrails.normalise.fold`
+        spells it (look-alike characters, spaced-out or spelled digits: docs/security.md "Look-alike
+        characters and encodings"); a span of the folded reading is mapped back to the original
+        characters it stands for and wins over an overlapping span of the written one. A base64 or
+        hex block (:func:`~proxy.guardrails.normalise.encoded_blocks`) whose decoded text holds
+        personal data is one span over the whole block, of the type of the decoded text's highest
+        scoring span (recognizer ``EncodedBlock``). All readings go through one
+        :meth:`_analyze_written` pass.
+        """
+        folded = [normalise.fold(text) for text in texts]
+        blocks = [normalise.encoded_blocks(text) for text in texts]
+        readings = list(texts)
+        for reading, encoded in zip(folded, blocks):
+            readings += [reading.text] if reading.changed else []
+            readings += [block.decoded for block in encoded]
+        found = self._analyze_written(readings)
+        extra = iter(found[len(texts):])
+        out = []
+        for spans, reading, encoded in zip(found, folded, blocks):
+            seen = [PiiSpan(s.entity_type, *reading.original_span(s.start, s.end), s.score, s.recognizer)
+                    for s in (next(extra) if reading.changed else [])]
+            for block in encoded:
+                inside = next(extra)
+                if inside:
+                    best = max(inside, key=lambda s: s.score)
+                    seen.append(PiiSpan(best.entity_type, block.start, block.end, best.score, "EncodedBlock"))
+            out.append(_prefer(seen, spans) if seen else spans)
+        return out
+
+    def _analyze_written(self, texts: list[str]) -> list[list[PiiSpan]]:
+        """PII spans of each text as written (same order), one spaCy ``pipe`` pass over all their windows.
 
         The pass runs in spaCy's ``memory_zone()`` (spaCy >= 3.8, "Memory management" in its
         docs): the strings and lexemes the texts add to the pipeline's vocab are freed when it
@@ -671,6 +705,14 @@ class PiiDetector:
     def detect(self, texts: list[str]) -> list[list[PiiSpan]]:
         """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`analyze_batch`."""
         return self.analyze_batch(texts)
+
+
+def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
+    """:func:`resolve_overlaps` of ``first``, plus the spans of ``then`` that overlap none of them;
+    sorted by start."""
+    kept = resolve_overlaps(first)
+    rest = [s for s in then if not any(k.start < s.end and s.start < k.end for k in kept)]
+    return sorted([*kept, *rest], key=lambda s: s.start)
 
 
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")

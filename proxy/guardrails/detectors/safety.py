@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.guardrails import normalise
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.guard import GuardConfig, LlmGuard, load_guard
 from proxy.guardrails.detectors.harm import (
@@ -177,12 +178,30 @@ class SafetyDetector:
         return out
 
     def detect(self, texts: list[str]) -> list[dict[str, float]]:
-        """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`score`."""
-        return self.score(texts)
+        """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`score` of each text and
+        of its other readings (:func:`proxy.guardrails.normalise.variants`: look-alike characters
+        folded, base64/hex blocks decoded, rot13 or reversal where the text asks for it), per
+        category the highest; ``located`` only when the text as written gave the harm score. One
+        :meth:`score` call for all readings."""
+        readings = [[text, *normalise.variants(text)] for text in texts]
+        if all(len(rs) == 1 for rs in readings):
+            return self.score(texts)
+        unique = list(dict.fromkeys(r for rs in readings for r in rs))
+        scored = dict(zip(unique, self.score(unique)))
+        return [_highest([scored[r] for r in rs]) for rs in readings]
 
     def warm_up(self) -> None:
         """Run one tiny batch so lazily initialised parts (the embedding model) load at start-up."""
         self.score(["warm up"])
+
+
+def _highest(readings: list[Scores]) -> Scores:
+    """Per category the highest score of a text's ``readings`` (the text as written first); the
+    written text's ``located`` kept only where no other reading scored higher."""
+    written = readings[0]
+    best = {c: max(r[c] for r in readings) for c in written}
+    located = {c: where for c, where in written.located.items() if best[c] == written[c]}
+    return Scores(best, located)
 
 
 def _load_manifest_model(config: ToxicityConfig) -> ToxicityDetector:
