@@ -43,6 +43,7 @@ from proxy.guardrails.messages import (
     TextPiece,
     definition_pieces,
     definition_texts,
+    judged_texts,
     map_definitions,
     map_text,
     map_tool_calls,
@@ -123,16 +124,17 @@ class _PrivacyScan(NamedTuple):
 
 
 def input_texts(messages: list[Message], assistant_turns: int | None = None) -> list[str]:
-    """The texts input Safety judges: every message's :func:`screened_text`, whatever its role.
+    """The texts input Safety judges: every message's :func:`judged_texts` (its joined text, and
+    each of its sentences alone, so other fields cannot dilute one), whatever its role.
 
-    Every text the client writes is input (issue 15), client-written assistant turns included
+    Every text the client writes is input, client-written assistant turns included
     (a prefilled or many-shot conversation is the client's text, not the model's);
     ``assistant_turns`` (:attr:`SafetyPolicy.input_assistant_turns`) keeps only the latest N
     assistant turns (None: all). Blank texts are left out.
     """
     assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     skipped = set(assistant[:len(assistant) - assistant_turns]) if assistant_turns is not None else set()
-    texts = (screened_text(m) for i, m in enumerate(messages) if i not in skipped)
+    texts = (t for i, m in enumerate(messages) if i not in skipped for t in judged_texts(m))
     return [t for t in texts if t.strip()]
 
 

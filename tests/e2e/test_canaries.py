@@ -10,9 +10,7 @@ address (masked) nor the instruction.
 
 Hypothesis draws the positions (derandomized, 200 examples: about 10 s once the proxy is up);
 :func:`test_each_reported_place_is_screened_or_refused` pins the places once reported as passing
-unread. Known gap: the bare instruction in the :data:`DILUTED` places (read, and masked by
-Privacy, but judged by Safety joined with the message's other texts) is left out of the draw and
-an expected failure of the long mode. ``SONATE_FUZZ=long`` also sends every canary at every position (about 1,600 requests,
+unread. ``SONATE_FUZZ=long`` also sends every canary at every position (about 1,600 requests,
 several minutes): ``SONATE_FUZZ=long .venv/bin/python -m pytest -p no:randomly
 tests/e2e/test_canaries.py``. Exception by design: an embeddings ``input`` is judged by Safety only under
 ``server.embeddings_safety: true`` (docs/security.md); Privacy masks it always.
@@ -201,20 +199,24 @@ def _place(route: str, path: Path, is_key: bool = False) -> tuple[str, Path, boo
 
 
 C, R, M, E = "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"
-#: Read fields where Safety, judging the message's texts joined, lets the bare instruction pass
-#: diluted by the message's other texts (Privacy masks them all); judging each sentence alone as well
-#: (proxy.guardrails.messages.judged_texts) refuses them once the engine judges those texts.
-DILUTED = {
+#: Read fields where a message's other texts once diluted the bare instruction when Safety judged
+#: them joined; each sentence is now judged alone as well (proxy.guardrails.messages.judged_texts).
+DILUTED = [
     _place(C, ("messages", 2, "name")), _place(C, ("messages", 2, "content", 1, "image_url", "url")),
     _place(C, ("messages", 2, "content", 3, "file", "filename")),
     _place(C, ("messages", 2, "content", 4, "file", "filename")),
     _place(C, ("messages", 3, "tool_calls", 0, "function", "arguments")),
     _place(M, ("messages", 1, "content", 1, "input", "city"), True),
-}
+]
 
 
-#: (position, canary) pairs the property test draws: all but the instruction at a DILUTED place.
-DRAWN = [(case, canary) for case in CASES for canary in CANARIES if not (canary == SENTENCE and case in DILUTED)]
+@pytest.mark.parametrize("route, path, is_key", DILUTED)
+def test_an_instruction_among_other_texts_is_judged_alone(proxy, stub, route, path, is_key):
+    check(proxy, stub, route, planted(TEMPLATES[route], path, is_key, SENTENCE), ".".join(map(str, path)))
+
+
+#: (position, canary) pairs the property test draws.
+DRAWN = [(case, canary) for case in CASES for canary in CANARIES]
 
 
 @settings(max_examples=200, derandomize=True, deadline=None, database=None,
@@ -264,8 +266,6 @@ def test_a_dict_under_format_in_a_tool_is_read(proxy, stub):
 @pytest.mark.skipif(not LONG, reason="every position: SONATE_FUZZ=long")
 @pytest.mark.parametrize("canary", CANARIES)
 @pytest.mark.parametrize("route, path, is_key", CASES if LONG else CASES[:1])  # one skipped item otherwise
-def test_every_position_in_the_long_mode(request, proxy, stub, route, path, is_key, canary):
-    if canary == SENTENCE and (route, path, is_key) in DILUTED:
-        request.applymarker(pytest.mark.xfail(reason="judged joined with the message's other texts", strict=True))
+def test_every_position_in_the_long_mode(proxy, stub, route, path, is_key, canary):
     check(proxy, stub, route, planted(TEMPLATES[route], path, is_key, canary),
           ".".join(map(str, path)) + (" (key)" if is_key else ""))
