@@ -2,7 +2,7 @@
 
 Fails when a file outside CHANGELOG.md, docs/methodology-changelog.md and docs/decisions/
 carries a tracker reference ("issue 13"), a temporary path (``/tmp/…``), or, in prose (Markdown,
-YAML and shell comments, Python comments and docstrings), a calendar date; and when README.md
+YAML and shell comments, Python comments and docstrings), a calendar date or a time of day of a run; and when README.md
 exceeds 8,000 bytes. History goes in CHANGELOG.md and docs/decisions/NNNN-title.md.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ ISSUE = re.compile(r"\bissues? \d+", re.IGNORECASE)
 #: /tmp/ or /var/tmp/ as an absolute path (not a folder named tmp inside another path).
 TMP = re.compile(r"(?<![\w$}/])/(?:var/)?tmp/")
 #: A calendar date not part of an RFC 3339 timestamp and not a command-line argument.
-DATE = re.compile(r"(?<!--from )(?<!--to )\b20\d\d-[01]\d-[0-3]\d\b(?![T\d])")
+DATE = re.compile(r"(?<!--from )(?<!--to )\b20\d\d-[01]\d-[0-3]\d\b(?![T\d])|\b\d\d:\d\d UTC\b")
 
 #: (file, text of the offending line) pairs that are format examples, not history. Keep short.
 ALLOWED = {
@@ -112,4 +112,5 @@ def test_patterns_catch_what_they_are_meant_to() -> None:
     assert TMP.search("see /tmp/base") and TMP.search("--dir /var/tmp/x")
     assert not TMP.search('"$mnt/tmp/image-test"')
     assert DATE.search("measured 2026-11-26 on") and DATE.search("(2026-11-23)")
+    assert DATE.search("a run at 10:40 UTC")
     assert not DATE.search("ts 2026-11-22T03:04:05.123Z") and not DATE.search("--from 2026-11-01")
