@@ -64,7 +64,7 @@ image-test: install
 	./scripts/system-deps.sh image
 	./scripts/image-test.sh
 
-# Mutation testing of the trust core (issue 16): mutmut over proxy/receipts, proxy/tlog, proxy/kpi
+# Mutation testing of the trust core: mutmut over proxy/receipts, proxy/tlog, proxy/kpi
 # and guardrails/decisions.py, with the fast tests named in mutation/setup.cfg, in a scratch copy
 # ($$MUTATION_WORKDIR, default $$TMPDIR/sonate-mutation; verdicts cached there). Not part of
 # `make test` (hours for the whole scope). Fails when a surviving mutant has no reason in

@@ -1,4 +1,4 @@
-"""The gateway benchmark of issue 9 ("The hot path", item 7): one command, one side-by-side table.
+"""The gateway benchmark of the hot path: one command, one side-by-side table.
 
 Three targets in front of the same stub OpenAI-compatible provider (started here in its own
 process: a fixed short answer, or with ``stream: true`` 40 content chunks 20 ms apart):
@@ -34,7 +34,7 @@ embedding cache answers):
 - stream: ``--streams`` sequential streamed completions: time to the first content chunk (TTFT)
   and to ``data: [DONE]`` (total), medians;
 - sonate only, the large-input case: small requests sent one at a time while another client
-  sends, back to back, a 12 KB pathological prompt (issue 15's ``"a." * 6000 + "@"``), then a
+  sends, back to back, a 12 KB pathological prompt (``"a." * 6000 + "@"``), then a
   150 KB prompt of prose (screened: within the default budget), then a 1 MB one (over the default
   ``server.limits.max_screen_chars``: refused with 413); small requests' p50/p99 during vs idle
   (``--requests / 2`` sequential ones just before), and the large requests' latency and status;
@@ -42,7 +42,7 @@ embedding cache answers):
   process and its children, from /proc) after start and after each phase (c=1, c=32, streams,
   each large input, and ``--settle`` quiet seconds after the last).
 
-Prints a Markdown table (with the ratios that issue 9's "Done when" names) and writes every
+Prints a Markdown table (with the ratios of the performance targets) and writes every
 figure as JSON (``--out``). Latency is measured by an aiohttp client in this process; the stub
 and each proxy run in their own processes, so all share the machine's CPUs: quote the load
 average (printed) with the figures.
@@ -79,7 +79,7 @@ STREAM_CHUNKS, STREAM_GAP = 40, 0.020
 SETTLE_S = 5.0  # quiet seconds before the "settled" RSS reading (a timed-out large screen stops at a pause point)
 ANSWER = "The capital of Portugal is Lisbon, a city on the Tagus estuary."
 SMALL = "What is the capital of Portugal?"
-PATHOLOGICAL = "a." * 6000 + "@"  # issue 15: the 12 KB prompt
+PATHOLOGICAL = "a." * 6000 + "@"  # the 12 KB pathological prompt
 _PROSE = ("The committee met on Tuesday to review the quarterly figures, and after a long discussion "
           "about shipping costs it agreed to revisit the supplier contracts before the summer. ")
 LARGE = (_PROSE * (1_000_000 // len(_PROSE) + 1))[:1_000_000]  # 1 MB of ordinary prose
@@ -597,7 +597,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
-    """The comparisons of issue 9's "Done when", as sentences."""
+    """The comparisons the performance targets name, as sentences."""
     out = []
     d, lite, s = (results.get(n, {}) for n in ("direct", "litellm", "sonate"))
     over = lambda r: _sub(_dig(r, ("c1", "p50_ms")), _dig(d, ("c1", "p50_ms")))  # noqa: E731

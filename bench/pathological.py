@@ -1,11 +1,11 @@
-"""Benchmark of issue 15's "A 12 KB prompt stalls every client": ``"a." * 6000 + "@"`` as the user
+"""Benchmark of a 12 KB pathological prompt that must not stall other clients: ``"a." * 6000 + "@"`` as the user
 message, and small requests sent concurrently by another client.
 
 Every text is sent behind a unique prefix (``Request N.``), so the scan cache never answers.
 Prints, for the pathological prompt, the time until it is answered or refused (``--repeat``
 times), and p50/p99 latency in milliseconds of small one-line requests sent (one at a time, by
 another thread) while no pathological request runs ("idle") and while one does ("during").
-Target (issue 15): pathological < 1 s; "during" close to "idle".
+Target: pathological < 1 s; "during" close to "idle".
 
 Two targets:
 - default, in-process: the input guardrails as the proxy runs them (``build_engine`` on the

@@ -1,12 +1,12 @@
-"""Benchmark of the privacy detector on pathological inputs (issues 15 and 13): seconds per shape
+"""Benchmark of the privacy detector on pathological inputs: seconds per shape
 at 3 / 6 / 12 / 24 KB, for the detector as configured and for presidio's unbounded baseline.
 
 Each shape is one short unit repeated to the size (``"1 " * 6000`` is 12 KB of digit runs). For
 every shape and size it prints the seconds of ``PiiDetector.analyze`` (best of ``--repeat``), the
-spans found, and the growth ratio 24 KB / 3 KB (8 is linear). Target (issue 15): every shape
+spans found, and the growth ratio 24 KB / 3 KB (8 is linear). Target: every shape
 < ~1 s at 12 KB on a quiet core, ratio ~8.
 
-``--baseline`` also runs a detector with presidio's own settings for what issue 15 bounded:
+``--baseline`` also runs a detector with presidio's own settings for what this project bounds:
 python-phonenumbers' default ``max_tries`` (65,535), presidio's ``LemmaContextAwareEnhancer``
 (linear token walk per result) and spaCy's full pipeline on windows without letters; both
 detectors analyse the same texts in the same run. (The O(n log n) ``resolve_overlaps`` /
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from proxy import offline  # noqa: E402,F401  (offline settings before model imports)
 
-#: name -> repeated unit (issue 15's three shapes first, then the fuzz-like family)
+#: name -> repeated unit (the three audited shapes first, then the fuzz-like family)
 SHAPES = {
     "digits": "1 ", "dash_groups": "12-", "honorific": "mr. ", "Honorific_cap": "Mr. ",
     "capitalised": "Alice ", "no_spaces": "abcdefgh", "newlines": "a\n", "address": "12 Main St\n",

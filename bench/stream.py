@@ -57,7 +57,7 @@ async def measure(target: g.Target, count: int, metrics_url: str | None = None) 
     import aiohttp
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
-        await g.streams(session, target, 2)  # warm-up (first-call costs are issue 9 item 4, not this figure)
+        await g.streams(session, target, 2)  # warm-up (first-call costs are not this figure)
         before = await _input_screen(session, metrics_url)
         result = await g.streams(session, target, count)
         after = await _input_screen(session, metrics_url)

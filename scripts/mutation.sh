@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the trust core (issue 16): mutmut 3 over proxy/receipts, proxy/tlog, proxy/primitives,
+# Mutation testing of the trust core: mutmut 3 over proxy/receipts, proxy/tlog, proxy/primitives,
 # proxy/kpi, the KPI report and proxy/guardrails/decisions.py, driven by the fast tests named in
 # mutation/setup.cfg. Not part of `make test`: the whole scope (~8,300 mutants) takes hours on
 # two shared CPUs; verdicts are cached in the workspace, so a rerun only tests what changed.

@@ -6,7 +6,7 @@ killed: the mutant changed behaviour, the test run noticed). Every survivor ("su
 tests") must be listed in the baseline with a one-line reason; the exit status is 1 when one
 is not (or when no results exist), 0 otherwise.
 
-    python scripts/mutation_report.py --workdir /tmp/sonate-mutation --baseline mutation/baseline.md
+    python scripts/mutation_report.py --workdir "$MUTATION_WORKDIR" --baseline mutation/baseline.md
     python scripts/mutation_report.py ... --update   # rewrite the baseline's survivor table,
                                                      # keeping reasons, marking new ones UNJUSTIFIED
     python scripts/mutation_report.py --workdir A --workdir B ...   # merge workspaces (one verdict per

@@ -114,7 +114,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 # -- guardrail evaluation items -------------------------------------------------------------
 
 POLICIES = ("safety", "privacy", "compliance")
-#: TruthfulQA categories the Compliance policy must route to a human (issue 4).
+#: TruthfulQA categories the Compliance policy must route to a human.
 REGULATED_CATEGORIES = frozenset({"Law", "Health", "Finance", "Economics", "Nutrition"})
 DAVIDSON_CLASSES = {"0": "hate", "1": "offensive", "2": "neither"}
 #: Subset names of custom datasets by policy: (positive, negative).

@@ -602,7 +602,7 @@ def safety_personal_rows(data_dir: Path, out: Path = SAFETY_PERSONAL_ROWS) -> di
 
     The exemplars of themes ``privacy_own``, ``privacy_professional`` (benign: people sharing their
     own data for a service, professionals writing about their clients) and ``privacy_others_data``
-    (harmful: using someone else's data against them) were written on 2026-11-26 after reading the
+    (harmful: using someone else's data against them) were written after reading the
     development presidio texts that Safety refused (59 of 850: "block my card", a patient's age and
     complaint). None is trained on, but Safety's figures on every presidio development text count as
     tuned (in-sample), so the held-out split is their test. Raises DataError when no presidio file

@@ -1,4 +1,4 @@
-"""Rows file of the privacy context rules (issue 10 item 1): which development rows they were tuned on.
+"""Rows file of the privacy context rules: which development rows they were tuned on.
 
 The personal-data context rule (``detectors/privacy_context.py``), the address-block recognizer
 (``detectors/privacy_address.py``) and the name-slot, travel-place, phone and licence patterns of
@@ -45,7 +45,7 @@ def privacy_context_rows(data_dir: Path, out: Path = ROWS_PATH) -> dict:
     """Write the rows file of the privacy context rules; returns the document written."""
     document = provenance.rows_document(
         ARTEFACT, "privacy", "tuned", tuning_groups(data_dir), artefact_files={},
-        note="context rule, address blocks and name/place/phone/licence patterns of issue 10 written while "
+        note="context rule, address blocks and name/place/phone/licence patterns written while "
              "reading the detector's errors on every presidio development row and the ordinary prompts "
              "(alpaca seed, TruthfulQA general) it masked; no numeric fit, no out-of-fold figure")
     provenance.write_rows(out, document)

@@ -20,7 +20,7 @@ def content_key(text: str) -> str:
 
 #: Default bound of the cache's total weight: the characters of the texts of the stored detector
 #: results. A result's size grows with its text (the PII spans of a long document), so bounding the
-#: texts' total length bounds the cache's memory, not only its entry count (issue 13 "Bounded work").
+#: texts' total length bounds the cache's memory, not only its entry count.
 MAX_CACHED_CHARS = 20_000_000
 
 

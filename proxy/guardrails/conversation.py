@@ -1,4 +1,4 @@
-"""Conversations judged turn by turn: which history turns already have a verdict (issue 10, item 4).
+"""Conversations judged turn by turn: which history turns already have a verdict.
 
 A chat client resends the whole conversation every turn. A *turn* is a ``user`` message and the
 messages after it up to the next ``user`` message; the *current turn* starts at the last ``user``

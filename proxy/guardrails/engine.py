@@ -71,8 +71,7 @@ TokenCounter = Callable[[str, list[Message]], int]
 #: (when the caller asks for it, ``side_by_side``): Privacy (presidio/spaCy, with its per-thread
 #: analyzer) in the calling thread, Safety and Compliance (ONNX Runtime embeddings and numpy
 #: classifiers, which release the GIL) in a side thread. Larger inputs are screened in one thread,
-#: one policy after the other, so a large prompt never takes more than its lane's thread (issue 9
-#: "Bounded work per request").
+#: one policy after the other, so a large prompt never takes more than its lane's thread.
 PARALLEL_MAX_CHARS = 8000
 #: ... and at most this many text pieces (a detector's cost is mostly per piece).
 PARALLEL_MAX_PIECES = 200
@@ -439,7 +438,7 @@ class GuardrailEngine:
         Leading system/developer messages and the last ``keep_last_messages`` stay verbatim;
         the turns between them are summarized. None when under budget or nothing to summarize.
         The tokens are counted (``count_tokens``) only when there is something to summarize: a
-        single-turn request, most of the traffic, never pays for litellm's token counter (issue 9).
+        single-turn request, most of the traffic, never pays for litellm's token counter.
         """
         n_head = 0
         while n_head < len(messages) and messages[n_head].get("role") in ("system", "developer"):

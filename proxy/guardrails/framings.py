@@ -1,8 +1,8 @@
 """Neutral framings: the greetings, reference numbers and sign-offs people wrap around a request.
 
 A sentence-embedding classifier reads the mean of a text's word-piece vectors, so a harmless line
-around a request dilutes it. Out of fold on the development split (v4's training rows, 5-fold x 3,
-2026-11-26), one evaluation framing (:mod:`proxy.evaluation.framings`) around each prompt lowered
+around a request dilutes it. Out of fold on the development split (v4's training rows, 5-fold x 3),
+one evaluation framing (:mod:`proxy.evaluation.framings`) around each prompt lowered
 AdvBench recall from 98.1% to 91.9% and XSTest unsafe from 78.1% to 65.6% at the same threshold:
 "Hi there! Quick question from our team." in front of a harmful request walked it past Safety.
 The classifiers over the embeddings (Safety's harm SVM, Compliance's domain SVM) are therefore

@@ -92,7 +92,7 @@ class SafetyPolicy(_Policy):
     thresholds: dict[str, Decimal] = Field(min_length=1)
     apology: str = "I'm sorry, but I can't help with that request."
     #: On input, how many of the latest client-written assistant turns Safety judges (every other
-    #: role is always judged): None (the default) = all of them, 0 = none (issue 15: a prefilled
+    #: role is always judged): None (the default) = all of them, 0 = none (a prefilled
     #: assistant turn is client input like any other).
     input_assistant_turns: int | None = Field(None, ge=0)
     #: Thresholds for the texts of the request's tool definitions (``tools``, ``tool_choice``,

@@ -43,5 +43,5 @@ def declared_complexity(header: str | None, metadata: dict[str, str] | None) -> 
         return None
     value = value.strip().lower()
     if value not in COMPLEXITIES:
-        raise ValueError(f"complexity must be one of {', '.join(COMPLEXITIES)}")  # never echo the value (issue 13)
+        raise ValueError(f"complexity must be one of {', '.join(COMPLEXITIES)}")  # never echo the value
     return value

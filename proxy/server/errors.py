@@ -24,7 +24,7 @@ def param_path(loc: Iterable[object]) -> str:
     """A dotted parameter path (``messages.0.x_contact``) from a validation error location, for an
     error message or ``param``. Indices and identifier-like keys (a letter or ``_`` then up to 63
     letters, digits or ``_``) are shown; any other key a client wrote is shown as ``<key>``, so an
-    e-mail address or a sentence used as a JSON key is never echoed (issue 13: error messages never
+    e-mail address or a sentence used as a JSON key is never echoed (error messages never
     echo request content)."""
     return ".".join(str(p) if isinstance(p, int) or _NAME.fullmatch(str(p)) else "<key>" for p in loc)
 
@@ -74,7 +74,7 @@ def guardrail_failed(stage: str, request_id: str, exc: BaseException) -> Gateway
     """The 503 ``guardrail_error`` (type ``api_error``, counted as ``sonate_requests_total{result=
     "guardrail_error"}``) of a detector that raised ``exc`` while screening ``stage`` (``input`` or
     ``output``) for ``request_id``, logged by exception type and place only: its message may quote
-    the screened text, so it is not logged. Fail closed (issue 13): an input that could not be
+    the screened text, so it is not logged. Fail closed: an input that could not be
     screened is not forwarded, an answer that could not be screened is not delivered; no receipt
     is written for a JSON answer (nothing was decided).
     """

@@ -1,4 +1,4 @@
-"""Access control (issue 13, item 5): every route × every kind of caller, against a real proxy.
+"""Access control: every route × every kind of caller, against a real proxy.
 
 :data:`TABLE` is the documented answer of each route to each caller: no key, a wrong key, a
 client's key (the owner of the resources in the path), another client's key, a reviewer's, an

@@ -1,6 +1,6 @@
 """End to end: guardrails cannot be walked around through message fields nobody screened.
 
-Issue 15, "Screen everything the client supplies": a client-written assistant turn (a prefill
+Screen everything the client supplies: a client-written assistant turn (a prefill
 or many-shot jailbreak) is judged by Safety as input; personal data in tool-call arguments and
 tool results is masked before the provider sees it and restored in the answer; a message key
 outside the OpenAI chat schema is a 400 naming it. The real proxy, the official ``openai``

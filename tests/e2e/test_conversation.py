@@ -1,4 +1,4 @@
-"""End to end: conversations are judged turn by turn (issue 10, item 4).
+"""End to end: conversations are judged turn by turn.
 
 The real proxy with the shipped policies, the official ``openai`` client and the stub provider
 (which records exactly what it received): a refused turn followed by the proxy's apology does

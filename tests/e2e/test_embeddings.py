@@ -1,4 +1,4 @@
-"""``POST /v1/embeddings`` (issue 11 item 3) through the real proxy with the official openai client.
+"""``POST /v1/embeddings`` through the real proxy with the official openai client.
 
 Privacy masks every input string before it leaves (the stub provider records placeholders; the
 vectors are those of the masked text), every request gets one receipt (mask with span fields, or

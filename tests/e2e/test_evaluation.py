@@ -206,7 +206,7 @@ def test_rates_are_counts_over_items_with_wilson_bounds(report: dict, policy: st
         assert row["ci95"] == pytest.approx(list(proportion_confint(row["k"], row["n"], method="wilson")))
         assert row["ci95"][0] <= row["rate"] <= row["ci95"][1]
         assert row["seen"] == sum(bool(i["seen_in_training"]) for i in items)
-        if "target" in row:  # judged only on a held-out or out-of-fold figure (issue 16)
+        if "target" in row:  # judged only on a held-out or out-of-fold figure
             target = row["target"]
             judged = {"held-out": row.get("held_out", row), "out-of-fold": row.get("out_of_fold")}.get(target["on"])
             if judged is None:
@@ -267,7 +267,7 @@ def test_apology_section_counts(report: dict, index: int, path: Path, kind: str)
     assert apology["precision"]["n"] == len(flagged)
     assert apology["precision"]["k"] == apology["recall"]["k"] == sum(i["label"] == "refusal" for i in flagged)
     assert apology["recall"]["n"] == sum(r["label"] == "refusal" for r in rows)
-    # issue 10 item 5 is judged on the held-out set only (the rules were written against the other)
+    # the apology detector's target is judged on the held-out set only (the rules were written against the other)
     targets = apology["targets"]
     assert targets["precision"]["on"] == kind and (targets["precision"]["met"] is None) == (kind == "in-sample")
 

@@ -1,4 +1,4 @@
-"""Faults, extended (issue 13, item 4), with real processes; tests/e2e/test_faults.py has the first
+"""Faults, extended, with real processes; tests/e2e/test_faults.py has the first
 set (one kill -9 of the proxy, Redis killed and restarted under fail_closed and spool, an append
 refused after a ping).
 

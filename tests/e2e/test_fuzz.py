@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every route of the real proxy over HTTP (issue 13, item 1).
+"""Property-based fuzzing of every route of the real proxy over HTTP.
 
 One proxy (``python -m proxy serve``, the stub provider, a fresh Redis namespace of the session's
 Redis ledger) receives Hypothesis-generated requests over real HTTP (``http.client``, bytes as
@@ -257,7 +257,7 @@ def test_embeddings_bodies_never_5xx(fuzzed: RunningProxy, body: dict) -> None:
     check_response(answer, f"embeddings {body!r:.300}")
 
 
-# -- Responses and Messages APIs (issue 11 item 2) -------------------------------------------------
+# -- Responses and Messages APIs -------------------------------------------------
 
 #: (path, Anthropic error shape, the last event of a served stream) of the translated APIs.
 _TRANSLATED = {"responses": ("/v1/responses", False, ("response.completed", "response.incomplete")),

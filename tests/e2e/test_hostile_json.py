@@ -1,4 +1,4 @@
-"""Deeply nested JSON bodies (issue 13): a clear 400 naming the limit, never a 500.
+"""Deeply nested JSON bodies: a clear 400 naming the limit, never a 500.
 
 A body of 5,000 nested arrays used to answer 500 ("The proxy had an internal error"): Python's
 JSON decoder raised RecursionError. The proxy bounds nesting at ``server.limits.max_json_depth`` levels and

@@ -1,6 +1,6 @@
 """Every KPI input end to end: request → receipt field → Prometheus counter → ``sonate report`` figure.
 
-Issue 16, deliver 3. For each thing the KPI report reads from the ledger (a model apology, the
+For each thing the KPI report reads from the ledger (a model apology, the
 guardrail action, the evidence Audit Depth checks, the domain and complexity stratum, an
 adjudication outcome) one test drives the real proxy (subprocess, SQLite ledger, the stub
 provider) into the state that sets it and asserts three things: the field in the stored receipt,

@@ -1,4 +1,4 @@
-"""Nothing leaked (issue 13, item 3): known personal data sent through every path of a real proxy
+"""Nothing leaked: known personal data sent through every path of a real proxy
 at DEBUG log level never appears in its log, receipts (served and stored), metrics, error
 messages, review and escalation views, spool or checkpoint files.
 

@@ -1,4 +1,4 @@
-"""Per-key limits (issue 15, "Bounded regex work"), against the real proxy with tiny limits.
+"""Per-key limits ("Bounded regex work"), against the real proxy with tiny limits.
 
 The proxy allows each key a burst of 2 requests refilled at 0.1 request/s and 1 request in
 flight. Over a limit the real `openai` client (no retries) gets a 429 in OpenAI's error shape

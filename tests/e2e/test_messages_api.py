@@ -1,4 +1,4 @@
-"""``POST /v1/messages`` (issue 11 item 2) through the real proxy with the official anthropic SDK.
+"""``POST /v1/messages`` through the real proxy with the official anthropic SDK.
 
 ``client.messages.create`` sync and streaming (raw events and the SDK's ``messages.stream``
 helper), the key sent as ``x-api-key``: the request reaches the stub provider as a chat

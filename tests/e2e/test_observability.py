@@ -1,4 +1,4 @@
-"""Logs and traces of a real proxy process (issue 11 item 6): ``observability.log_format: json`` and
+"""Logs and traces of a real proxy process: ``observability.log_format: json`` and
 ``observability.otlp_endpoint`` pointing at an OTLP/HTTP collector run by this module.
 
 The collector is a plain HTTP server that decodes what the proxy's OTLP exporter sends

@@ -1,4 +1,4 @@
-"""Parameter pass-through (issue 11 item 1), through the real proxy with the official openai client.
+"""Parameter pass-through, through the real proxy with the official openai client.
 
 Fields the proxy does not interpret reach the provider unchanged (litellm's ``extra_body``):
 ``extra_body={"top_k": 40}`` (vLLM, Ollama, Together) and OpenAI fields newer than the proxy's

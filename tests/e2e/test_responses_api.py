@@ -1,4 +1,4 @@
-"""``POST /v1/responses`` (issue 11 item 2) through the real proxy with the official openai SDK.
+"""``POST /v1/responses`` through the real proxy with the official openai SDK.
 
 ``client.responses.create`` sync, async and streaming: the request reaches the stub provider as a
 chat completion (instructions first, tools as function tools), a harmful prompt is refused with

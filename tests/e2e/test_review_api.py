@@ -204,7 +204,7 @@ def item_of(raw) -> str:
 
 
 def test_review_items_hold_masked_text_only(review_proxy, upstream) -> None:
-    """Issue 15: a refused prompt's item held the raw messages, a masked request's the restored answer."""
+    """A refused prompt's item held the raw messages, a masked request's the restored answer."""
     refused = ask(review_proxy, HARMFUL + PII)
     assert refused.headers["x-sonate-guardrail-action"] == "refuse"
     masked = ask(review_proxy, "Please confirm my booking." + PII)  # the stub echoes what it saw
@@ -225,7 +225,7 @@ def test_review_items_hold_masked_text_only(review_proxy, upstream) -> None:
 
 
 def test_verdict_commitments_are_salted_and_revealed(review_proxy) -> None:
-    """Issue 15: an unsalted hash of three booleans was recoverable from 8 candidates."""
+    """An unsalted hash of three booleans was recoverable from 8 candidates."""
     item_id = item_of(ask(review_proxy, HARMFUL))
     quiet = {"breach": True, "intent_permissible": False, "content_harmful": True}  # no note: 8 candidates
     status, headers_a, _ = call(review_proxy, "POST", f"/v1/review/items/{item_id}/verdicts", quiet)
@@ -246,7 +246,7 @@ def test_verdict_commitments_are_salted_and_revealed(review_proxy) -> None:
 
 
 def test_reviewers_read_only_receipts_of_items_assigned_to_them(review_proxy) -> None:
-    """Issue 15: a reviewer read every receipt (other reviewers' passes, any client's requests)."""
+    """A reviewer read every receipt (other reviewers' passes, any client's requests)."""
     open_raw = ask(review_proxy, HARMFUL)
     request_receipt = open_raw.headers["x-sonate-receipt-id"]
     assert call(review_proxy, "GET", f"/v1/receipts/{request_receipt}")[0] == 200  # open: assigned to every reviewer
@@ -282,7 +282,7 @@ def test_expected_policy_id_must_name_a_loaded_policy(review_proxy) -> None:
 
 
 def test_lists_are_paginated_with_a_cursor(review_proxy, upstream) -> None:
-    """Issue 15: the lists loaded the whole queue before ``limit``; now pages with after/has_more/last_id."""
+    """The lists loaded the whole queue before ``limit``; now pages with after/has_more/last_id."""
     made = []
     for n in range(5):
         upstream.queue(Reply(text=f"{n} + {n} = {2 * n}."))

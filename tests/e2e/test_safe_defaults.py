@@ -1,4 +1,4 @@
-"""Safe defaults (issue 15, "Safe defaults" and the smaller findings), against the real proxy.
+"""Safe defaults ("Safe defaults" and the smaller findings), against the real proxy.
 
 - `sonate serve --host 0.0.0.0` with the shipped config.yaml (published demo keys) is refused;
 - `/metrics` needs a metrics or admin key by default;

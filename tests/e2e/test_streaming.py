@@ -1,5 +1,5 @@
 """End to end: streams pass through the real proxy chunk by chunk with the output guardrails
-enforced (issue 9, item 1). The official openai client (and, where the exact SSE lines matter,
+enforced. The official openai client (and, where the exact SSE lines matter,
 httpx) against a running proxy, the stub provider streaming with pauses between chunks, a real
 Redis ledger. Ordering is observed through the stub's record of what it had sent, never through
 wall-clock thresholds.

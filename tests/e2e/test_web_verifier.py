@@ -7,7 +7,7 @@ the browser's verdict must equal the vector's and the Python verifier's; so does
 vector (tests/vectors/consistency.json). A person's path is driven too: paste a live receipt and a
 bundle, fetch /v1/keys, click Verify, read the badges; and save a checkpoint, then check the ledger
 against it after it grew, after its tail was deleted and after that tail was written anew
-(issue 15: truncation and rewrite caught by anyone who saved a checkpoint).
+(truncation and rewrite caught by anyone who saved a checkpoint).
 """
 
 from __future__ import annotations

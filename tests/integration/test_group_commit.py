@@ -1,4 +1,4 @@
-"""Group commit (issue 9 item 5): concurrent appends of one process share atomic writes; a writer
+"""Group commit: concurrent appends of one process share atomic writes; a writer
 that loses the compare-and-set race gets the current head back and re-seals without another read.
 
 Real SQLite and the session's real Redis; the chain and the Merkle tree are verified with the

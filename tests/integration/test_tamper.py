@@ -1,6 +1,6 @@
 """An operator with the database and the active key rewrites history: `sonate verify` must notice.
 
-The two attacks of the security audit (issue 15, "The operator can rewrite history"), on a real
+The two attacks of the security audit ("The operator can rewrite history"), on a real
 SQLite ledger written by :class:`proxy.receipts.chain.Ledger` with the real keyring, edited with
 plain SQL as the operator would, repaired with the real `sonate ledger reindex`, then checked
 with the real `sonate verify`:

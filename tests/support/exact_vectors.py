@@ -6,7 +6,7 @@
 tests/unit/test_embeddings_onnx.py compares the encoder of the machine it runs on with them. The
 texts are short ones whose vectors a saturating uint8 x int8 product (an x86 CPU without VNNI and
 without the setting) changed most (cosine 0.962-0.986 to these; recorded on such a CPU with the
-setting, 2026-11-26). Re-record only when the graph itself changes (its file name is stored).
+setting). Re-record only when the graph itself changes (its file name is stored).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hypothesis strategies and the HTTP helper of the fuzz suite (tests/e2e/test_fuzz.py, issue 13).
+"""Hypothesis strategies and the HTTP helper of the fuzz suite (tests/e2e/test_fuzz.py).
 
 Strategies build OpenAI chat-completion bodies (valid shapes with hostile text: control and bidi
 characters, lone surrogates, placeholder look-alikes such as ``<PERSON_1>``), the same bodies
@@ -108,7 +108,7 @@ def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
     return found
 
 
-# -- OpenAI Responses and Anthropic Messages bodies (issue 11 item 2, issue 13 item 1) --------------
+# -- OpenAI Responses and Anthropic Messages bodies --------------
 
 _name = st.from_regex(r"[a-z_]{1,12}", fullmatch=True)
 _call_id = st.text(min_size=1, max_size=12)

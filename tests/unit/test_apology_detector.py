@@ -95,7 +95,7 @@ def test_the_policy_apology_is_flagged_and_the_demo_answer_is_not(detector):
 
 @pytest.mark.parametrize("name", ["apology_completions.jsonl", "apology_completions_heldout.jsonl"])
 def test_precision_and_recall_at_least_90_percent(detector, name):
-    """Issue 10 item 5 on both labelled sets (the held-out one was written before it was scored)."""
+    """The apology detector's precision and recall target on both labelled sets (the held-out one was written before it was scored)."""
     rows = load_apology_completions(DATA / name)
     flags = [detector.is_apology(r["completion"]) for r in rows]
     truth = [r["label"] == "refusal" for r in rows]

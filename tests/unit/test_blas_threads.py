@@ -1,4 +1,4 @@
-"""The BLAS cap of the serving process (issue 9): numpy's OpenBLAS runs one thread per call."""
+"""The BLAS cap of the serving process: numpy's OpenBLAS runs one thread per call."""
 
 from __future__ import annotations
 

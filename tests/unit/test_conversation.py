@@ -1,4 +1,4 @@
-"""Conversations judged turn by turn (issue 10, item 4) through GuardrailEngine.screen_input.
+"""Conversations judged turn by turn through GuardrailEngine.screen_input.
 
 A history turn the proxy already refused or escalated keeps that verdict (not judged again,
 withheld from the model); a harmful history turn the proxy never answered is still refused;

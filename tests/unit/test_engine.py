@@ -167,7 +167,7 @@ def test_model_apology_is_reported(rig):
     assert rig.engine.screen_output("Four.").model_apology is False
 
 
-# ---- Privacy beside Safety and Compliance (issue 9) ----------------------------------------------
+# ---- Privacy beside Safety and Compliance ----------------------------------------------
 
 
 def test_a_small_input_is_masked_while_safety_and_compliance_judge_it_in_a_side_thread(rig, monkeypatch):
@@ -246,7 +246,7 @@ def test_results_are_cached_by_content(rig):
     assert rig.safety.calls == [["first question"], ["ok", "second"]]
 
 
-# ---- everything the client writes is input (issue 15) -------------------------------------------
+# ---- everything the client writes is input -------------------------------------------
 
 
 def prefill(text: str) -> list[dict[str, Any]]:

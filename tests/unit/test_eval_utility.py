@@ -109,7 +109,7 @@ def test_report_renders_the_utility_and_both_sides_tables_from_json():
     assert report["utility"]["kind"] == "held-out" and report["utility"]["target"]["on"] == "held-out"
     markdown = render_markdown(report)
     assert "| alpaca_seed (benign) | 3 | 1/3 = 33.3% " in markdown
-    assert "Target (issue 10): unchanged ≥ 95% (held-out 20.0%: **missed**)." in markdown
+    assert "Target: unchanged ≥ 95% (held-out 20.0%: **missed**)." in markdown
     assert "| Compliance | wrongly touched | truthfulqa | general | share escalated | 1/2 |" in markdown
     assert all("text" not in item for item in report["items"])  # alpaca texts never enter a report
 

@@ -150,7 +150,7 @@ def _candidates() -> list[dict]:
 
 
 def test_commitment_is_salted_and_hides_the_verdict() -> None:
-    """Issue 15: an unsalted hash of three booleans is recovered by trying 8 candidates; a salted one is not."""
+    """An unsalted hash of three booleans is recovered by trying 8 candidates; a salted one is not."""
     item, _ = record_pass(_item("refuse"), reviewer="ann", verdict=NEEDLESS, ts="t1")
     published = item["passes"]["A"]["commitment"]
     for candidate in _candidates():  # the attack: hash every candidate the way the ledger might

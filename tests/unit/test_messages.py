@@ -1,4 +1,4 @@
-"""Every text a client writes in a chat message, read and rewritten in one order (issue 15), and
+"""Every text a client writes in a chat message, read and rewritten in one order, and
 the wire schema that rejects message keys outside OpenAI's chat schema.
 
 Pure functions over plain dicts: the masking rewrite here is a fake (upper-casing), the engine

@@ -1,4 +1,4 @@
-"""Pinned model files (issue 15, "Model weights pinned"): tampered, missing, extra and pickled-code
+"""Pinned model files ("Model weights pinned"): tampered, missing, extra and pickled-code
 files are refused; ``sonate models fetch`` checks every download; ``sonate serve`` refuses to start
 without a required model and shows an operator-configured fallback in /readyz and receipts."""
 

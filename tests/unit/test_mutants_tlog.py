@@ -1,7 +1,7 @@
 """Tests that kill surviving mutants in proxy/tlog (mutation/baseline.md lists what survives).
 
 RFC 9162 §2.1.3: a leaf index equal to the tree size is outside the tree, for the proof
-ranges as for the verifier (issue 16 names ``index == size`` as a survivor once).
+ranges as for the verifier (``index == size`` once survived).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Privacy detector's NER gate (``ner_gate``, issue 9): spaCy's NER only where its spans are kept,
+"""Privacy detector's NER gate (``ner_gate``): spaCy's NER only where its spans are kept,
 and no parse at all for a general question whose spans the context rule drops whatever the parse.
 
 Real presidio + spaCy, no mocks. The gate is exact for the context rule (``person_head`` off):

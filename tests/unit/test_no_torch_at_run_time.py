@@ -1,5 +1,5 @@
 """The serving process never loads torch, sentence-transformers, the MiniLM weights package,
-scikit-learn or SciPy (issue 9 "Memory and start-up": torch alone is hundreds of MB of resident
+scikit-learn or SciPy (torch alone is hundreds of MB of resident
 memory and seconds of start-up; scikit-learn and SciPy, which only profanity-check's vectorizer
 needed, ~90 MB). The serving install (pyproject.toml's dependencies, no extras) has none of the
 first three: tests/integration/test_serving_install.py.

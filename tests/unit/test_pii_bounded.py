@@ -1,4 +1,4 @@
-"""Issue 15, "A 12 KB prompt stalls every client": bounded PII work (real presidio + spaCy, no mocks).
+"""Bounded PII work: a 12 KB prompt must not stall every client (real presidio + spaCy, no mocks).
 
 No recognizer sees more than the configured window; e-mail and URL use bounded patterns; each
 thread has its own analyzer (no lock serialising PII analysis).
@@ -141,7 +141,7 @@ def test_threads_use_distinct_analyzers_without_a_shared_lock(detector):
 
 
 def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector):
-    # issue 9: batch_windows bounds the windows spaCy holds at once; the spans do not depend on it
+    # batch_windows bounds the windows spaCy holds at once; the spans do not depend on it
     text = " ".join(f"Note {i}: write to Maria Lopez at maria{i}@example.com or call 212-555-{1000 + i:04d} "
                     f"about the invoice for Paris." for i in range(60))
     calls: list[int] = []
@@ -162,7 +162,7 @@ def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector)
     assert detector.analyze("Write to ada@example.com")[0].entity_type == "EMAIL_ADDRESS"  # hook gone
 
 
-# --- issue 15/13 follow-up: bounded work on digit runs, repeated honorifics, dense spans --------
+# --- bounded work on digit runs, repeated honorifics, dense spans --------
 
 import random  # noqa: E402
 
@@ -235,7 +235,7 @@ def _phone_spans(recognizer, text: str, min_digits: int = 6) -> list[tuple[int, 
 
 
 def test_phone_matcher_is_skipped_only_where_no_long_enough_span_could_come_out(monkeypatch):
-    # issue 9: the exact skip (patterns.phone_candidates_reach) finds what the matcher keeps after
+    # the exact skip (patterns.phone_candidates_reach) finds what the matcher keeps after
     # min_digits, on the presidio sample, hand-written edges and seeded random strings of digits,
     # separators, brackets, plus signs and extension words
     gated, plain = patterns.phone_recognizer("en", min_digits=6), patterns.phone_recognizer("en")

@@ -1,4 +1,4 @@
-"""Issue 10 item 1: privacy masks personal data, not every named entity (real presidio + spaCy, no mocks)."""
+"""Privacy masks personal data, not every named entity (real presidio + spaCy, no mocks)."""
 
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Accuracy figures that know their rows (issue 16): the artefacts' rows files and the labels
+"""Accuracy figures that know their rows: the artefacts' rows files and the labels
 ``sonate eval guardrails`` puts on every figure (in-sample, out-of-fold, held-out, mixed)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each vector states the verdict and the failing checks by construction (tests/vectors/generate.py);
 the browser verifier runs the same vectors in tests/e2e/test_web_verifier.py. The consistency
-vectors (consistency.json, issue 15: a saved checkpoint against the current one) go through
+vectors (consistency.json: a saved checkpoint against the current one) go through
 proofs.verify_consistency_proof and, below it, the raw RFC 9162 §2.1.4.2 merkle.verify_consistency_path.
 """
 
@@ -132,7 +132,7 @@ def test_vector_set_covers_the_brief() -> None:
             assert f"receipt/mutate/{field}/{how}" in ids
     for required in ("bundle/proof/flipped-hash", "bundle/proof/swapped-hashes", "bundle/keys/wrong-key",
                      "receipt/keys/wrong-key", "chain/swapped/first-two",
-                     # issue 15: a receipt signed outside its key's window, on every kind
+                     # a receipt signed outside its key's window, on every kind
                      "receipt/key-window/below-not-before-height", "receipt/key-window/after-not-after",
                      "chain/key-window/rewritten-after-rotation", "bundle/key-window/rewritten"):
         assert required in ids

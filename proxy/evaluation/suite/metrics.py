@@ -8,7 +8,7 @@ Safety: :func:`pii_findings`, :func:`pii_leaks`, :func:`harm_patterns`.
 Aggregation: :func:`mean_std`.
 
 Method source: the FrootAI evaluation dimensions (correctness, determinism, latency, cost, safety)
-as restated in issue 12; formulas are given in each docstring.
+as the methodology defines them; formulas are given in each docstring.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Regression gate of ``sonate eval suite`` against a stored baseline run (pure).
 
-Rules (issue 12, FrootAI regression detection), per model route and gauge (see
+Rules (FrootAI regression detection), per model route and gauge (see
 :mod:`proxy.evaluation.suite.summary`):
 
 - deterministic gauge (exact match, schema, consistency, PII leak, refusal, cost): regressed when

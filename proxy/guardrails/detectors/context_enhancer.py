@@ -1,4 +1,4 @@
-"""presidio's lemma context enhancer with a logarithmic token lookup (issue 15, bounded work).
+"""presidio's lemma context enhancer with a logarithmic token lookup (bounded work).
 
 presidio's ``LemmaContextAwareEnhancer._find_index_of_match_token`` walks the token list from the
 start for every recognizer result, so a window with R results and T tokens costs R x T steps
@@ -6,7 +6,7 @@ start for every recognizer result, so a window with R results and T tokens costs
 answers the same question with a binary search over the tokens' end offsets, computed once per
 analysed text: O(T + R log T), same token, same context words, same scores.
 
-:class:`LemmaBound` (issue 9): every lemma the pipeline could give a text's tokens, from the tokens
+:class:`LemmaBound`: every lemma the pipeline could give a text's tokens, from the tokens
 alone, so a general question can be screened at the highest context scores any parse could give
 without parsing it (:meth:`~proxy.guardrails.detectors.pii.PiiDetector._general_question`).
 """

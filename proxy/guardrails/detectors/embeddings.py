@@ -68,7 +68,7 @@ INTRA_OP_THREADS = int(os.environ.get("SONATE_EMBED_THREADS", "1"))
 #: CPU. Its MatMulInteger multiplies uint8 activations by int8 weights; without VNNI (AVX2, and
 #: AVX-512 CPUs without it) ONNX Runtime does that with VPMADDUBSW, whose int16 pair sums saturate,
 #: so such a CPU got other vectors than a VNNI one (cosine 0.96-0.99 for short texts: "Hello!"
-#: 0.983) and other decisions: on 2026-11-26 an AVX2 host, with the same code and artefacts, gave
+#: 0.983) and other decisions: an AVX2 host, with the same code and artefacts, gave
 #: ``sonate eval guardrails`` figures that differed from a VNNI host's (XSTest unsafe 95 -> 94 of
 #: 96, presidio texts refused by Safety 25 -> 20 of 850, regulated TruthfulQA escalated 82 -> 84 of
 #: 88, other categories 23 -> 22 of 319). ``session.x64quantprecision`` (onnxruntime's
@@ -77,7 +77,7 @@ INTRA_OP_THREADS = int(os.environ.get("SONATE_EMBED_THREADS", "1"))
 #: figure of the VNNI host's run, at the same speed (4.82 vs 4.85 ms per TruthfulQA question).
 #: A CPU with AVX-512 VNNI computes them without it (VPDPBUSDS: four products summed in int32), and
 #: there the setting only slows the graph down (its uint8 x uint8 path, 3.65 against 2.07 ms for an
-#: 18-token prompt, the same vectors to the bit for 626 TruthfulQA and XSTest prompts, 2026-11-27):
+#: 18-token prompt, the same vectors to the bit for 626 TruthfulQA and XSTest prompts):
 #: :func:`exact_int8_settings` leaves it out on such a CPU.
 EXACT_INT8 = {"session.x64quantprecision": "1"}
 #: /proc/cpuinfo flags of a CPU whose uint8 x int8 products are exact without :data:`EXACT_INT8`.
@@ -424,11 +424,11 @@ def limit_blas_threads(threads: int = BLAS_THREADS) -> list[dict]:
     stays). Returns threadpoolctl's description of those libraries after the change
     (``[{"internal_api": "openblas", "num_threads": 1, ...}]``; empty when none is loaded).
 
-    Why (issue 9): the classifiers over the embeddings multiply small matrices (the harm SVM's
+    Why: the classifiers over the embeddings multiply small matrices (the harm SVM's
     (1, 384) x (384, 1,320) product takes ~30 µs on one thread), and OpenBLAS's default pool of one
     busy-waiting thread per core, beside the detector and event-loop threads, made that product cost
     ~0.6 ms in the serving process; capped, the proxy's c=1 p50 fell by ~2 ms and its p99 by ~10 ms
-    (``bench/gateway.py``, 2026-11-26). A library loaded after the call is not capped: call it once
+    (``bench/gateway.py``). A library loaded after the call is not capped: call it once
     the models are loaded. OpenBLAS's pthreads build applies the cap to every thread; threadpoolctl
     documents that some libraries apply it per calling thread only.
     """

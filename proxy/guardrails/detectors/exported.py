@@ -1,7 +1,7 @@
 """Model files derived once from an installed package and cached under the models directory.
 
 The serving process keeps heavy frameworks out (torch for MiniLM, scikit-learn and SciPy for
-profanity-check: hundreds of MB of resident memory, seconds of start-up; issue 9 "Memory"): a
+profanity-check: hundreds of MB of resident memory, seconds of start-up): a
 child process imports the framework once, writes the derived file (an ONNX graph, a ``.npz`` of
 weights) and exits; the file's sha256 is recorded beside it (``<file>.sha256``) and checked at
 every load, so a cache file changed after export is never used.

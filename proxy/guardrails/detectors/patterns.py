@@ -1,6 +1,6 @@
 """Linear-time e-mail and URL recognizers, and the text windows every recognizer sees.
 
-Why (issue 15, "A 12 KB prompt stalls every client"): presidio's built-in patterns backtrack
+Why (a 12 KB prompt must not stall every client): presidio's built-in patterns backtrack
 super-linearly on inputs such as ``"a." * 6000 + "@"``. ``EmailRecognizer``'s unbounded local
 part ``[...]{0,}`` is rescanned from every word start (quadratic: 52 s at 12,000 characters);
 ``UrlRecognizer``'s ``[a-z0-9.\\-]{1,253}[.](?:675 TLD alternatives)`` backtracks 253 positions
@@ -24,8 +24,8 @@ with ``regex`` internally, so RE2 would need a recognizer class of our own.
 :func:`windows` cuts a long text into overlapping windows so no recognizer (nor spaCy) ever sees
 more than ``window`` characters at once. A detector working through the windows of a long text
 calls :func:`pause_point` between groups of them: the thread's pause hook (installed by whoever
-runs the detector, with :func:`pausing`; the server's large-input lane, issue 9 "Bounded work per
-request") may wait there so short requests go first, or raise to abandon a screen nobody awaits.
+runs the detector, with :func:`pausing`; the server's large-input
+lane) may wait there so short requests go first, or raise to abandon a screen nobody awaits.
 Without a hook it does nothing.
 """
 
@@ -159,7 +159,7 @@ def phone_recognizer(language: str, max_tries: int = PHONE_MAX_TRIES, min_digits
     does not run when no span it could report would hold ``min_digits`` digits
     (:func:`phone_candidates_reach`; the detector drops shorter phone spans anyway, ``min_digits``
     of privacy.yaml). That skip is exact and saves the matcher's ~0.35 ms per prompt with a few
-    digits (8 regions, each parsing every digit group: issue 9).
+    digits (8 regions, each parsing every digit group).
 
     Why: on digit runs such as ``"1 " * 6000`` every digit group is a candidate and each is
     parsed for several inner groupings (~8,000 ``parse`` calls per region per 2,000-character

@@ -13,11 +13,11 @@ Everything here is configured from the ``detector:`` block of ``policies/privacy
 - presidio's score thresholds: one global, optional per entity type (set on each
   recognizer's ``score_thresholds``).
 
-Our own additions (issue 15, bounded work): presidio's e-mail and URL recognizers are replaced by
+Our own additions (bounded work): presidio's e-mail and URL recognizers are replaced by
 the same classes with bounded, linear-time patterns (``patterns.py``); texts longer than
 ``analysis_window_chars`` are analysed in overlapping windows whose spans are mapped back and
-merged (:func:`merge_windows`); each thread has its own analyzer (no lock). Follow-up (issues 15
-and 13, 12 KB digit runs / separators took 9-17 s): presidio's ``PhoneRecognizer`` runs with
+merged (:func:`merge_windows`); each thread has its own analyzer (no lock). Bounds for pathological
+texts (12 KB digit runs or separators): presidio's ``PhoneRecognizer`` runs with
 python-phonenumbers' ``max_tries`` bound (``phone_max_tries``), its context enhancer finds a
 result's token by bisection (``context_enhancer.py``), windows without a letter are only
 tokenised (spaCy's tagger/parser/NER can add nothing there), and :func:`resolve_overlaps` /
@@ -134,12 +134,12 @@ class PiiDetectorConfig(BaseModel):
         disabled_recognizers: presidio recognizer names removed from the registry.
         allow_list: exact strings never reported (e.g. the organisation's own name).
         analysis_window_chars: most characters any recognizer (and spaCy) sees at once; longer
-            texts are analysed in overlapping windows (issue 15: bounded regex work).
+            texts are analysed in overlapping windows (bounded regex work).
         analysis_overlap_chars: characters shared by consecutive windows; an entity up to this
             long is always seen whole. Needs ``2 * overlap < window``.
         batch_windows: windows spaCy processes at once (its ``pipe`` ``batch_size``). A long
             text's analysis holds about this many windows' docs and layer activations at a time,
-            so it bounds the detector's peak memory (issue 9 "Memory"): with spaCy's default (the
+            so it bounds the detector's peak memory: with spaCy's default (the
             model's 256, i.e. all of a 150 KB text's ~80 windows at once) one 150 KB prompt raised
             the peak RSS of a screening thread by ~500 MB and left ~300 MB in the allocator; with 4,
             by ~65 MB and ~50 MB (in-process, one thread). Also the most windows parsed between two
@@ -150,8 +150,8 @@ class PiiDetectorConfig(BaseModel):
         min_digits: per entity type, the fewest digits a span must hold to be reported (a
             4-digit year is no phone number, whatever a lenient phone parser says).
         phone_max_tries: rejected phone-number candidates python-phonenumbers may try per
-            region per window before giving up (its ``PhoneNumberMatcher(max_tries)``; issue 15).
-        context: which detected spans are personal data (issue 10): direct identifiers always,
+            region per window before giving up (its ``PhoneNumberMatcher(max_tries)``).
+        context: which detected spans are personal data: direct identifiers always,
             names / places / dates only in a personal text (:mod:`.privacy_context`).
         ner_gate: run spaCy's NER (about half of the pipeline's time) only on a window whose
             names, places, nationalities and dates the context rule would keep: a personal text
@@ -247,7 +247,7 @@ def resolve_overlaps(spans: Iterable[PiiSpan]) -> list[PiiSpan]:
     Greedy by priority: higher score first, then longer span, then earlier start; a span is
     kept if it overlaps no span kept before it. O(n log n) comparisons: the kept spans are
     disjoint, so kept in start order their ends are in order too, and only the last kept span
-    starting before a candidate's end can overlap it (issue 15: a 24 KB text has thousands).
+    starting before a candidate's end can overlap it (a 24 KB text has thousands).
     """
     starts: list[tuple[int, int]] = []  # (start, end) of kept spans, sorted
     kept: list[PiiSpan] = []
@@ -292,7 +292,7 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
     for name, bounded in (("EmailRecognizer", patterns.email_recognizer), ("UrlRecognizer", patterns.url_recognizer)):
         registry.remove_recognizer(name)
         registry.add_recognizer(bounded(config.language))
-    # python-phonenumbers parses every digit group of a digit run (issue 15): bounded tries
+    # python-phonenumbers parses every digit group of a digit run: bounded tries
     registry.remove_recognizer("PhoneRecognizer")
     registry.add_recognizer(patterns.phone_recognizer(config.language, config.phone_max_tries,
                                                       config.min_digits.get("PHONE_NUMBER", 0)))
@@ -388,8 +388,8 @@ class PiiDetector:
 
     Every text longer than ``analysis_window_chars`` is analysed in overlapping windows
     (:func:`~proxy.guardrails.detectors.patterns.windows`), so no recognizer ever sees more;
-    e-mail and URL recognizers use bounded patterns (patterns.py). Both close issue 15's
-    "12 KB prompt stalls every client".
+    e-mail and URL recognizers use bounded patterns (patterns.py). So a 12 KB prompt never
+    stalls the other clients.
 
     Raises ImportError / FileNotFoundError at construction if the spaCy package is missing,
     ValueError if the config names an unknown recognizer.
@@ -472,7 +472,7 @@ class PiiDetector:
         the NER component when ``ner_gate`` is on: NER pending, see :meth:`_with_ner`), in groups
         of ``batch_windows`` pieces (:meth:`_parsed`: bounded memory, and a pause point between groups).
 
-        A piece without any letter (digit runs, separators: issue 15's ``"1 " * 6000``) is only
+        A piece without any letter (digit runs, separators, e.g. ``"1 " * 6000``) is only
         tokenised: spaCy's tagger, parser and NER cost ~90% of such a window and can add nothing
         the policy reports (its names, places and nationalities need letters, its dates come from
         the pattern recognizers, context words are words); lemmas are the token texts.
@@ -562,8 +562,7 @@ class PiiDetector:
         superset of the parsed pass's (the recognizers themselves read no tags; NER would not run).
         When none of them is a direct identifier or an address shape, the parsed pass's spans are all
         contextual in a general question and the context rule drops them: ``[]``, exactly what the
-        full path returns (a test compares them), without the ~2 ms of tok2vec, tagger and parser
-        (issue 9). Only the entity types such a span can have are asked for
+        full path returns (a test compares them), without the ~2 ms of tok2vec, tagger and parser. Only the entity types such a span can have are asked for
         (``_decisive_entities``: dates, ages, URLs and nationalities are contextual whatever
         recognizer finds them, and presidio drops a result only for another of its own type).
         """
@@ -687,7 +686,7 @@ class PiiDetector:
         The pass runs in spaCy's ``memory_zone()`` (spaCy >= 3.8, "Memory management" in its
         docs): the strings and lexemes the texts add to the pipeline's vocab are freed when it
         ends. Without it every new word of every request stayed in the StringStore for the
-        life of the process (~2 KB per unique prompt per pipeline, issue 9). Only plain
+        life of the process (~2 KB per unique prompt per pipeline). Only plain
         :class:`PiiSpan` values leave the zone.
         """
         bounds = [self.windows(text) if text.strip() else [] for text in texts]

@@ -1,4 +1,4 @@
-"""Postal address blocks: the name and place lines around a street line (issue 10).
+"""Postal address blocks: the name and place lines around a street line.
 
 A postal address written over several lines ("Ana Dias / 31401 ul. Słowicza 10 / Apt. 360 /
 Wrocław / Poland 53-320") has a street line that the policy's pattern recognizers find, but its

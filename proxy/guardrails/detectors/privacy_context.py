@@ -1,4 +1,4 @@
-"""Personal-data context: which detected names and places refer to a private person (issue 10).
+"""Personal-data context: which detected names and places refer to a private person.
 
 Privacy masks personal data (data about an identifiable private individual), not every named
 entity. The detector's spans fall into three groups (configured in ``policies/privacy.yaml``,
@@ -38,7 +38,7 @@ from typing import Iterable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Default direct identifiers: always masked (issue 10 item 1).
+#: Default direct identifiers: always masked.
 DIRECT_IDENTIFIERS = ["EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS",
                       "US_SSN", "US_DRIVER_LICENSE", "US_PASSPORT", "US_BANK_NUMBER", "US_ITIN",
                       "MEDICAL_LICENSE", "CRYPTO"]
@@ -71,7 +71,7 @@ class ContextConfig(BaseModel):
     """The ``detector.context`` block of ``policies/privacy.yaml``.
 
     Attributes:
-        enabled: False masks every detected span (the behaviour before issue 10).
+        enabled: False masks every detected span (no context rule).
         always: entity types always masked (direct identifiers).
         always_recognizers: presidio recognizer names whose spans are always masked and make
             their text personal (address shapes, introduced names).

@@ -1,5 +1,5 @@
-"""Admission control: per-key rate and concurrency limits, and bounded guardrail lanes (issue 15,
-"Bounded regex work"; docs/operations.md "Limits").
+"""Admission control: per-key rate and concurrency limits, and bounded guardrail lanes
+(docs/operations.md "Limits").
 
 - :class:`TokenBucket`: ``rate`` tokens per second up to ``burst`` (the classic token bucket,
   e.g. RFC 2697 §1's committed burst / rate; the same model as OpenAI's documented request
@@ -16,7 +16,7 @@
   threads plus a bounded queue, beyond which a screen is refused with :func:`overloaded` (503,
   ``Retry-After``) instead of an unbounded wait; an input screen that outlasts the time budget is
   answered with :func:`screen_timed_out` (503, fail closed: nothing is forwarded unscreened).
-  Long inputs give way (issue 9 "Bounded work per request": small requests keep their latency
+  Long inputs give way (small requests keep their latency
   while a large one is screened): a detector working through a long text's windows calls
   :func:`proxy.guardrails.detectors.patterns.pause_point` between groups of them; in the large
   lane that waits (at most ``yield_seconds`` per call) while any small-lane screen is running, so
@@ -72,8 +72,8 @@ def rate_limited(message: str, seconds: float) -> GatewayError:
 def too_large_to_screen(chars: int, limit: int) -> GatewayError:
     """HTTP 413 (type ``invalid_request_error``, code ``input_too_large``): the client-written text
     (``chars`` characters) exceeds the per-request screening budget ``limit``; the request is
-    refused before any detector runs and never forwarded unscreened (issue 9 "Bounded work per
-    request"). Counted as ``sonate_requests_total{result="client_error"}``."""
+    refused before any detector runs and never forwarded unscreened. Counted as
+    ``sonate_requests_total{result="client_error"}``."""
     return GatewayError(413, f"The messages hold {chars} characters of text; the guardrails screen at most {limit} "
                              f"per request (server.limits.max_screen_chars). Send less text per request.",
                         "invalid_request_error", "input_too_large")
@@ -116,7 +116,7 @@ def check_messages(messages: list[dict[str, Any]], max_messages: int, max_messag
     """Refuse a request over the per-request bounds (0 disables either): more than ``max_messages``
     messages → 413 ``too_many_messages``; a message holding more than ``max_message_chars``
     characters of text (:func:`text_chars`) → 413 ``message_too_large`` naming its index. Each error
-    names its ``server.limits`` setting (issue 13 "Bounded work")."""
+    names its ``server.limits`` setting."""
     if max_messages and len(messages) > max_messages:
         raise GatewayError(413, f"The request has {len(messages)} messages; at most {max_messages} are accepted "
                                 f"(server.limits.max_messages).", "invalid_request_error", "too_many_messages",
@@ -301,7 +301,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 #: glibc's ``M_MMAP_THRESHOLD`` (mallopt(3)): blocks from this size on get their own mapping, given
 #: back to the OS when freed. 128 KiB is glibc's starting value; pinning it turns off the dynamic
 #: threshold, which each freed mapped block raises (up to 32 MiB), after which the multi-MB buffers of
-#: a long screen come from the heap arenas and stay resident as fragments (issue 9: a 150 KB prompt
+#: a long screen come from the heap arenas and stay resident as fragments (a 150 KB prompt
 #: left ~50 MB in the RSS, ~25 MB with the threshold pinned).
 MMAP_THRESHOLD = 128 * 1024
 _M_MMAP_THRESHOLD = -3  # malloc.h

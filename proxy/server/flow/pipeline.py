@@ -230,7 +230,7 @@ class Gateway:
         params = x.req.upstream_params()  # tools, tool_choice, response_format, user, extra_body: client text too
         definitions = {k: params[k] for k in DEFINITION_KEYS if k in params} or None
         # Privacy beside Safety/Compliance only when no other request is in progress: under load the
-        # others already use the CPUs, and two threads per screen only contend for the GIL (issue 9)
+        # others already use the CPUs, and two threads per screen only contend for the GIL
         side_by_side = self.in_progress <= 1
         size = screen_size(x.messages) + screen_size(definitions)
         with tracing.span("guardrails.input") as traced:
@@ -240,7 +240,7 @@ class Gateway:
                     self.config.server.limits.max_screen_pieces, chars=size.chars, pieces=size.pieces)
             except GatewayError:
                 raise
-            except Exception as exc:  # a detector raised: fail closed (issue 13)
+            except Exception as exc:  # a detector raised: fail closed
                 raise guardrail_failed("input", x.request_id, exc) from None
             tracing.record_screen(traced, screen.action, screen.triggers, screen.domain)
         self.metrics.guardrail_duration.labels("input").observe(time.perf_counter() - t)
@@ -385,7 +385,7 @@ class Gateway:
                                            chars=len(result.content or "") + text_chars(tool_calls), admit=False)
             except GatewayError:
                 raise
-            except Exception as exc:  # a detector raised: the answer is not delivered (issue 13)
+            except Exception as exc:  # a detector raised: the answer is not delivered
                 raise guardrail_failed("output", x.request_id, exc) from None
             tracing.record_screen(
                 traced, "refuse" if out.refused else decisive_action([d.action for d in out.decisions]),

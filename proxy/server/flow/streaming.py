@@ -120,7 +120,7 @@ class StreamedAnswer:
             except UpstreamError as exc:
                 failure = error_body(exc.message, exc.type, code=exc.code)
                 self.ended = "upstream_error"
-            except Exception as exc:  # a detector raised screening the stream: stop it, say so (issue 13)
+            except Exception as exc:  # a detector raised screening the stream: stop it, say so
                 failure = await self._guardrail_failed(exc)
             else:
                 try:

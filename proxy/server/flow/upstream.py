@@ -229,7 +229,7 @@ def direct_params(route: ModelRoute) -> dict[str, Any] | None:
     (``os.environ/NAME`` values resolved by litellm's ``get_secret``, as the Router does), or None when
     the route holds a setting only the Router applies (see :data:`DIRECT_PARAMS`).
 
-    Why (issue 9, c=1 overhead): with one deployment per route (proxy.config refuses duplicate
+    Why (c=1 overhead): with one deployment per route (proxy.config refuses duplicate
     names), no retries and no rate limits, the Router adds nothing to a call but its own work:
     deployment selection, usage tracking on every call and on every success (a deep copy of the
     model's price map entry each time; a success callback run in litellm's thread pool, beside the

@@ -129,7 +129,7 @@ def settle_heap() -> None:
 async def warm_up_upstream(upstream: Upstream) -> None:
     """Run each route's litellm code path once with a mocked answer (no provider is called), so the
     first real request does not pay litellm's lazy imports, provider set-up and price-map lookups
-    and the OpenAI SDK's resource modules (issue 9 "Find the stalls": the first request held the
+    and the OpenAI SDK's resource modules (without it the first request held the
     event loop for 1.5 s importing them). Failures are
     logged and ignored: a route that cannot be warmed still works, only its first call is slower."""
     import openai.resources  # noqa: F401  (imported by litellm's first real provider call: ~1.5 s of pydantic models)
@@ -160,8 +160,8 @@ def _large_lane(threads: int, engine: GuardrailEngine, nice: int = 0) -> ThreadP
 
 def warm_threads(pool: ThreadPoolExecutor, threads: int, engine: GuardrailEngine, lane: str) -> None:
     """Make each of the ``threads`` threads of ``pool`` screen once, so each builds its own PII analyzer
-    (spaCy pipeline) now rather than in a request (issue 9 "Find the stalls": a lane's first large
-    prompt spent 0.5 s loading one). Each thread screens a different text: a repeated one would be
+    (spaCy pipeline) now rather than in a request (otherwise a lane's first large
+    prompt spends 0.5 s loading one). Each thread screens a different text: a repeated one would be
     answered by the scan cache without reaching the detectors. A barrier keeps one thread from
     taking two of the warm-ups."""
     barrier = threading.Barrier(threads)

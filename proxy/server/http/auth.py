@@ -16,7 +16,7 @@ from proxy.server.errors import Caller, GatewayError
 def _digest(key: str) -> bytes:
     """SHA-256 of the key as UTF-8. A header aiohttp decoded from non-UTF-8 bytes holds lone surrogates
     (``surrogateescape``); ``surrogatepass`` encodes them too, and they match no configured key
-    (a 401 instead of a UnicodeEncodeError answered 500: issue 13, found by tests/e2e/test_fuzz.py)."""
+    (a 401 instead of a UnicodeEncodeError answered 500; tests/e2e/test_fuzz.py)."""
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 

@@ -12,7 +12,7 @@ A request aiohttp cannot parse as HTTP (a control byte in a header, a bad reques
 answered 400 by aiohttp itself before any middleware runs; aiohttp logs it at ERROR with a
 traceback. :class:`ClientProtocolErrorFilter` (attached to ``aiohttp.server`` on import) turns
 that into one WARNING line without the traceback: a client's malformed bytes are not a proxy fault
-(issue 13: zero unhandled exceptions in the log).
+(zero unhandled exceptions in the log).
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ async def read_model(request: web.Request, model: type[Model]) -> tuple[Model, d
 
     Raises GatewayError 400 for malformed JSON (NaN/Infinity and unpaired UTF-16 surrogate escapes
     such as ``"\\ud800"``, which are no text, included), a body nested deeper
-    than ``server.limits.max_json_depth`` (issue 13: a 5,000-level array answered 500), a body that
+    than ``server.limits.max_json_depth`` (a 5,000-level array answered 500), a body that
     is not a JSON object, or a body ``model`` rejects; aiohttp raises 413 above ``client_max_size``.
     """
     depth = services(request).config.server.limits.max_json_depth

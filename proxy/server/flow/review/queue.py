@@ -52,7 +52,7 @@ class DecisionQueue:
         except LedgerError:
             raise ledger_unavailable() from None
         if item is None:
-            raise GatewayError(404, f"No {what} with this id.", code="not_found")  # ids are not echoed (issue 13)
+            raise GatewayError(404, f"No {what} with this id.", code="not_found")  # ids are not echoed
         return item
 
     async def page(self, statuses: Sequence[str] | None = None, *, after: str | None = None,

@@ -126,7 +126,7 @@ async def get_escalation(request: web.Request) -> web.Response:
     escalations = services(request).gateway.escalations
     case = await escalations.get(case_id)
     if who.role != "admin" and case.get("actor") != who.actor:
-        raise GatewayError(404, "No escalation with this id.", code="not_found")  # ids are not echoed (issue 13)
+        raise GatewayError(404, "No escalation with this id.", code="not_found")  # ids are not echoed
     mapping = _mapping(request, case)
     while case["status"] in ("pending", "drafted") and time.monotonic() < deadline:
         await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))

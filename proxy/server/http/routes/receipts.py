@@ -59,7 +59,7 @@ async def get_receipt(request: web.Request) -> web.Response:
             return web.json_response({"receipt_id": receipt_id, "status": "pending", "receipt": pending},
                                      status=202, headers={"x-sonate-receipt-status": "pending"})
     if receipt is None or not await _may_read(request, who, receipt):
-        raise GatewayError(404, "No receipt with this id.", code="not_found")  # ids are not echoed (issue 13)
+        raise GatewayError(404, "No receipt with this id.", code="not_found")  # ids are not echoed
     if bundle:
         return await ledger_routes.bundle_response(request, receipt, public_key_entries(svc))
     return web.json_response(receipt)
