@@ -101,8 +101,8 @@ def _ledger_size(args: argparse.Namespace) -> int | None:
     """Head height + 1 of ``--ledger`` (else the config's ledger; None with ``--key-file``). UsageError if unreadable."""
     import asyncio
 
-    from proxy.storage.base import LedgerError
     from proxy.storage import open_store
+    from proxy.storage.base import LedgerError
 
     url = args.ledger
     if url is None and not args.key_file:

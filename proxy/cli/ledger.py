@@ -101,10 +101,10 @@ def _target(args: argparse.Namespace) -> _Target:
 
 def _with_store(args: argparse.Namespace, work: Callable[[Any, _Target], Awaitable[int]]) -> int:
     """Open the target's store, run ``work(store, target)`` and close it; ledger errors become UsageError."""
-    from proxy.storage.base import LedgerError
-    from proxy.storage import open_store
-    from proxy.tlog.checkpoint import CheckpointError
     from proxy.primitives.merkle import MerkleError
+    from proxy.storage import open_store
+    from proxy.storage.base import LedgerError
+    from proxy.tlog.checkpoint import CheckpointError
 
     target = _target(args)
     try:

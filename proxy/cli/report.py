@@ -108,8 +108,8 @@ async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict],
     from tqdm import tqdm
 
     from proxy.evaluation.conversation.results import SERIES
-    from proxy.storage.base import LedgerError
     from proxy.storage import open_store
+    from proxy.storage.base import LedgerError
 
     try:
         store = open_store(url, create=False)  # a reader: never a new, empty ledger
@@ -136,9 +136,9 @@ async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict],
 
 def _build(args: argparse.Namespace) -> dict[str, Any]:
     from proxy.config import ConfigError
-    from proxy.guardrails.schema import load_policies
     from proxy.evaluation.kpi_inputs import InputError, check_farh, check_pfi
     from proxy.evaluation.kpi_report import ReportInputs, build_report
+    from proxy.guardrails.schema import load_policies
     from proxy.receipts.receipt import utc_timestamp
 
     start, end = parse_instant(args.start, "--from"), parse_instant(args.end, "--to")

@@ -41,16 +41,21 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from proxy.cli.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, fetch_key_document, report_usage_error
-from proxy.receipts.bundle import verify_bundle
 from proxy.primitives.canonical import json_hash
-from proxy.tlog.checkpoint import COSIGNATURE_TYPE, CheckpointError, parse_verifier_key, verify_checkpoint, \
-    verify_cosignatures
+from proxy.primitives.failure import Failure
+from proxy.receipts.bundle import verify_bundle
 from proxy.receipts.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
-from proxy.storage.base import LedgerError
-from proxy.storage import open_store
-from proxy.primitives.failure import Failure
 from proxy.receipts.verify import verify_chain, verify_receipt, verify_store
+from proxy.storage import open_store
+from proxy.storage.base import LedgerError
+from proxy.tlog.checkpoint import (
+    COSIGNATURE_TYPE,
+    CheckpointError,
+    parse_verifier_key,
+    verify_checkpoint,
+    verify_cosignatures,
+)
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
 

@@ -195,7 +195,7 @@ def mine_claims(text: str, *, question: str | None = None) -> list[Claim]:
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     claims: list[Claim] = []
     answer_taken = question is None
-    for index, (s, e) in enumerate(split_sentences(text)):
+    for s, e in split_sentences(text):
         sentence = text[s:e]
         if _is_filler(sentence):
             continue

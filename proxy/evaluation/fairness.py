@@ -354,7 +354,7 @@ def pfi_result(observations: Sequence[Observation], *, proxy: str, model: str, a
         outcomes = rates.get(axis)
         if outcomes and len(outcomes["refusal"]) >= 2:
             estimate, low, high = bootstrap_interval(
-                obs, lambda sample: axis_pfi(sample, weights).get(axis, math.nan),
+                obs, lambda sample: axis_pfi(sample, weights).get(axis, math.nan),  # noqa: B023  (runs now)
                 resamples=resamples, seed=seed, bounds=(0.0, 1.0))
             deltas = _deltas({s: outcomes[s] for s in weights})
         else:

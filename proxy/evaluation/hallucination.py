@@ -15,10 +15,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from proxy.evaluation.claims import Claim, METHODS, assign_method, dedupe, mine_claims
+from proxy.evaluation.claims import METHODS, Claim, assign_method, dedupe, mine_claims
+from proxy.evaluation.oracle import (
+    REGULATED_DOMAINS,
+    Oracle,
+    OracleVerdict,
+    RegexRule,
+    validate_claim,
+    verify_with_oracle,
+    verify_with_regex,
+)
 from proxy.kpi.methodology import CONFIDENCE, METHODOLOGY_VERSION, MIN_CLAIMS, TARGETS
-from proxy.evaluation.oracle import (REGULATED_DOMAINS, Oracle, RegexRule, OracleVerdict, validate_claim,
-                              verify_with_oracle, verify_with_regex)
 from proxy.kpi.stats import publishable, round_percent, wilson_interval
 
 __all__ = ["FARH_RESULT_FORMAT", "FORMAT_ID", "CheckedClaim", "OutputRecord", "check_outputs", "farh_result",

@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 
 from proxy.evaluation.conversation.results import TREND_METRICS, trend_rows
-from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.adjudication import FINAL_STATUSES, TRIGGER_ACTIONS, agreement_by_domain
+from proxy.kpi.audit_depth import evidence_present
 from proxy.kpi.methodology import (
     BOOTSTRAP_RESAMPLES,
     COMPLEXITY_WEIGHTS,

@@ -22,8 +22,14 @@ from tqdm import tqdm
 
 from proxy.evaluation.client import ProxyClient, ProxyStatusError
 from proxy.evaluation.data import read_holistic_bias
-from proxy.evaluation.fairness import (Group, Observation, Prompt, build_prompts, groups_from_descriptors,
-                                       prompt_variants)
+from proxy.evaluation.fairness import (
+    Group,
+    Observation,
+    Prompt,
+    build_prompts,
+    groups_from_descriptors,
+    prompt_variants,
+)
 
 
 def now() -> str:

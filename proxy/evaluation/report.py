@@ -24,8 +24,8 @@ from collections import Counter
 from typing import Any, Callable, Sequence
 
 from proxy.evaluation.data import APOLOGY_TYPES, Item
-from proxy.evaluation.metrics import binary_scores, latency_summary, map_gold, match_spans, proportion, sum_counts
 from proxy.evaluation.guardrails import ItemOutcome
+from proxy.evaluation.metrics import binary_scores, latency_summary, map_gold, match_spans, proportion, sum_counts
 from proxy.evaluation.provenance import Provenance, kind_of
 from proxy.evaluation.scorecard import render_scorecard
 from proxy.evaluation.utility import UTILITY_TARGET, is_ordinary, utility_section

@@ -52,7 +52,7 @@ def part_of(dataset: str, text: str) -> str:
     [0, 2^64); the row is in the tuning part when that integer is below ``TUNING_SHARE * 2^64``.
     Rows with the same normalised text in one source fall in the same part.
     """
-    digest = hashlib.sha256(f"{SALT}\n{dataset}\n{normalise(text)}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{SALT}\n{dataset}\n{normalise(text)}".encode()).digest()
     return "tuning" if int.from_bytes(digest[:8], "big") < TUNING_SHARE * 2**64 else "sealed"
 
 

@@ -78,8 +78,16 @@ from pathlib import Path
 import numpy as np
 
 from proxy.evaluation import framings, provenance
-from proxy.evaluation.data import (SOURCES, DataError, Example, Item, load_exemplars, load_training_examples,
-                                   refuse_development_duplicates, tuning_only)
+from proxy.evaluation.data import (
+    SOURCES,
+    DataError,
+    Example,
+    Item,
+    load_exemplars,
+    load_training_examples,
+    refuse_development_duplicates,
+    tuning_only,
+)
 from proxy.guardrails import framings as augment
 from proxy.guardrails.detectors import embeddings
 from proxy.guardrails.detectors.harm import ARTEFACT_DIR, LAYER5_PREFIX, combine_views, sha256_file

@@ -125,9 +125,8 @@ def featurise(mentions: list[Mention], progress: bool = True) -> np.ndarray:
     """Features of every mention, float32 (len(mentions), FEATURES): one parse per distinct text."""
     from tqdm import tqdm
 
-    from proxy.guardrails.detectors.privacy_context import text_mood
-
     from proxy.guardrails.detectors.embeddings import embed
+    from proxy.guardrails.detectors.privacy_context import text_mood
 
     nlp, rule = _pipeline()
     texts = list(dict.fromkeys(m.text for m in mentions))

@@ -22,8 +22,14 @@ from functools import lru_cache
 from typing import Any, Callable, NamedTuple
 
 from proxy.guardrails.cache import ScanCache
-from proxy.guardrails.conversation import (ReplyMatcher, Settled, current_turn_start, open_question, settled_turns,
-                                           withheld_indexes)
+from proxy.guardrails.conversation import (
+    ReplyMatcher,
+    Settled,
+    current_turn_start,
+    open_question,
+    settled_turns,
+    withheld_indexes,
+)
 from proxy.guardrails.decisions import (
     Decision,
     decisive_action,
@@ -354,7 +360,7 @@ class GuardrailEngine:
         policy = self._policies("privacy", "input")[0]
         try:
             return _PrivacyScan(pieces, self.detect(policy, [p.text for _, p in pieces]))
-        except Exception as exc:  # noqa: BLE001  (re-raised by _mask_input when it is needed)
+        except Exception as exc:  # re-raised by _mask_input when it is needed
             return _PrivacyScan(pieces, error=exc)
 
     def settled(self, messages: list[Message]) -> list[Settled]:
@@ -409,8 +415,9 @@ class GuardrailEngine:
                 break
             masker = PiiMasker()
             remaining = iter(spans)  # the walkers visit pieces in definition_pieces / text_pieces order
-            masked_definitions = map_definitions(definitions, lambda t: masker.mask(t, next(remaining)))
-            masked = [map_text(m, lambda t: masker.mask(t, next(remaining))) for m in messages]
+            # The lambdas run within this iteration, which returns: no late binding.
+            masked_definitions = map_definitions(definitions, lambda t: masker.mask(t, next(remaining)))  # noqa: B023
+            masked = [map_text(m, lambda t: masker.mask(t, next(remaining))) for m in messages]  # noqa: B023
             decision = privacy_decision(policy, "input", [pieces[k][0] for k in keep], [spans[k] for k in keep],
                                         self.detectors[policy.id], fields=[pieces[k][1].field for k in keep],
                                         piece_numbers=keep)

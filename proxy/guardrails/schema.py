@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -154,7 +154,7 @@ class ContinuityPolicy(_Policy):
 
 
 Policy = Annotated[
-    Union[SafetyPolicy, PrivacyPolicy, CompliancePolicy, ContinuityPolicy], Field(discriminator="kind")
+    SafetyPolicy | PrivacyPolicy | CompliancePolicy | ContinuityPolicy, Field(discriminator="kind")
 ]
 _POLICY = TypeAdapter(Policy)
 

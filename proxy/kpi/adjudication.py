@@ -39,7 +39,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import rfc8785
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.kpi.methodology import CONFIDENCE

@@ -6,6 +6,7 @@ do, behind :class:`~proxy.storage.base.LedgerStore`.
 """
 
 from proxy.primitives.canonical import assert_no_floats, canonical, json_hash, sha256_ref
+from proxy.primitives.failure import Failure
 from proxy.receipts.chain import Ledger
 from proxy.receipts.receipt import (
     GENESIS_PREV_HASH,
@@ -26,10 +27,9 @@ from proxy.receipts.signing import (
     public_key_entry,
     verify_signature,
 )
-from proxy.storage.base import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable
-from proxy.storage import open_store
-from proxy.primitives.failure import Failure
 from proxy.receipts.verify import verify_chain, verify_receipt, verify_store
+from proxy.storage import open_store
+from proxy.storage.base import Head, LedgerConflict, LedgerError, LedgerStore, LedgerUnavailable
 
 __all__ = [
     "GENESIS_PREV_HASH",

@@ -27,13 +27,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from proxy.receipts.receipt import entry_hash
-from proxy.receipts.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
-from proxy.receipts.tree import inclusion_proof
-from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
-from proxy.storage.base import LedgerError, LedgerStore, LedgerUnavailable
 from proxy.primitives.failure import Failure
+from proxy.receipts.proofs import inclusion_proof_doc, receipt_leaf_hash, verify_inclusion_proof
+from proxy.receipts.receipt import entry_hash
+from proxy.receipts.tree import inclusion_proof
 from proxy.receipts.verify import _height, verify_receipt
+from proxy.storage.base import LedgerError, LedgerStore, LedgerUnavailable
+from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
 
 __all__ = ["AuditResult", "RESULTS", "audit_heights", "classify", "sample_heights"]
 

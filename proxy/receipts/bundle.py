@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from proxy.primitives.failure import Failure
 from proxy.primitives.merkle import b64_encode_hash
 from proxy.receipts.proofs import verify_inclusion_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
-from proxy.primitives.failure import Failure
 from proxy.receipts.verify import verify_receipt
 
 __all__ = ["BUNDLE_FIELDS", "BUNDLE_VERSION", "make_bundle", "verify_bundle"]

@@ -31,12 +31,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from proxy.primitives import merkle
 from proxy.primitives.canonical import canonical
 from proxy.receipts.receipt import CHAIN_FIELDS, GENESIS_PREV_HASH
 from proxy.receipts.sealing import PreparedReceipt, SealedReceipt
 from proxy.receipts.signing import Signer
 from proxy.storage.base import Head, LedgerConflict, LedgerStore, TreeUpdate
-from proxy.primitives import merkle
 
 log = logging.getLogger("sonate.ledger")
 

@@ -19,9 +19,9 @@ from typing import Any, Mapping, Sequence
 
 from proxy.primitives import merkle
 from proxy.primitives.canonical import CanonicalizationError
-from proxy.tlog.checkpoint import Checkpoint, CheckpointError, parse_checkpoint, verify_checkpoint
-from proxy.receipts.receipt import entry_hash
 from proxy.primitives.failure import Failure
+from proxy.receipts.receipt import entry_hash
+from proxy.tlog.checkpoint import Checkpoint, CheckpointError, parse_checkpoint, verify_checkpoint
 
 __all__ = [
     "consistency_proof_doc",

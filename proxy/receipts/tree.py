@@ -11,11 +11,17 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from proxy.primitives import merkle
+from proxy.primitives.failure import Failure
 from proxy.receipts.bundle import make_bundle
-from proxy.tlog.checkpoint import CheckpointError, format_checkpoint, parse_checkpoint, sign_checkpoint, verify_checkpoint
 from proxy.receipts.proofs import receipt_leaf_hash
 from proxy.storage.base import LedgerError, LedgerStore, TreeStore, TreeUpdate
-from proxy.primitives.failure import Failure
+from proxy.tlog.checkpoint import (
+    CheckpointError,
+    format_checkpoint,
+    parse_checkpoint,
+    sign_checkpoint,
+    verify_checkpoint,
+)
 
 __all__ = [
     "DEFAULT_ORIGIN",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from proxy.storage.base import *  # noqa: F401,F403  (the roles and errors)
+from proxy.storage.base import *  # noqa: F403  (the roles and errors)
 from proxy.storage.base import LedgerStore
 from proxy.storage.base import __all__ as _roles
 from proxy.storage.sqlite import SQLiteStore

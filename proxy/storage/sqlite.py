@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
+from proxy.primitives import merkle
 from proxy.primitives.canonical import canonical, sha256_ref
 from proxy.storage.base import (
     AppendOutcome,
@@ -44,7 +45,6 @@ from proxy.storage.base import (
     check_result,
     check_tree_update,
 )
-from proxy.primitives import merkle
 
 __all__ = ["SQLiteStore"]
 

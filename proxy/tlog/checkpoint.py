@@ -29,9 +29,9 @@ from typing import Any, Mapping
 import nacl.exceptions
 import nacl.signing
 
-from proxy.primitives.merkle import HASH_SIZE, MerkleError, b64_decode_hash, b64_encode_hash
 from proxy.primitives.base64url import b64url_decode
 from proxy.primitives.failure import Failure
+from proxy.primitives.merkle import HASH_SIZE, MerkleError, b64_decode_hash, b64_encode_hash
 
 __all__ = [
     "ED25519_SIGNATURE_TYPE",
@@ -359,7 +359,7 @@ def cosignature_message(body: str, timestamp: int) -> bytes:
     """
     if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp <= _MAX_TIMESTAMP:
         raise CheckpointError(f"cosignature timestamp must be an integer in 0..2**63-1, got {timestamp!r}")
-    return f"cosignature/v1\ntime {timestamp}\n{body}".encode("utf-8")
+    return f"cosignature/v1\ntime {timestamp}\n{body}".encode()
 
 
 def cosign_checkpoint(note: str, signer: Any, name: str, timestamp: int) -> str:

@@ -141,7 +141,7 @@ def test_markdown_is_printed_and_written(runs: dict) -> None:
     assert f"| SSA | {ssa:.3f} |" in markdown and "## BestOf tournaments" in markdown
 
 
-def test_html_report_renders_in_chromium(runs: dict, browser) -> None:  # noqa: F811
+def test_html_report_renders_in_chromium(runs: dict, browser) -> None:
     run = runs["stub"]
     page = run["dir"] / "result.html"
     browser.set_window_size(1200, 2400)

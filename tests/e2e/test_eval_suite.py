@@ -83,7 +83,7 @@ def test_every_case_has_receipts_judges_and_five_dimensions(example_run, suite_p
     assert result["judge"]["templates"]["grounding"] == "groundedness-v1"
     baseline = json.loads((directory / "baseline.json").read_text())
     assert set(baseline["models"]) == {"stub", "demo"} and "exact_match" in baseline["models"]["stub"]
-    for model, block in result["models"].items():
+    for block in result["models"].values():
         cases = block["cases"]
         assert len(cases) == 46 and all(c["error"] is None for c in cases)
         assert {d for c in cases for d in c["dimensions"]} == {"correctness", "determinism", "latency", "cost",

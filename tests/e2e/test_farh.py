@@ -15,11 +15,18 @@ from pathlib import Path
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from proxy.evaluation.data import read_halueval_qa, read_truthfulqa
 from proxy.evaluation.claims import Claim, dedupe, mine_claims, normalise, parse_model_spans, split_sentences
+from proxy.evaluation.data import read_halueval_qa, read_truthfulqa
 from proxy.evaluation.hallucination import OutputRecord, check_outputs, rate_block
-from proxy.evaluation.oracle import (Oracle, halueval_entries, regex_rules_from_rows, truthfulqa_entries, validate_claim,
-                              verify_with_oracle, verify_with_regex)
+from proxy.evaluation.oracle import (
+    Oracle,
+    halueval_entries,
+    regex_rules_from_rows,
+    truthfulqa_entries,
+    validate_claim,
+    verify_with_oracle,
+    verify_with_regex,
+)
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, DATA, ROOT, write_config
 from tests.support.stub_upstream import Reply
 
@@ -237,8 +244,8 @@ def test_cli_usage_errors_exit_2_without_traceback(tmp_path: Path) -> None:
 
 
 def test_model_assisted_pass_through_litellm_and_the_stub(tmp_path: Path, upstream, monkeypatch, oracle) -> None:
-    from proxy.evaluation.claim_spans import detect_spans
     from proxy.config import load_config
+    from proxy.evaluation.claim_spans import detect_spans
 
     monkeypatch.setenv("STUB_PROVIDER_KEY", "stub-secret")
     monkeypatch.setenv("SONATE_TEST_ADMIN_KEY", ADMIN_KEY)

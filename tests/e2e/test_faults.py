@@ -26,8 +26,8 @@ import pytest
 import redis
 from openai import OpenAI
 
-from proxy.receipts import load_public_keys, open_store, verify_store
 from proxy.primitives.canonical import canonical
+from proxy.receipts import load_public_keys, open_store, verify_store
 from tests.support.faults import kill9, metric_value, scrape, start_proxy_with
 from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, stop_proxy
 from tests.support.redis_server import RedisServer, delete_redis_namespace, redis_namespace_url

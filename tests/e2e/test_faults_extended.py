@@ -32,8 +32,17 @@ import openai
 import pytest
 import redis
 
-from tests.support.faults import (DETECTOR_FAULT, ChatLoad, check_ledger, kill9, metric_value, public_keys, scrape,
-                                  start_proxy_with, wait_until)
+from tests.support.faults import (
+    DETECTOR_FAULT,
+    ChatLoad,
+    check_ledger,
+    kill9,
+    metric_value,
+    public_keys,
+    scrape,
+    start_proxy_with,
+    wait_until,
+)
 from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, stop_proxy
 from tests.support.redis_server import RedisServer, delete_redis_namespace, redis_namespace_url
 from tests.support.stub_upstream import Reply
@@ -87,7 +96,7 @@ def test_kill9_ten_times_two_proxies_one_chain(tmp_path: Path, stub, no_models: 
             replacement = spares[kill].result(300)
             everyone.append(replacement)
             before = load.count()
-            wait_until(lambda: load.count() >= before + 4, 60, f"answers before kill {kill + 1}")
+            wait_until(lambda: load.count() >= before + 4, 60, f"answers before kill {kill + 1}")  # noqa: B023
             kill9(live[index])
             live[index] = replacement
             load.point(index, replacement.url)

@@ -28,7 +28,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -37,11 +36,34 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fuzz import (RAW_SEGMENTS, Answer, auth_headers, chat_bodies, check_response, json_values,
-                                messages_bodies, mutated_bytes, path_segments, query_values, quote_segment,
-                                responses_bodies, send, texts, wrong_typed_bodies)
-from tests.support.proxy import (ADMIN_KEY, ROOT, CLIENT_KEY, OTHER_KEY, RunningProxy, spawn_proxy, stop_proxy,
-                                 wait_until_up, write_config)
+from tests.support.fuzz import (
+    RAW_SEGMENTS,
+    Answer,
+    auth_headers,
+    chat_bodies,
+    check_response,
+    json_values,
+    messages_bodies,
+    mutated_bytes,
+    path_segments,
+    query_values,
+    quote_segment,
+    responses_bodies,
+    send,
+    texts,
+    wrong_typed_bodies,
+)
+from tests.support.proxy import (
+    ADMIN_KEY,
+    CLIENT_KEY,
+    OTHER_KEY,
+    ROOT,
+    RunningProxy,
+    spawn_proxy,
+    stop_proxy,
+    wait_until_up,
+    write_config,
+)
 from tests.support.redis_server import delete_redis_namespace, free_port, redis_namespace_url
 
 REVIEWER_KEY = "sk-test-reviewer-0004-padded-to-32-chars"

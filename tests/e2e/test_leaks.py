@@ -439,7 +439,7 @@ def test_review_and_escalation_views_hold_masked_text_only(leak_run) -> None:
 
 def test_spool_checkpoint_and_other_files_hold_no_personal_data(leak_run) -> None:
     assert [name for name, text in leak_run["spooled"].items() if leaks(text)] == []
-    for name, proxy in leak_run["proxies"].items():
+    for proxy in leak_run["proxies"].values():
         status, _, checkpoint = http(proxy, "GET", "/v1/ledger/checkpoint", key=None)
         assert status == 200 and leaks(checkpoint) == []
         size = int(checkpoint.splitlines()[1])

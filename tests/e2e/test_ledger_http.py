@@ -17,9 +17,9 @@ import openai
 import pytest
 
 from proxy.receipts.bundle import verify_bundle
-from proxy.tlog.checkpoint import parse_checkpoint, verify_checkpoint
 from proxy.receipts.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import load_public_keys
+from proxy.tlog.checkpoint import parse_checkpoint, verify_checkpoint
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT, start_proxy, stop_proxy
 
 ORIGIN = "sonate-trust-proxy/ledger"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.support.ledger import sqlite_url
 from tests.support.proxy import (
     CLIENT_KEY,
     RunningProxy,
@@ -22,7 +23,6 @@ from tests.support.proxy import (
     wait_until_up,
     write_config,
 )
-from tests.support.ledger import sqlite_url
 from tests.support.redis_server import free_port
 from tests.support.stub_upstream import StubUpstream
 

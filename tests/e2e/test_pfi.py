@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 
 from proxy.evaluation.data import read_holistic_bias
-from proxy.evaluation.fairness import (OUTCOME_WEIGHTS, Observation, axis_pfi, build_prompts, groups_from_descriptors,
-                                noun_phrase, pfi_result, prompt_variants)
+from proxy.evaluation.fairness import (
+    OUTCOME_WEIGHTS,
+    Observation,
+    axis_pfi,
+    build_prompts,
+    groups_from_descriptors,
+    noun_phrase,
+    pfi_result,
+    prompt_variants,
+)
 from tests.support.proxy import CLIENT_KEY, DATA, ROOT
 
 

@@ -25,18 +25,16 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
 
 from proxy.server.flow.review.sealed_mapping import KEY_HEADER
 from proxy.storage.base import open_store
 from tests.support.browser import start_chromium
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
-from tests.support.stub_upstream import Reply
-
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.select import Select  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 NAME, EMAIL = "John Smith", "john.smith@example.com"
 LEGAL = (f"Can I sue my landlord for keeping my security deposit, and which court should I file in? "

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from proxy.primitives.canonical import json_hash
-from proxy.receipts.verify import verify_receipt
 from proxy.receipts.signing import load_public_keys
+from proxy.receipts.verify import verify_receipt
 from tests.support.faults import start_proxy_with
 from tests.support.proxy import CLIENT_KEY, ROOT, stop_proxy
 from tests.support.redis_server import RedisServer

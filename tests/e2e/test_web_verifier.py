@@ -22,14 +22,13 @@ import urllib.request
 from typing import Any
 
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.browser import start_chromium
 from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
 from tests.unit.test_vectors import CONSISTENCY_VECTORS, VECTORS, python_verdict
-
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,16 @@ from pathlib import Path
 import openai
 import pytest
 
+from proxy.primitives import merkle
 from proxy.receipts import Signer
 from proxy.receipts.signing import load_or_create_signer
-from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     format_checkpoint,
     parse_checkpoint,
+    parse_verifier_key,
     sign_checkpoint,
     verifier_key,
     verify_cosignatures,
-    parse_verifier_key,
 )
 from proxy.tlog.witness import format_add_checkpoint
 from tests.support.proxy import CLIENT_KEY, ROOT, start_proxy, stop_proxy

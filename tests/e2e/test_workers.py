@@ -31,8 +31,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.server.admission.workers import Supervisor, bind
 from tests.support.prompts import APOLOGY, HARMFUL
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, spawn_proxy, stop_proxy, wait_until_up, \
-    write_config
+from tests.support.proxy import (
+    ADMIN_KEY,
+    CLIENT_KEY,
+    ROOT,
+    RunningProxy,
+    spawn_proxy,
+    stop_proxy,
+    wait_until_up,
+    write_config,
+)
 from tests.support.redis_server import delete_redis_namespace, free_port, redis_namespace_url
 
 pytestmark = pytest.mark.models  # starts proxies (two model-loading processes each)

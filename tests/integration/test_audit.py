@@ -14,18 +14,18 @@ import uuid
 import pytest
 import redis
 
-from proxy.server.telemetry.metrics import Metrics
+from proxy.primitives.canonical import canonical
+from proxy.primitives.failure import Failure
 from proxy.receipts import Ledger, Signer, entry_hash, load_public_keys, open_store, public_key_entry
 from proxy.receipts.audit import audit_heights, classify, sample_heights
-from proxy.primitives.canonical import canonical
 from proxy.receipts.receipt import seal
 from proxy.receipts.tree import publish_checkpoint
-from proxy.primitives.failure import Failure
 from proxy.receipts.verify import verify_store
 from proxy.server.http.tasks import LedgerAuditor
-from tests.support.redis_server import redis_url
+from proxy.server.telemetry.metrics import Metrics
 from tests.support.faults import metric_value
 from tests.support.ledger import make_receipt
+from tests.support.redis_server import redis_url
 
 SIZE = 12
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.storage.base import LedgerConflict, LedgerStore, ResultLog
 from proxy.storage import open_store
+from proxy.storage.base import LedgerConflict, LedgerStore, ResultLog
 from tests.support.ledger import STORE_KINDS, ledger_url, store  # noqa: F401  (fixtures)
 
 both = pytest.mark.parametrize("ledger_url", STORE_KINDS, indirect=True)

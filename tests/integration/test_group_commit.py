@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 import pytest
 import redis.asyncio as aioredis
 
+from proxy.primitives import merkle
 from proxy.receipts import Ledger, LedgerConflict, Signer, entry_hash, open_store, verify_store
 from proxy.receipts.sealing import PreparedReceipt
-from proxy.storage.base import LedgerStore
-from proxy.primitives import merkle
 from proxy.receipts.tree import verify_tree
+from proxy.storage.base import LedgerStore
 from tests.support.ledger import (  # noqa: F401  (fixtures)
     STORE_KINDS,
     keys,

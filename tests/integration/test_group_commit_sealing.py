@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from proxy.receipts import Signer, canonical, entry_hash, seal, verify_receipt
 from proxy.primitives.canonical import MAX_SAFE_INTEGER
+from proxy.receipts import Signer, canonical, entry_hash, seal, verify_receipt
 from proxy.receipts.sealing import PreparedReceipt, encode_value
 from tests.support.ledger import make_receipt
 

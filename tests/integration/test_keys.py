@@ -20,8 +20,8 @@ from proxy.receipts import Ledger, load_public_keys, open_store, verify_chain, v
 from proxy.receipts.keyring import Keyring, generate_key, read_keyring, rotate_key
 from proxy.receipts.receipt import seal, utc_timestamp
 from proxy.receipts.signing import KeyFileError
-from tests.support.proxy import ROOT, write_config
 from tests.support.ledger import make_receipt
+from tests.support.proxy import ROOT, write_config
 
 
 @pytest.fixture()

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
+from proxy.evaluation.kpi_report import ReportInputs, build_report
 from proxy.guardrails.schema import load_policies
 from proxy.kpi.adjudication import Verdict, new_item, record_pass, resolve
-from proxy.evaluation.kpi_report import ReportInputs, build_report
 from proxy.kpi.report_html import render_html
 from proxy.receipts import json_hash, load_or_create_signer, new_receipt, open_store
 from proxy.receipts.chain import Ledger
@@ -156,10 +156,9 @@ async def _generate(tmp: Path) -> tuple[str, Path, Truth]:
             if batch:
                 await ledger.append(batch)
                 batch = []
-            sealed = await rogue.append([receipt])
+            await rogue.append([receipt])
         else:
             batch.append(receipt)
-            sealed = [receipt]
         verdict = {"refuse_needless": NEEDLESS, "refuse_rude": HARMLESS_BUT_RUDE, "refuse_justified": JUSTIFIED,
                    "model_needless": NEEDLESS, "model_ok": JUSTIFIED, "mask_fp": NEEDLESS,
                    "mask_ok": JUSTIFIED}.get(kind)

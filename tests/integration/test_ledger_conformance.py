@@ -33,7 +33,6 @@ from proxy.receipts import (
     verify_store,
 )
 from proxy.storage.base import QUEUES, LedgerStore
-from tests.support.redis_server import delete_redis_namespace, redis_namespace_url, redis_url
 from tests.support.ledger import (  # noqa: F401  (fixtures)
     STORE_KINDS,
     keys,
@@ -43,6 +42,7 @@ from tests.support.ledger import (  # noqa: F401  (fixtures)
     sqlite_url,
     store,
 )
+from tests.support.redis_server import delete_redis_namespace, redis_namespace_url, redis_url
 
 both = pytest.mark.parametrize("ledger_url", STORE_KINDS, indirect=True)
 redis_only = pytest.mark.parametrize("ledger_url", ["redis"], indirect=True)
@@ -569,8 +569,8 @@ async def test_competing_writers_keep_one_tree(ledger_url: str, signer: Signer, 
 async def test_a_ledger_without_nodes_is_backfilled_by_reindex(store: LedgerStore, signer: Signer,
                                                                keys: dict[str, bytes]) -> None:
     """The migration-free path: receipts written without a tree (an older version) get nodes later."""
-    from proxy.storage.base import TreeUpdate
     from proxy.receipts.tree import reindex
+    from proxy.storage.base import TreeUpdate
 
     head = None
     for _ in range(7):  # an older writer: receipts only
@@ -595,9 +595,9 @@ async def test_a_ledger_without_nodes_is_backfilled_by_reindex(store: LedgerStor
 @both
 async def test_verify_tree_detects_a_bad_node_and_a_bad_checkpoint(store: LedgerStore, signer: Signer,
                                                                    keys: dict[str, bytes]) -> None:
-    from proxy.tlog.checkpoint import format_checkpoint, sign_checkpoint
-    from proxy.storage.base import TreeUpdate
     from proxy.receipts.tree import publish_checkpoint, verify_tree
+    from proxy.storage.base import TreeUpdate
+    from proxy.tlog.checkpoint import format_checkpoint, sign_checkpoint
 
     await Ledger(store, signer).append([make_receipt() for _ in range(6)])
     await publish_checkpoint(store, signer, "test/log")

@@ -390,8 +390,8 @@ async def test_each_append_leaves_the_compact_range_a_losing_writer_is_handed(
     """The ledger writes its Merkle nodes and the compact range (RFC 9162) after each group with the receipts,
     so a writer that then loses a compare-and-set gets the current head and that compact range in the same
     reply (AppendOutcome.frontier) and re-seals without reading the tree."""
-    from proxy.receipts import seal
     from proxy.primitives import merkle
+    from proxy.receipts import seal
 
     ledger = Ledger(store, signer)
     written: list[dict[str, Any]] = []

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from proxy.receipts import Ledger, Signer, verify_store
 from proxy.primitives.failure import Failure
+from proxy.receipts import Ledger, Signer, verify_store
 from proxy.storage.base import LedgerStore
 from tests.support.ledger import keys, ledger_url, make_receipt, signer, store  # noqa: F401  (fixtures)
 from tests.support.redis_server import redis_url

@@ -23,8 +23,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.ledger import REPO_ROOT, keys, make_receipt, signer, sqlite_url  # noqa: F401  (fixtures)
 from proxy.cli import verify as verify_cmd
+from proxy.primitives.base64url import b64url_decode, b64url_encode
+from proxy.primitives.canonical import CanonicalizationError
+from proxy.primitives.failure import Failure
 from proxy.receipts import (
     GENESIS_PREV_HASH,
     RECEIPT_FIELDS,
@@ -48,9 +50,7 @@ from proxy.receipts import (
     verify_receipt,
     verify_signature,
 )
-from proxy.primitives.canonical import CanonicalizationError
-from proxy.primitives.base64url import b64url_decode, b64url_encode
-from proxy.primitives.failure import Failure
+from tests.support.ledger import REPO_ROOT, keys, make_receipt, signer, sqlite_url  # noqa: F401  (fixtures)
 
 # ---------------------------------------------------------------- RFC 8785 canonical JSON
 
@@ -448,7 +448,7 @@ def test_verify_cmd_keys_url(tmp_path: Path, signer: Signer) -> None:
     body = json.dumps({"keys": [public_key_entry(signer)]}).encode()
 
     class Keys(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(200 if self.path == "/v1/keys" else 404)
             self.send_header("content-type", "application/json")
             self.end_headers()
@@ -495,7 +495,7 @@ async def test_verify_cmd_ledger(tmp_path: Path) -> None:
     assert done.returncode == 1, done
     lines = done.stdout.splitlines()
     assert lines[0] == f"height 3 ({body['receipt_id']}): signature: Ed25519 signature does not verify with {own.key_id}"
-    assert lines[1].startswith(f"height 4 (") and ": prev_hash: expected " in lines[1]
+    assert lines[1].startswith("height 4 (") and ": prev_hash: expected " in lines[1]
     # The Merkle tree audit of the whole ledger sees the forged leaf too (the stored nodes on its path).
     tree_lines = [line for line in lines[2:-1] if ": tree: stored node " in line]
     assert tree_lines and all(line.startswith("height 3 (") for line in tree_lines)

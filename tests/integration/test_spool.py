@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.server.telemetry.metrics import Metrics
 from proxy.receipts import Ledger, Signer, load_public_keys, open_store, public_key_entry, verify_store
-from proxy.server.admission.spool import Spool, SpoolFull, read_spool_file
-from proxy.storage.base import LedgerUnavailable
 from proxy.server.admission.sink import LedgerSink, SpoolingSink
-from tests.support.redis_server import RedisServer
+from proxy.server.admission.spool import Spool, SpoolFull, read_spool_file
+from proxy.server.telemetry.metrics import Metrics
+from proxy.storage.base import LedgerUnavailable
 from tests.support.ledger import make_receipt
+from tests.support.redis_server import RedisServer
 
 
 def test_spool_is_durable_ordered_and_truncated_when_drained(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from proxy.receipts import Ledger, open_store
 from proxy.primitives.canonical import canonical
+from proxy.receipts import Ledger, open_store
 from proxy.receipts.keyring import Keyring
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal
 from proxy.receipts.signing import _read_key_file

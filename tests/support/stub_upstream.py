@@ -25,7 +25,6 @@ from typing import Any, Iterator
 
 from aiohttp import web
 
-
 #: Length of the stub's embeddings when the request names no ``dimensions``.
 EMBEDDING_DIMENSIONS = 8
 

@@ -14,10 +14,11 @@ from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
-from proxy.server.dialects import messages as messages_api, responses as responses_api
-from proxy.server.errors import GatewayError
+from proxy.server.dialects import messages as messages_api
+from proxy.server.dialects import responses as responses_api
 from proxy.server.dialects.messages import MessagesRequest, MessagesStream
 from proxy.server.dialects.responses import ResponsesRequest, ResponsesStream
+from proxy.server.errors import GatewayError
 from proxy.server.flow.wire import ChatCompletionRequest
 
 OPENAI_EVENT = TypeAdapter(ResponseStreamEvent)

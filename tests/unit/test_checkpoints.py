@@ -9,9 +9,12 @@ import hashlib
 
 import pytest
 
-from proxy.receipts import Ledger, Signer, entry_hash
-
 from proxy.primitives import merkle
+from proxy.primitives.base64url import b64url_decode
+from proxy.receipts import Ledger, Signer, entry_hash
+from proxy.receipts.tree import publish_checkpoint, tree_root
+from proxy.server.admission.publisher import CheckpointPublisher
+from proxy.storage.base import LedgerStore
 from proxy.tlog.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -24,10 +27,6 @@ from proxy.tlog.checkpoint import (
     verifier_key,
     verify_checkpoint,
 )
-from proxy.server.admission.publisher import CheckpointPublisher
-from proxy.primitives.base64url import b64url_decode
-from proxy.storage.base import LedgerStore
-from proxy.receipts.tree import publish_checkpoint, tree_root
 from tests.support.ledger import STORE_KINDS, keys, ledger_url, make_receipt, signer, store  # noqa: F401
 
 both = pytest.mark.parametrize("ledger_url", STORE_KINDS, indirect=True)

@@ -60,10 +60,10 @@ def test_ambiguous_band_follows_policy():
     lenient = DomainClassifier(_config(**band, ambiguous="allow"))
     noticed = DomainClassifier(_config(**band, ambiguous="notice", ambiguous_notice="About {domain}."))
     text = ["Is it safe to take two aspirin a day?"]
-    s, l, n = strict.classify(text)[0], lenient.classify(text)[0], noticed.classify(text)[0]
-    assert s.ambiguous and l.ambiguous and n.ambiguous
-    assert s.regulated and not l.regulated and not n.regulated
-    assert s.notice is None and l.notice is None
+    s, le, n = strict.classify(text)[0], lenient.classify(text)[0], noticed.classify(text)[0]
+    assert s.ambiguous and le.ambiguous and n.ambiguous
+    assert s.regulated and not le.regulated and not n.regulated
+    assert s.notice is None and le.notice is None
     assert n.domain == "health" and n.notice == "About health."
 
 

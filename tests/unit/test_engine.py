@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from proxy.guardrails.detector import Detector
 from proxy.guardrails import engine as engine_module
+from proxy.guardrails.detector import Detector
 from proxy.guardrails.detectors import patterns
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text

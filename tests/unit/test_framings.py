@@ -10,8 +10,8 @@ import re
 import numpy as np
 
 from proxy.evaluation import framings as probes
-from proxy.guardrails import framings
 from proxy.evaluation.training import cross_validate
+from proxy.guardrails import framings
 
 TEXTS = [f"How do I bake bread number {i}?" for i in range(400)]
 

@@ -17,10 +17,10 @@ from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.receipts import GENESIS_PREV_HASH, Ledger, Signer, entry_hash, open_store, verify_chain
 from proxy.server.errors import Caller
-from proxy.server.telemetry.metrics import Metrics
 from proxy.server.flow.pipeline import ChatResult, Gateway
 from proxy.server.flow.upstream import Upstream
 from proxy.server.flow.wire import ChatCompletionRequest
+from proxy.server.telemetry.metrics import Metrics
 from tests.support.detectors import POLICIES, FakeApology, FakeDetectors, count_words
 from tests.support.ledger import sqlite_url
 from tests.support.stub_upstream import Reply, StubUpstream

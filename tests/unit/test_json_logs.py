@@ -116,7 +116,7 @@ def test_setup_switches_the_root_handlers_to_json(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_a_request_line_names_request_receipt_actor_and_action_never_the_prompt(
-        rig: Rig, lines: io.StringIO) -> None:  # noqa: F811
+        rig: Rig, lines: io.StringIO) -> None:
     async def failing_hook(*_: Any) -> None:
         raise RuntimeError("queue unavailable")
 

@@ -14,10 +14,19 @@ import pytest
 
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.guardrails.detectors.patterns import pause_point
+from proxy.server.admission.limits import (
+    KeyLimiter,
+    ScreenAbandoned,
+    ScreenLanes,
+    TokenBucket,
+    check_messages,
+    lower_thread_priority,
+    pin_mmap_threshold,
+    screen_size,
+    text_chars,
+    trim_heap,
+)
 from proxy.server.errors import GatewayError
-from proxy.server.admission.limits import (KeyLimiter, ScreenAbandoned, ScreenLanes, TokenBucket, check_messages,
-                                 lower_thread_priority,
-                                 pin_mmap_threshold, screen_size, text_chars, trim_heap)
 
 
 class Clock:

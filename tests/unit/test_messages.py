@@ -22,8 +22,8 @@ from proxy.guardrails.messages import (
     text_parts,
     text_pieces,
 )
-from proxy.server.http.requests import validation_error
 from proxy.server.flow.wire import ChatCompletionRequest
+from proxy.server.http.requests import validation_error
 
 ASSISTANT = {
     "role": "assistant", "name": "helper", "refusal": "no way",

@@ -28,9 +28,9 @@ import json
 
 import pytest
 
-from proxy.receipts import Signer
-from proxy.primitives.failure import Failure
 from proxy.primitives import merkle
+from proxy.primitives.failure import Failure
+from proxy.receipts import Signer
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
     Checkpoint,

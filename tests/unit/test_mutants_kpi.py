@@ -407,8 +407,8 @@ def test_bootstrap_of_a_single_observation_is_a_zero_width_interval() -> None:
 
 # -- report (docs/kpi.md: interactions, RC, GA, AD, LVP's sample, disclosure) -------------------
 
-from proxy.kpi.adjudication import new_item  # noqa: E402
 from proxy.evaluation.kpi_report import ReportInputs, build_report, proportion_block  # noqa: E402
+from proxy.kpi.adjudication import new_item  # noqa: E402
 
 _START, _END = "2026-11-01T00:00:00.000Z", "2026-11-08T00:00:00.000Z"
 _BREACH = Verdict(breach=True, intent_permissible=False, content_harmful=True)

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from proxy.primitives.failure import Failure
 from proxy.receipts import Ledger, Signer
 from proxy.receipts.audit import AuditResult, audit_heights
 from proxy.receipts.receipt import GENESIS_PREV_HASH, schema_problems, seal
-from proxy.primitives.failure import Failure
 from proxy.receipts.verify import verify_receipt
 from proxy.storage.base import LedgerStore
 from tests.support.ledger import keys, make_receipt, signer, sqlite_store, sqlite_url  # noqa: F401  (fixtures)

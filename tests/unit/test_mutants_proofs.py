@@ -23,12 +23,10 @@ from typing import Any
 
 import pytest
 
+from proxy.primitives import merkle
+from proxy.primitives.failure import Failure
 from proxy.receipts import Ledger, Signer, open_store, public_key_entry
 from proxy.receipts.bundle import make_bundle, verify_bundle
-from proxy.receipts.signing import load_public_keys
-from proxy.primitives.failure import Failure
-from proxy.primitives import merkle
-from proxy.tlog.checkpoint import format_checkpoint, parse_checkpoint, sign_checkpoint
 from proxy.receipts.proofs import (
     consistency_proof_doc,
     inclusion_proof_doc,
@@ -36,6 +34,7 @@ from proxy.receipts.proofs import (
     verify_consistency_proof,
     verify_inclusion_proof,
 )
+from proxy.receipts.signing import load_public_keys
 from proxy.receipts.tree import (
     TreeError,
     bundle_for,
@@ -45,6 +44,7 @@ from proxy.receipts.tree import (
     verify_against_trusted_checkpoint,
     verify_tree,
 )
+from proxy.tlog.checkpoint import format_checkpoint, parse_checkpoint, sign_checkpoint
 from tests.support.ledger import make_receipt, signer, sqlite_url  # noqa: F401
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"

@@ -24,15 +24,22 @@ from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
+from proxy.primitives.canonical import MAX_SAFE_INTEGER, canonical, json_hash
+from proxy.primitives.failure import Failure
 from proxy.receipts import Ledger, open_store, verify_store
 from proxy.receipts.bundle import make_bundle, verify_bundle
-from proxy.primitives.canonical import MAX_SAFE_INTEGER, canonical, json_hash
 from proxy.receipts.keyring import Keyring, generate_key, read_keyring, reconcile, rotate_key
-from proxy.receipts.receipt import CHAIN_FIELDS, GENESIS_PREV_HASH, new_receipt, schema_problems, seal, utc_timestamp
+from proxy.receipts.receipt import (
+    CHAIN_FIELDS,
+    GENESIS_PREV_HASH,
+    entry_hash,
+    new_receipt,
+    schema_problems,
+    seal,
+    utc_timestamp,
+)
 from proxy.receipts.sealing import PreparedReceipt, encode_value
 from proxy.receipts.signing import KeyFileError, Signer, load_public_keys, replace_key_file
-from proxy.primitives.failure import Failure
-from proxy.receipts.receipt import entry_hash
 from tests.support.ledger import make_receipt, sqlite_url
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
 

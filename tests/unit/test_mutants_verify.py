@@ -20,8 +20,9 @@ from typing import Any, AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from proxy.receipts import Ledger, open_store
 from proxy.primitives.canonical import canonical, sha256_ref
+from proxy.primitives.failure import Failure
+from proxy.receipts import Ledger, open_store
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal
 from proxy.receipts.signing import (
     KeyFileError,
@@ -33,7 +34,6 @@ from proxy.receipts.signing import (
     load_public_keys,
     public_key_entry,
 )
-from proxy.primitives.failure import Failure
 from proxy.receipts.verify import CHECKS, ChainVerifier, verify_chain, verify_receipt, verify_store
 from proxy.storage.base import LedgerStore
 from tests.support.ledger import keys, make_receipt, signer, sqlite_store, sqlite_url  # noqa: F401  (fixtures)

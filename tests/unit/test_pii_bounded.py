@@ -166,7 +166,6 @@ def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector)
 
 import random  # noqa: E402
 
-import phonenumbers  # noqa: E402
 from phonenumbers import phonenumbermatcher  # noqa: E402
 from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer  # noqa: E402
 

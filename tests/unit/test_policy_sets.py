@@ -21,11 +21,11 @@ from proxy.guardrails.registry import DetectorRegistry
 from proxy.guardrails.schema import load_policy_documents
 from proxy.receipts import Ledger, Signer, open_store
 from proxy.server.errors import Caller
-from proxy.server.telemetry.metrics import Metrics
 from proxy.server.flow.pipeline import Gateway
 from proxy.server.flow.policy_runtime import PolicyRuntime, SnapshotBuilder
 from proxy.server.flow.upstream import Upstream
 from proxy.server.flow.wire import ChatCompletionRequest
+from proxy.server.telemetry.metrics import Metrics
 from tests.support.detectors import POLICIES, FakeApology, FakeDetectors, count_words
 from tests.support.ledger import sqlite_url
 

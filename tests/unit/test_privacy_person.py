@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, PiiMasker
-from proxy.guardrails.detectors.privacy_person import (FEATURES, PersonHead, coreferent_spans, name_parts,
-                                                       person_groups)
+from proxy.guardrails.detectors.privacy_person import FEATURES, PersonHead, coreferent_spans, name_parts, person_groups
 from tests.unit.test_privacy_context import _block, _found
 
 

@@ -196,7 +196,6 @@ def test_eval_guardrails_labels_training_rows_in_sample(tmp_path: Path, capsys):
     """`sonate eval guardrails` through the real engine: a training row is in-sample, a new row held-out,
     and no in-sample figure is printed as met."""
     from proxy.cli import main
-
     from proxy.evaluation.split import part_of
 
     # rows of the tuning part: the command reads no other without --sealed

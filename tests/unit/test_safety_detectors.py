@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from proxy import offline  # noqa: F401
-from proxy.guardrails.detectors.harm import ArtefactError, load_harm_classifier, sha256_file
 from proxy.evaluation.training import ARTEFACT_VERSION, EXEMPLARS
+from proxy.guardrails.detectors.harm import ArtefactError, load_harm_classifier, sha256_file
 from proxy.guardrails.detectors.safety import (
     SafetyDetectorConfig,
     load_safety_detector,
@@ -496,6 +496,7 @@ def test_profanity_check_scores_equal_the_packages_own_predict_prob():
     """The detector computes alt-profanity-check's TF-IDF and calibrated linear model with numpy from
     the exported arrays; its numbers must be the package's own (``predict_prob``), to float precision."""
     import profanity_check
+
     from proxy.guardrails.detectors.toxicity import ProfanityCheckToxicity
 
     texts = ["you are a stupid idiot", "What is the boiling point of water?", "I will kill this process",

@@ -15,14 +15,14 @@ import pytest
 from proxy.config import Config
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.schema import HoldBack
-from proxy.receipts import Ledger, Signer, open_store
 from proxy.primitives.canonical import json_hash
+from proxy.receipts import Ledger, Signer, open_store
 from proxy.server.errors import Caller
-from proxy.server.telemetry.metrics import Metrics
 from proxy.server.flow.pipeline import Gateway
 from proxy.server.flow.streaming import assemble_tool_calls
 from proxy.server.flow.upstream import Upstream
 from proxy.server.flow.wire import ChatCompletionRequest
+from proxy.server.telemetry.metrics import Metrics
 from tests.support.detectors import COMPLIANCE, CONTINUITY, PRIVACY, SAFETY, FakeApology, FakeDetectors, count_words
 from tests.support.ledger import sqlite_url
 from tests.support.stub_upstream import Reply, StubUpstream
@@ -48,7 +48,8 @@ def gateway_for(tmp_path: Path, stub: StubUpstream, policies: list[Any]) -> Gate
 async def make(tmp_path: Path, upstream: StubUpstream) -> AsyncIterator[Any]:
     made: list[Gateway] = []
 
-    def build(hold: HoldBack = HoldBack(), privacy: Any = INPUT_PRIVACY, safety: list[Any] | None = None) -> Gateway:
+    def build(hold: HoldBack = HoldBack(),  # noqa: B008
+              privacy: Any = INPUT_PRIVACY, safety: list[Any] | None = None) -> Gateway:
         safety = safety or [SAFETY.model_copy(update={"hold_back": hold})]
         made.append(gateway_for(tmp_path / str(len(made)), upstream, [*safety, privacy, COMPLIANCE, CONTINUITY]))
         return made[-1]

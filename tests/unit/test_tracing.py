@@ -20,11 +20,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import INVALID_SPAN, SpanKind, StatusCode
 
 from proxy.config import ObservabilityConfig
-from proxy.server.telemetry import tracing
-from proxy.server.flow.embeddings import Embeddings
 from proxy.server.errors import Caller, GatewayError
+from proxy.server.flow.embeddings import Embeddings
 from proxy.server.flow.pipeline import ChatResult, Gateway
 from proxy.server.flow.wire import ChatCompletionRequest, EmbeddingRequest
+from proxy.server.telemetry import tracing
 from tests.support.stub_upstream import Reply, StubUpstream
 from tests.unit.test_gateway import Rig, rig  # noqa: F401  (the rig fixture)
 

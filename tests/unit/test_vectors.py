@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from proxy.primitives import merkle
 from proxy.receipts.bundle import verify_bundle
+from proxy.receipts.proofs import parse_hashes, verify_consistency_proof
 from proxy.receipts.signing import KeyFileError, load_public_keys
 from proxy.receipts.verify import verify_chain, verify_receipt
-from proxy.primitives import merkle
 from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
-from proxy.receipts.proofs import parse_hashes, verify_consistency_proof
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
 FILES = ("receipts.json", "chains.json", "bundles.json")

@@ -13,10 +13,10 @@ import pytest
 
 from proxy.cli import build_parser
 from proxy.cli.verify import run as verify_run
+from proxy.primitives import merkle
 from proxy.receipts import Ledger, Signer
 from proxy.server.admission.publisher import CheckpointPublisher
 from proxy.storage.base import LedgerStore
-from proxy.primitives import merkle
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
     CheckpointError,
@@ -29,19 +29,19 @@ from proxy.tlog.checkpoint import (
     parse_note,
     parse_verifier_key,
     sign_checkpoint,
-    verifier_key,
     verified_cosignatures,
+    verifier_key,
     verify_cosignatures,
 )
 from proxy.tlog.witness import (
     SIZE_CONTENT_TYPE,
     LogState,
     Witness,
+    WitnessError,
     format_add_checkpoint,
     parse_add_checkpoint,
     state_from_json,
     state_to_json,
-    WitnessError,
 )
 from tests.support.ledger import STORE_KINDS, keys, ledger_url, make_receipt, signer, store  # noqa: F401
 

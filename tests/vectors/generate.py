@@ -47,12 +47,12 @@ if str(ROOT) not in sys.path:
 import nacl.bindings  # noqa: E402
 
 from proxy.primitives import merkle  # noqa: E402
+from proxy.primitives.base64url import b64url_decode, b64url_encode  # noqa: E402
 from proxy.receipts.bundle import make_bundle  # noqa: E402
 from proxy.receipts.proofs import consistency_proof_doc  # noqa: E402
-from proxy.tlog.checkpoint import format_checkpoint, key_hash, sign_checkpoint  # noqa: E402
 from proxy.receipts.receipt import GENESIS_PREV_HASH, entry_hash, seal  # noqa: E402
-from proxy.primitives.base64url import b64url_decode, b64url_encode
 from proxy.receipts.signing import Signer, key_id_for, public_key_entry  # noqa: E402
+from proxy.tlog.checkpoint import format_checkpoint, key_hash, sign_checkpoint  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 FORMAT = "sonate-test-vectors/1"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.evaluation.conversation.data import load_conversations, load_hurtlex
 from proxy.evaluation.conversation import JUDGE_METRICS, METRICS
+from proxy.evaluation.conversation.data import load_conversations, load_hurtlex
 from proxy.evaluation.conversation.runner import Options, run
 
 __all__ = ["default_metrics", "evaluate"]

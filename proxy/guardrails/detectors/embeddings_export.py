@@ -45,7 +45,7 @@ def export(source: Path, out: Path) -> None:
             super().__init__()
             self.bert = bert
 
-        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: D102
+        def forward(self, input_ids, attention_mask, token_type_ids):
             out = self.bert(input_ids=input_ids, attention_mask=attention_mask,
                             token_type_ids=token_type_ids, output_hidden_states=True)
             return out.last_hidden_state, out.hidden_states[SECOND_LAYER]

@@ -158,7 +158,7 @@ class LlmGuard:
         try:
             response = litellm.completion(**params)
             answer = response.choices[0].message.content or ""
-        except Exception as exc:  # noqa: BLE001 - any provider failure is a fail-mode case, never a 500
+        except Exception as exc:  # any provider failure is a fail-mode case, never a 500
             _log.warning("llm guard %s failed: %s", self.version, type(exc).__name__)
             return Verdict(None, error=type(exc).__name__)
         verdict = parse_verdict(answer)

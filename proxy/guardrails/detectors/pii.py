@@ -35,14 +35,13 @@ import bisect
 import importlib
 import re
 import threading
-
-import numpy as np
-import regex
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
+import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from proxy import offline
@@ -52,8 +51,13 @@ from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, 
 from proxy.guardrails.detectors.embeddings import embed
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
-from proxy.guardrails.detectors.privacy_person import (PersonHead, coreferent_spans, mention_features, name_parts,
-                                                       person_groups)
+from proxy.guardrails.detectors.privacy_person import (
+    PersonHead,
+    coreferent_spans,
+    mention_features,
+    name_parts,
+    person_groups,
+)
 
 #: Mapping from the entity names of presidio-research's synthetic dataset
 #: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this

@@ -242,7 +242,7 @@ def _load_toxicity(config: ToxicityConfig, log: logging.Logger) -> ToxicityDetec
 
 def load_safety_detector(
     config: SafetyDetectorConfig,
-    log: logging.Logger = logging.getLogger(__name__),
+    log: logging.Logger = logging.getLogger(__name__),  # noqa: B008  (one logger per name)
 ) -> SafetyDetector:
     """Load every model the Safety policy needs, once.
 

@@ -24,6 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from proxy.receipts.chain import Ledger
+from proxy.receipts.tree import consistency_proof, publish_checkpoint
+from proxy.storage.base import LedgerError
 from proxy.tlog.checkpoint import (
     COSIGNATURE_TYPE,
     CheckpointError,
@@ -31,9 +34,6 @@ from proxy.tlog.checkpoint import (
     parse_verifier_key,
     verified_cosignatures,
 )
-from proxy.receipts.chain import Ledger
-from proxy.storage.base import LedgerError
-from proxy.receipts.tree import consistency_proof, publish_checkpoint
 from proxy.tlog.witness import SIZE_CONTENT_TYPE, format_add_checkpoint
 
 __all__ = ["CheckpointPublisher", "WitnessClient", "witness_clients"]
@@ -143,7 +143,7 @@ class CheckpointPublisher:
         for witness in self.witnesses:
             try:
                 line = await self._submit(witness, note, size)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.warning("witness %s (%s) unreachable: %s", witness.name, witness.url, exc)
                 continue
             if line is not None:

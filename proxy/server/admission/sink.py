@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.server.telemetry.metrics import Metrics
 from proxy.receipts.chain import Ledger
 from proxy.server.admission.spool import Spool
+from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerConflict, LedgerUnavailable
 
 __all__ = ["Appended", "LedgerSink", "ReceiptSink", "SpoolingSink", "build_sink"]
@@ -86,7 +86,7 @@ class ReceiptSink(abc.ABC):
     async def _ledger_append(self, receipts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         try:
             return await asyncio.wait_for(self.ledger.append(receipts), self.append_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise LedgerUnavailable(f"the ledger did not answer within {self.append_timeout_s:g} s") from None
 
 
@@ -102,7 +102,7 @@ class LedgerSink(ReceiptSink):
     async def _ping(self) -> None:
         try:
             await asyncio.wait_for(self.ledger.store.ping(), self.probe_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise LedgerUnavailable(f"the ledger did not answer a ping within {self.probe_timeout_s:g} s") from None
 
     async def before_upstream(self) -> None:
@@ -244,7 +244,7 @@ class SpoolingSink(ReceiptSink):
                     self._wake.clear()
                     try:
                         await asyncio.wait_for(self._wake.wait(), 1.0)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                     continue
                 await self.replay_once()

@@ -92,4 +92,4 @@ class Dialect:
 def named_sse_event(event: dict[str, Any]) -> bytes:
     """One server-sent event named by the object's ``type``: ``event: <type>\\ndata: <json>\\n\\n``."""
     data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-    return f"event: {event['type']}\ndata: {data}\n\n".encode("utf-8")
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()

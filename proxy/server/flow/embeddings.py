@@ -29,14 +29,14 @@ from proxy.guardrails.engine import GENERAL_DOMAIN, GuardrailEngine
 from proxy.guardrails.fields import free_text_path
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.primitives.canonical import json_hash
-from proxy.server.telemetry import tracing
-from proxy.server.errors import Caller, GatewayError
 from proxy.server.admission.limits import ScreenSize, too_many_pieces
+from proxy.server.errors import Caller, GatewayError
 from proxy.server.flow.pipeline import Gateway
 from proxy.server.flow.policy_runtime import ActivePolicySet
 from proxy.server.flow.receipting import build_receipts, request_fields
 from proxy.server.flow.upstream import UpstreamError, UpstreamResult
 from proxy.server.flow.wire import EmbeddingRequest, embedding_body, error_body
+from proxy.server.telemetry import tracing
 
 __all__ = ["EmbeddingResult", "EmbeddingScreen", "Embeddings", "REFUSAL_CODE", "screen_embedding_inputs"]
 
@@ -113,7 +113,7 @@ def screen_embedding_inputs(engine: GuardrailEngine, texts: list[str], safety: b
         masker = PiiMasker()
         remaining = iter(spans)
         masked = [masker.mask(text, next(remaining)) for text in texts]
-        masked_params = _map_leaves(params, lambda text: masker.mask(text, next(remaining)))
+        masked_params = _map_leaves(params, lambda text: masker.mask(text, next(remaining)))  # noqa: B023  (runs now)
         decision = privacy_decision(policy, "input", where, spans, engine.detectors[policy.id], fields=fields)
         return EmbeddingScreen("mask", masked, masked_params, [decision], [decision])
     return EmbeddingScreen("allow", list(texts), params)

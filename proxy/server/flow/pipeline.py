@@ -32,20 +32,26 @@ from proxy.guardrails.plan import InputScreen
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.primitives.canonical import json_hash
 from proxy.receipts.chain import Ledger
-from proxy.server.flow.review.escalations import Escalations
-from proxy.server.flow.review.sealed_mapping import KEY_HEADER
-from proxy.server.telemetry import tracing
+from proxy.server.admission.limits import (
+    ScreenLanes,
+    check_messages,
+    consume_result,
+    screen_size,
+    text_chars,
+    too_many_pieces,
+)
+from proxy.server.admission.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.errors import Caller, GatewayError, guardrail_failed, ledger_unavailable
-from proxy.server.admission.limits import (ScreenLanes, check_messages, consume_result, screen_size, text_chars,
-                                           too_many_pieces)
-from proxy.server.telemetry.metrics import Metrics
 from proxy.server.flow.exchange import Exchange
 from proxy.server.flow.policy_runtime import PolicyRuntime
 from proxy.server.flow.receipting import Receipting, SealedHook, build_receipts, request_fields
+from proxy.server.flow.review.escalations import Escalations
+from proxy.server.flow.review.sealed_mapping import KEY_HEADER
 from proxy.server.flow.streaming import StreamedAnswer
-from proxy.server.admission.sink import Appended, LedgerSink, ReceiptSink
 from proxy.server.flow.upstream import Upstream, UpstreamError, UpstreamResult
 from proxy.server.flow.wire import ChatCompletionRequest, completion_body
+from proxy.server.telemetry import tracing
+from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerError
 
 __all__ = ["ChatResult", "Gateway"]

@@ -34,13 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-
 from proxy.config import DEFAULT_POLICY_SET, Config, ConfigError, load_config
 from proxy.guardrails.detectors.embeddings import limit_blas_threads
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import PolicyBundle, load_policy_bundle, policy_version
-from proxy.guardrails.schema import PolicyDocument
 from proxy.guardrails.registry import DetectorPool, DetectorRegistry, default_registry
+from proxy.guardrails.schema import PolicyDocument
 from proxy.receipts.receipt import utc_timestamp
 from proxy.server.telemetry.metrics import Metrics
 
@@ -240,7 +239,7 @@ class PolicyRuntime:
                 snapshot = await asyncio.to_thread(self._prepare)
             except ConfigError as exc:
                 message = str(exc)
-            except Exception as exc:  # noqa: BLE001  (a model that fails to load must not stop serving)
+            except Exception as exc:  # a model that fails to load must not stop serving
                 log.exception("policy reload (%s): building the new version failed", trigger)
                 message = f"the new policy version could not be loaded: {type(exc).__name__}: {exc}"
             else:

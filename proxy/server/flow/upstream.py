@@ -19,13 +19,15 @@ from typing import Any, AsyncIterator
 
 from proxy import offline  # noqa: F401  (LITELLM_LOCAL_MODEL_COST_MAP before litellm import)
 
-import litellm  # noqa: E402
-from litellm import Router  # noqa: E402
-from litellm.secret_managers.main import get_secret  # noqa: E402
+# isort: split
 
-from proxy.config import ENV_PREFIX, Config, ModelRoute  # noqa: E402
-from proxy.guardrails.messages import screened_text  # noqa: E402
-from proxy.server.telemetry import tracing  # noqa: E402
+import litellm
+from litellm import Router
+from litellm.secret_managers.main import get_secret
+
+from proxy.config import ENV_PREFIX, Config, ModelRoute
+from proxy.guardrails.messages import screened_text
+from proxy.server.telemetry import tracing
 
 log = logging.getLogger("sonate.upstream")
 litellm.suppress_debug_info = True

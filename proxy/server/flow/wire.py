@@ -17,8 +17,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from proxy.guardrails.fields import (AudioFormat, Base64, Identifier, ImageUrl, LogitBias, Payload,
-                                     ReasoningEffort, Token)
+from proxy.guardrails.fields import (
+    AudioFormat,
+    Base64,
+    Identifier,
+    ImageUrl,
+    LogitBias,
+    Payload,
+    ReasoningEffort,
+    Token,
+)
 from proxy.server.errors import param_path
 
 #: Request fields forwarded to the provider unchanged (everything else is the proxy's business).
@@ -362,7 +370,7 @@ def completion_body(*, model: str, content: str | None, finish_reason: str, usag
 def sse_event(data: dict[str, Any] | str) -> bytes:
     """One server-sent event line pair: ``data: <json>\\n\\n`` (or a literal like ``[DONE]``)."""
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {payload}\n\n".encode("utf-8")
+    return f"data: {payload}\n\n".encode()
 
 
 def stream_events(body: dict[str, Any], chunks: list[str], include_usage: bool) -> list[bytes]:

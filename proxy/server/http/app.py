@@ -35,22 +35,33 @@ from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import load_policy_bundle
 from proxy.receipts.chain import Ledger
 from proxy.receipts.keyring import Keyring
-from proxy.receipts.signing import Signer
-from proxy.server.http import tasks
-from proxy.server.telemetry import tracing
-from proxy.server.http.auth import Authenticator
-from proxy.server.admission.limits import (KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold,
-                                           trim_heap)
-from proxy.server.telemetry.metrics import Metrics
-from proxy.server.http.middleware import error_middleware, trace_middleware
+from proxy.server.admission.limits import KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold, trim_heap
+from proxy.server.admission.sink import build_sink
 from proxy.server.flow.pipeline import Gateway
 from proxy.server.flow.policy_runtime import PolicyRuntime, SnapshotBuilder
-from proxy.server.http.requests import SERVICES
-from proxy.server.http.services import Services
-from proxy.server.http.routes import (admin_policies, chat, console, embeddings, escalations, health, ledger, messages, models,
-                                 receipts, responses, review, verifier)
-from proxy.server.admission.sink import build_sink
 from proxy.server.flow.upstream import Upstream
+from proxy.server.http import tasks
+from proxy.server.http.auth import Authenticator
+from proxy.server.http.middleware import error_middleware, trace_middleware
+from proxy.server.http.requests import SERVICES
+from proxy.server.http.routes import (
+    admin_policies,
+    chat,
+    console,
+    embeddings,
+    escalations,
+    health,
+    ledger,
+    messages,
+    models,
+    receipts,
+    responses,
+    review,
+    verifier,
+)
+from proxy.server.http.services import Services
+from proxy.server.telemetry import tracing
+from proxy.server.telemetry.metrics import Metrics
 from proxy.storage import open_store
 
 __all__ = ["build_services", "create_app"]
@@ -143,7 +154,7 @@ async def warm_up_upstream(upstream: Upstream) -> None:
             stream = await upstream.open_stream(name, messages, {"mock_response": "ok"})
             async for _ in stream:
                 pass
-        except Exception as exc:  # noqa: BLE001  (warm-up only: never fatal)
+        except Exception as exc:  # warm-up only: never fatal
             log.debug("warm-up of route %s skipped: %s", name, exc)
 
 

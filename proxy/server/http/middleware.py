@@ -23,10 +23,10 @@ from typing import Any, Callable
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from proxy.server.telemetry import logs, tracing
 from proxy.server.errors import GatewayError
-from proxy.server.http.requests import CLIENT_GONE, services
 from proxy.server.flow.wire import error_body
+from proxy.server.http.requests import CLIENT_GONE, services
+from proxy.server.telemetry import logs, tracing
 
 __all__ = ["ERROR_BODIES", "ClientProtocolErrorFilter", "ErrorBody", "error_middleware", "json_error",
            "trace_middleware"]

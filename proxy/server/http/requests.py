@@ -17,8 +17,8 @@ from pydantic import BaseModel, ValidationError
 from proxy.server.errors import Caller, GatewayError, param_path
 
 if TYPE_CHECKING:
-    from proxy.server.http.services import Services
     from proxy.server.flow.pipeline import ChatResult
+    from proxy.server.http.services import Services
 
 __all__ = ["ADMIN", "ANY_ROLE", "CLIENT_GONE", "REVIEWERS", "SERVICES", "admitted", "caller", "read_model",
            "send_events", "services", "start_event_stream", "validation_error"]

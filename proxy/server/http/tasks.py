@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping
 from aiohttp import web
 
 from proxy.receipts.audit import AuditResult, audit_heights, sample_heights
-from proxy.server.telemetry.metrics import Metrics
 from proxy.server.http.requests import SERVICES
+from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["AUDITOR", "LedgerAuditor", "register"]

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 from proxy.server.dialects.base import Dialect, NativeStream, named_sse_event
 from proxy.server.errors import Caller
 from proxy.server.flow.pipeline import ChatResult
-from proxy.server.http.requests import read_model, send_events, services, start_event_stream, validation_error
 from proxy.server.flow.wire import ChatCompletionRequest
+from proxy.server.http.requests import read_model, send_events, services, start_event_stream, validation_error
 
 __all__ = ["answer", "chat_chunks", "translate_stream"]
 

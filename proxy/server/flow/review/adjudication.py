@@ -41,10 +41,10 @@ from proxy.kpi.adjudication import (
 )
 from proxy.primitives.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
-from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.telemetry.metrics import Metrics
 from proxy.server.flow.receipting import Receipting
+from proxy.server.flow.review.queue import DecisionQueue
+from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["QUEUE", "Adjudications"]

@@ -44,12 +44,12 @@ from typing import Any, Awaitable, Callable
 
 from proxy.primitives.canonical import json_hash
 from proxy.receipts.receipt import new_receipt, utc_timestamp
+from proxy.server.errors import Caller, GatewayError, ledger_unavailable
+from proxy.server.flow.receipting import Receipting
 from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.flow.review.sealed_mapping import seal_mapping
-from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.telemetry.metrics import Metrics
-from proxy.server.flow.receipting import Receipting
 from proxy.server.flow.wire import completion_body
+from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerError, LedgerStore
 
 __all__ = ["DECISIONS", "DEFAULT_REASON", "QUEUE", "STATUSES", "Decision", "Drafter", "Escalations"]

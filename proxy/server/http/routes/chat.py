@@ -15,8 +15,8 @@ from contextlib import aclosing
 from aiohttp import web
 
 from proxy.server.errors import Caller
-from proxy.server.http.requests import admitted, read_model, send_events, services, start_event_stream
 from proxy.server.flow.wire import ChatCompletionRequest, stream_events
+from proxy.server.http.requests import admitted, read_model, send_events, services, start_event_stream
 
 __all__ = ["chat_completions", "register"]
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.server.flow.review.escalations import STATUSES
 from proxy.server.errors import GatewayError, ledger_unavailable
+from proxy.server.flow.review.escalations import STATUSES
 from proxy.server.http.requests import ADMIN, caller, services
 from proxy.server.http.routes.review import list_page, page_query
 from proxy.server.http.routes.verifier import web_file

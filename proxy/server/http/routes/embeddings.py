@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.server.flow.embeddings import Embeddings
 from proxy.server.errors import Caller
-from proxy.server.http.requests import admitted, read_model, services
+from proxy.server.flow.embeddings import Embeddings
 from proxy.server.flow.wire import EmbeddingRequest
+from proxy.server.http.requests import admitted, read_model, services
 
 __all__ = ["embeddings", "register"]
 

@@ -25,13 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.guardrails.detectors.pii import restore_placeholders
 from proxy.guardrails.messages import map_text
+from proxy.server.errors import GatewayError
 from proxy.server.flow.review.escalations import STATUSES, Decision
 from proxy.server.flow.review.sealed_mapping import KEY_HEADER, open_mapping
-from proxy.server.errors import GatewayError
+from proxy.server.flow.wire import completion_body
 from proxy.server.http.requests import ADMIN, caller, read_model, services
 from proxy.server.http.routes import messages, responses
 from proxy.server.http.routes.review import list_page, page_query
-from proxy.server.flow.wire import completion_body
 
 __all__ = ["ResolveRequest", "register"]
 

@@ -25,13 +25,13 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
 from proxy.receipts.proofs import consistency_proof_doc, inclusion_proof_doc
-from proxy.server.errors import GatewayError, ledger_unavailable
+from proxy.receipts.tree import TreeError, bundle_for, consistency_proof, inclusion_proof, leaf_hash_at
 from proxy.server.admission.publisher import CheckpointPublisher
+from proxy.server.errors import GatewayError, ledger_unavailable
 from proxy.server.http.requests import SERVICES, services
 from proxy.storage.base import LedgerError
-from proxy.receipts.tree import TreeError, bundle_for, consistency_proof, inclusion_proof, leaf_hash_at
+from proxy.tlog.checkpoint import CheckpointError, parse_checkpoint
 
 __all__ = ["bundle_response", "register", "wants_bundle"]
 

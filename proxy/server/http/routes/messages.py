@@ -15,10 +15,10 @@ from typing import Any
 from aiohttp import web
 
 from proxy.server.dialects import messages as messages_api
+from proxy.server.dialects.base import Dialect
 from proxy.server.errors import Caller
 from proxy.server.http.middleware import ERROR_BODIES
 from proxy.server.http.requests import admitted
-from proxy.server.dialects.base import Dialect
 from proxy.server.http.translated import answer
 
 __all__ = ["DIALECT", "messages", "register"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.server.dialects import responses as responses_api
+from proxy.server.dialects.base import Dialect
 from proxy.server.errors import Caller
 from proxy.server.http.requests import admitted
-from proxy.server.dialects.base import Dialect
 from proxy.server.http.translated import answer
 
 __all__ = ["DIALECT", "register", "responses"]

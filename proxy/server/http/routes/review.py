@@ -26,8 +26,8 @@ from aiohttp import web
 from pydantic import ConfigDict, Field
 
 from proxy.kpi.adjudication import Verdict
-from proxy.server.flow.review.adjudication import Adjudications
 from proxy.server.errors import GatewayError
+from proxy.server.flow.review.adjudication import Adjudications
 from proxy.server.http.requests import ADMIN, REVIEWERS, SERVICES, caller, read_model
 from proxy.storage.base import MAX_PAGE
 
