@@ -38,9 +38,12 @@ test: install system-deps
 	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
 	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) $(TEST_ARGS)
 
-# Static checks: the import layers and no import cycle (import-linter; contracts in pyproject.toml).
+# Static checks (configuration in pyproject.toml): the import layers and no import cycle
+# (import-linter), lint rules and import order (ruff), types (mypy, strict on the trust core).
 lint: install
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check proxy tests
+	$(BIN)/mypy
 
 # Re-resolve and re-hash every dependency after editing pyproject.toml: requirements.lock (every
 # extra), then requirements-serve.lock (no extra) with the versions of the first. Pins already in a

@@ -49,7 +49,7 @@ class Decision:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-class Worst(dict):
+class Worst(dict[str, float]):
     """:func:`worst_scores`' result: category -> highest score, plus ``located``: category -> where
     in its text the worst score was found (from results that carry ``located``, e.g.
     :class:`proxy.guardrails.detectors.safety.Scores` of a long text; else empty)."""
@@ -65,8 +65,9 @@ def worst_scores(results: list[dict[str, float]]) -> dict[str, float]:
         for category, value in scores.items():
             if category not in worst or float(value) > worst[category]:
                 worst.located.pop(category, None)
-                if category in getattr(scores, "located", {}):
-                    worst.located[category] = scores.located[category]
+                located = getattr(scores, "located", {})
+                if category in located:
+                    worst.located[category] = located[category]
             worst[category] = max(worst.get(category, 0.0), float(value))
     return worst
 
@@ -85,8 +86,8 @@ def safety_decision(policy: SafetyPolicy, stage: str, worst: dict[str, float], d
             "thresholds": {c: str(v) for c, v in sorted(policy.thresholds.items())},
             "detector": {**detector_identity(detector), "components": list(getattr(detector, "components", []))},
             # a long text's window that gave a fired score: {"start", "end", "windows"} (character offsets)
-            **({"located": {c: worst.located[c] for c in fired if c in worst.located}}
-               if any(c in getattr(worst, "located", {}) for c in fired) else {}),
+            **({"located": {c: located[c] for c in fired if c in located}}
+               if any(c in (located := getattr(worst, "located", {})) for c in fired) else {}),
         },
     )
 

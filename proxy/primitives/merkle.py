@@ -99,7 +99,7 @@ def b64_encode_hash(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def b64_decode_hash(text: str) -> bytes:
+def b64_decode_hash(text: object) -> bytes:
     """Decode a standard padded base64 hash of :data:`HASH_SIZE` bytes, strictly.
 
     Only the canonical encoding (44 characters, ``=`` padded) is accepted so a

@@ -100,8 +100,8 @@ def verify_bundle(bundle: Any, trusted_keys: Mapping[str, bytes] | None = None,
         unknown = sorted(set(proof) - set(_PROOF_FIELDS))
         absent = [name for name in _PROOF_FIELDS if name not in proof]
         if unknown or absent:
-            detail = "; ".join(filter(None, [absent and f"missing field(s): {', '.join(absent)}",
-                                              unknown and f"unknown field(s): {', '.join(unknown)}"]))
+            detail = "; ".join(filter(None, [f"missing field(s): {', '.join(absent)}" if absent else None,
+                                              f"unknown field(s): {', '.join(unknown)}" if unknown else None]))
             return fails + [Failure(None, None, "inclusion", detail, where="inclusion proof")]
     checkpoint = bundle["checkpoint"]
     if not isinstance(checkpoint, str):

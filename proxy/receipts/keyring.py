@@ -108,7 +108,8 @@ def read_keyring(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise KeyFileError(f"{path}: a keyring is public and must not hold private keys")
         if entry.get("status") not in ("active", "retired"):
             raise KeyFileError(f"{path}: key {entry.get('key_id')}: status must be active or retired")
-    return doc["keys"]
+    keys: list[dict[str, Any]] = doc["keys"]
+    return keys
 
 
 def _write_keyring(path: Path, entries: list[dict[str, Any]]) -> None:

@@ -56,7 +56,7 @@ def _plain(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
     if kind is dict:
         return all(type(k) is str and (not k or max(k) < "\ue000") and _plain(v) for k, v in value.items())
     if kind is list or kind is tuple:

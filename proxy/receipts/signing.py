@@ -228,7 +228,7 @@ def _entry_key(entry: Any, where: str) -> tuple[str, bytes]:
     return key_id, public_key
 
 
-class PublicKeys(dict):
+class PublicKeys(dict[str, Any]):
     """``{key_id: 32-byte Ed25519 public key}`` plus each key's validity window.
 
     ``windows`` maps key_id to ``(not_before, not_after)``, RFC 3339 UTC

@@ -148,6 +148,7 @@ async def bundle_for(store: LedgerStore, receipt: dict[str, Any], public_keys: S
         assert note is not None
         size = parse_checkpoint(note).tree_size
     hashes = await inclusion_proof(store, height, size)
+    assert note is not None  # size > height: a checkpoint covers the receipt
     return make_bundle(receipt, size, hashes, note, public_keys)
 
 

@@ -166,8 +166,8 @@ class ChainVerifier:
         self._last: Any = self.previous
         self._last_hashes: set[str | None] = {_entry_hash_or_none(self.previous)} if self.previous else set()
         self._seen: dict[str, int | None] = {}
-        if self.previous is not None and _receipt_id(self.previous):
-            self._seen[_receipt_id(self.previous)] = _height(self.previous)
+        if self.previous is not None and (previous_id := _receipt_id(self.previous)):
+            self._seen[previous_id] = _height(self.previous)
 
     def feed(self, receipt: Any) -> list[Failure]:
         """Check the next receipt; return (and record) its failures."""

@@ -251,6 +251,12 @@ def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: 
         socket_connect_timeout=connect_timeout_s,
         retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2))
 
+
+def _text(value: Any) -> str:
+    """A reply of the decoding client as ``str`` (redis-py types every reply as ``bytes | str``)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class RedisStore(LedgerStore, ResultLog):
     """A :class:`LedgerStore` in Redis under the hash tag ``{namespace}``.
 
@@ -294,7 +300,7 @@ class RedisStore(LedgerStore, ResultLog):
         """Return the last receipt's height and entry hash, or None when empty."""
         async with _translate_errors():
             height, digest = await self._redis.hmget(self.key("head"), ["height", "entry_hash"])
-        return None if height is None else Head(int(height), digest)
+        return None if height is None else Head(int(height), _text(digest))
 
     def node_location(self, node: tuple[int, int]) -> tuple[str, int]:
         """Return ``(key, byte offset)`` of Merkle node ``(level, index)`` (see the module docstring)."""
@@ -377,7 +383,7 @@ class RedisStore(LedgerStore, ResultLog):
             return None
         if popped is None:
             return None
-        height, _, rest = popped[1].partition("|")
+        height, _, rest = _text(popped[1]).partition("|")
         digest, _, frontier = rest.partition("|")
         head = Head(int(height), digest) if height.isdigit() and digest else None
         return head, _parse_frontier(frontier, 0 if head is None else head.height + 1)
@@ -409,7 +415,7 @@ class RedisStore(LedgerStore, ResultLog):
         args: list[str | int | bytes] = [update.old_size, update.new_size, len(update.nodes)]
         args += self._node_args(update.nodes, keys)
         async with _translate_errors():
-            return await self._put_nodes(keys=keys, args=args) == 1
+            return bool(await self._put_nodes(keys=keys, args=args) == 1)
 
     async def put_checkpoint(self, tree_size: int, note: str) -> bool:
         """Store a checkpoint note unless one exists for ``tree_size`` (HSETNX + ZADD in Lua); True if written."""
@@ -417,25 +423,27 @@ class RedisStore(LedgerStore, ResultLog):
         async with _translate_errors():
             written = await self._put_checkpoint(keys=[self.key("cp"), self.key("cp", "sizes")],
                                                  args=[tree_size, note])
-        return written == 1
+        return bool(written == 1)
 
     async def get_checkpoint(self, tree_size: int) -> str | None:
         """Return the checkpoint note for ``tree_size`` or None."""
         async with _translate_errors():
-            return await self._redis.hget(self.key("cp"), str(tree_size))
+            note = await self._redis.hget(self.key("cp"), str(tree_size))
+        return None if note is None else _text(note)
 
     async def latest_checkpoint(self) -> str | None:
         """Return the checkpoint note with the largest tree size, or None."""
         async with _translate_errors():
             sizes = await self._redis.zrevrange(self.key("cp", "sizes"), 0, 0)
-            return None if not sizes else await self._redis.hget(self.key("cp"), sizes[0])
+            note = None if not sizes else await self._redis.hget(self.key("cp"), _text(sizes[0]))
+        return None if note is None else _text(note)
 
     async def checkpoint_sizes(self, start: int = 0, end: int | None = None) -> list[int]:
         """Return stored checkpoint tree sizes in ``start <= size < end``, ascending."""
         upper = "+inf" if end is None else f"({end}"
         async with _translate_errors():
             sizes = await self._redis.zrangebyscore(self.key("cp", "sizes"), start, upper)
-        return [int(size) for size in sizes]
+        return [int(_text(size)) for size in sizes]
 
     async def put_cosignature(self, tree_size: int, cosigner: str, line: str) -> None:
         """Store (or replace) ``cosigner``'s cosignature line on checkpoint ``tree_size`` (HSET)."""
@@ -447,7 +455,7 @@ class RedisStore(LedgerStore, ResultLog):
         """Return the cosignature lines stored for checkpoint ``tree_size``, by cosigner name."""
         async with _translate_errors():
             lines = await self._redis.hgetall(self.key("cosig", tree_size))
-        return [lines[name] for name in sorted(lines)]
+        return [_text(lines[name]) for name in sorted(lines)]
 
     async def get_by_height(self, height: int) -> dict[str, Any] | None:
         """Return the receipt at ``height`` or None."""
@@ -504,7 +512,7 @@ class RedisStore(LedgerStore, ResultLog):
         async with _translate_errors():
             ids = await self._redis.zrange(index, 0, -1)
             for lo in range(0, len(ids), _CHUNK):
-                bodies = await self._redis.hmget(self._queue_keys(queue), ids[lo:lo + _CHUNK])
+                bodies = await self._redis.hmget(self._queue_keys(queue), [_text(i) for i in ids[lo:lo + _CHUNK]])
                 out += [json.loads(b) for b in bodies if b is not None]
         # An item may change status between the two reads: filter on the body.
         return out if status is None else [i for i in out if i.get("status") == status]
@@ -538,6 +546,7 @@ class RedisStore(LedgerStore, ResultLog):
                 old = await self._redis.hget(q("status"), item["id"])
                 if old is None:
                     raise KeyError(item["id"])
+                old = _text(old)
                 if expected_status is not None and old != expected_status:
                     raise LedgerConflict(f"{queue} item {item['id']} is {old}, not {expected_status}")
                 keys = [q(), q("status"), q("all"), q("s", old), q("s", item["status"])]

@@ -325,7 +325,7 @@ class SQLiteStore(LedgerStore, ResultLog):
             return found
 
         found = await self._run(read)
-        return [found.get(tuple(node)) for node in wanted]
+        return [found.get((node[0], node[1])) for node in wanted]
 
     async def put_nodes(self, update: TreeUpdate) -> bool:
         """Backfill nodes with a compare-and-set on the tree size (see :class:`LedgerStore`)."""
@@ -437,6 +437,7 @@ class SQLiteStore(LedgerStore, ResultLog):
         """Return the items of ``queue``, oldest first, optionally only those with ``status``."""
         check_queue(queue)
         table = _QUEUE_TABLES[queue]
+        params: tuple[str, ...]
         if status is None:
             query, params = f"SELECT body FROM {table} ORDER BY seq", ()
         else:

@@ -335,7 +335,7 @@ class MessagesStream:
 
     def __init__(self, req: MessagesRequest, message_id: str | None = None) -> None:
         """No I/O; ``message_id`` defaults to a fresh ``msg_…``."""
-        self.message = {"id": message_id or new_message_id(), "type": "message", "role": "assistant",
+        self.message: dict[str, Any] = {"id": message_id or new_message_id(), "type": "message", "role": "assistant",
                         "model": req.model, "content": [], "stop_reason": None, "stop_sequence": None,
                         "usage": {"input_tokens": 0, "output_tokens": 0}}
         self.blocks = 0

@@ -153,8 +153,11 @@ def _parts(content: str | list[dict[str, Any]], role: str, where: str) -> str | 
             raise _unsupported(f"{where}.{i}.type", f"content part type {shown(kind)} in a {role} message is not "
                                "translated (text only: input_text; output_text and refusal in assistant messages)")
         parsed = parse_field(_PARTS[kind], part, f"{where}.{i}")
-        parts.append({"type": "refusal", "refusal": parsed.refusal} if kind == "refusal"
-                     else {"type": "text", "text": parsed.text})
+        if isinstance(parsed, _Refusal):
+            parts.append({"type": "refusal", "refusal": parsed.refusal})
+        else:
+            assert isinstance(parsed, _InputText | _OutputText)
+            parts.append({"type": "text", "text": parsed.text})
     return parts
 
 
@@ -182,6 +185,7 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         else:
+            assert isinstance(parsed, _FunctionCallOutput)
             output = parsed.output if isinstance(parsed.output, str) else _text_of(
                 _parts(parsed.output, "user", f"input.{i}.output"))
             messages.append({"role": "tool", "tool_call_id": parsed.call_id, "content": output})
