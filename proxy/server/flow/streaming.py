@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncGenerator, AsyncIterator, Protocol
 
 from proxy.guardrails.decisions import Decision
 from proxy.guardrails.stream import (
@@ -108,7 +108,7 @@ class StreamedAnswer:
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return sse_event({**self.base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def events(self) -> AsyncGenerator[bytes, None]:
         """The SSE events, in order (see the module docstring). Never raises for provider or
         ledger failures (they become error events); the receipts are appended in every case."""
         sealed = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -28,7 +28,7 @@ from proxy.server.http.requests import read_model, send_events, services, start_
 __all__ = ["answer", "chat_chunks", "translate_stream"]
 
 
-async def chat_chunks(result: ChatResult) -> AsyncIterator[dict[str, Any]]:
+async def chat_chunks(result: ChatResult) -> AsyncGenerator[dict[str, Any], None]:
     """The chat stream of ``result`` as objects: ``chat.completion.chunk`` dicts, or an
     ``{"error": …}`` object (then nothing more). A forwarded stream's SSE events are parsed as the
     pipeline yields them (each is one ``data: <json>`` event; ``[DONE]`` ends it); an answer the
@@ -49,7 +49,7 @@ async def chat_chunks(result: ChatResult) -> AsyncIterator[dict[str, Any]]:
             yield json.loads(data)
 
 
-async def translate_stream(result: ChatResult, native: NativeStream) -> AsyncIterator[dict[str, Any]]:
+async def translate_stream(result: ChatResult, native: NativeStream) -> AsyncGenerator[dict[str, Any], None]:
     """``native``'s events for the chat stream of ``result``. Content in the chunk whose
     ``finish_reason`` is ``content_filter`` is a guardrail's refusal (the pipeline sends the
     policy's apology there, docs/operations.md "Streams")."""

@@ -37,6 +37,7 @@ alone received (:mod:`proxy.server.flow.review.sealed_mapping`; docs/security.md
 
 from __future__ import annotations
 
+import builtins
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -190,7 +191,7 @@ class Escalations:
         return new, sealed[-1]["receipt_id"]
 
     async def _apply(self, case: dict[str, Any], decision: Decision,
-                     drafter: Drafter) -> tuple[dict[str, Any], list[_Step]]:
+                     drafter: Drafter) -> tuple[dict[str, Any], builtins.list[_Step]]:
         """(the case after ``decision``, its steps): the model call of an approval is made here."""
         new = {k: v for k, v in case.items() if k != "resolution"}
         steps: list[_Step] = []
@@ -216,8 +217,8 @@ class Escalations:
         return new, steps
 
     async def _receipts(self, case: dict[str, Any], decision: str,
-                        steps: list[_Step], reviewer: Caller,
-                        raw: dict[str, Any]) -> list[dict[str, Any]]:
+                        steps: builtins.list[_Step], reviewer: Caller,
+                        raw: dict[str, Any]) -> builtins.list[dict[str, Any]]:
         """The unsigned ``resolve`` receipts of ``steps`` of the reviewer's ``decision``, each linked to the one before it (the
         first to the case's last step, else to the escalation receipt). ``inputs_hash``: the step's
         own input, else the reviewer's request body ``raw`` for the first step and the previous

@@ -11,6 +11,8 @@ Routes::
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from proxy import __version__
@@ -41,9 +43,12 @@ async def readyz(request: web.Request) -> web.Response:
         ready = True
     detectors = {pid: getattr(d, "name", None) for pid, d in svc.engine.detectors.items() if d is not None}
     # an operator-configured model fallback in use (safety policy detector.toxicity.fallback)
-    fallbacks = {pid: {**d.fallback, "used": d.toxicity.name}
-                 for pid, d in svc.engine.detectors.items() if getattr(d, "fallback", None)}
-    body = {"status": "ready" if ready else "not_ready", "checks": checks, "detectors": detectors}
+    fallbacks: dict[str, Any] = {}
+    for pid, d in svc.engine.detectors.items():
+        safety: Any = d  # fallback and toxicity: attributes of the Safety detector, not of every Detector
+        if getattr(safety, "fallback", None):
+            fallbacks[pid] = {**safety.fallback, "used": safety.toxicity.name}
+    body: dict[str, Any] = {"status": "ready" if ready else "not_ready", "checks": checks, "detectors": detectors}
     if fallbacks:
         body["fallbacks"] = fallbacks
     return web.json_response(body, status=200 if ready else 503)
