@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from proxy.receipts.chain import Ledger

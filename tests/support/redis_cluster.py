@@ -17,7 +17,6 @@ from pathlib import Path
 import redis
 
 
-
 def cluster_port() -> int:
     """A free port P <= 55535 whose cluster bus port P + 10000 is free too."""
     while True:
@@ -48,7 +47,7 @@ class RedisCluster:
         """A ledger URL reaching the cluster through its first node."""
         return f"redis://127.0.0.1:{self.ports[0]}/0?cluster=1"
 
-    def start(self) -> "RedisCluster":
+    def start(self) -> RedisCluster:
         """Start every node, form the cluster and wait until it serves every slot (the nodes are
         stopped again when that fails)."""
         try:
@@ -57,7 +56,7 @@ class RedisCluster:
             self.stop()
             raise
 
-    def _start(self) -> "RedisCluster":
+    def _start(self) -> RedisCluster:
         for port in self.ports:
             node = self.directory / str(port)
             node.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,12 @@ import pytest
 
 from proxy.config import LedgerConfig
 from proxy.receipts import Signer
-from proxy.receipts.ledgers import choose_ledger, ledger_names, ledger_store_url, shard_of
+from proxy.receipts.ledgers import (
+    choose_ledger,
+    ledger_names,
+    ledger_store_url,
+    shard_of,
+)
 from proxy.receipts.receipt import schema_problems, seal
 from proxy.receipts.verify import verify_receipt
 from tests.support.ledger import make_receipt
