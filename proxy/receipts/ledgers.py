@@ -31,8 +31,18 @@ from proxy.receipts.chain import Ledger
 from proxy.storage import open_store
 from proxy.storage.base import LedgerStore
 
-__all__ = ["DEFAULT_LEDGER", "LEDGER_NAME", "PARTITIONS", "Ledgers", "choose_ledger", "ledger_names",
-           "ledger_store_url", "shard_of"]
+__all__ = [
+    "DEFAULT_LEDGER",
+    "LEDGER_NAME",
+    "PARTITIONS",
+    "Ledgers",
+    "choose_ledger",
+    "discover_ledgers",
+    "ledger_names",
+    "ledger_origin",
+    "ledger_store_url",
+    "shard_of",
+]
 
 DEFAULT_LEDGER = "default"
 """The ledger of receipts no rule places elsewhere; it lives at the configured ledger URL."""
@@ -97,6 +107,13 @@ def ledger_names(partition: str, *, shards: int = 1, teams: Iterable[str] = (),
     return [DEFAULT_LEDGER, *(n for n in extra if n != DEFAULT_LEDGER)]
 
 
+def ledger_origin(origin: str, name: str | None) -> str:
+    """The checkpoint origin (log name) of ledger ``name`` of a deployment whose ``ledger.origin`` is
+    ``origin``: ``origin`` itself for the default ledger (None or :data:`DEFAULT_LEDGER`), else
+    ``<origin>/<name>``. Distinct logs need distinct origins: a witness keeps one tree per origin."""
+    return origin if name is None or name == DEFAULT_LEDGER else f"{origin}/{name}"
+
+
 def ledger_store_url(url: str, name: str) -> str:
     """The store URL of ledger ``name`` of the deployment whose ledger URL is ``url``.
 
@@ -119,6 +136,56 @@ def ledger_store_url(url: str, name: str) -> str:
         query["namespace"] = [f"{namespace}:{name}"]
         return parts._replace(query=urlencode(query, doseq=True)).geturl()
     raise ValueError(f"unsupported ledger URL for ledger {name!r}")
+
+
+async def discover_ledgers(url: str) -> list[str]:
+    """The names of the ledgers stored for the deployment whose ledger URL is ``url``,
+    :data:`DEFAULT_LEDGER` first, the others sorted (what ``sonate verify --all`` walks).
+
+    SQLite: ``default`` plus each ``<stem>.<name>.db`` beside the configured file. Redis: ``default``
+    plus each ``<name>`` with a ``{<namespace>:<name>}:head`` key (every master of a Cluster is
+    scanned). The default ledger is listed even when empty. Raises ``ValueError`` for an
+    unsupported URL and :class:`~proxy.storage.base.LedgerUnavailable` when Redis cannot be read.
+    """
+    found: set[str] = set()
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///"):])
+        suffix = path.suffix or ".db"
+        for candidate in path.parent.glob(f"{path.stem}.*{suffix}"):
+            name = candidate.name[len(path.stem) + 1:-len(suffix)]
+            if LEDGER_NAME.fullmatch(name) and candidate != path:
+                found.add(name)
+        if not path.exists():  # no default ledger file: list only the others (a reader never creates one)
+            found.discard(DEFAULT_LEDGER)
+            return sorted(found)
+    else:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError("unsupported ledger URL: use sqlite:///path.db or redis://host:port/db")
+        query = parse_qs(parts.query)
+        namespace = query.pop("namespace", ["sonate"])[-1]
+        cluster = query.pop("cluster", ["0"])[-1].lower() in ("1", "yes", "true")
+        plain = parts._replace(query=urlencode(query, doseq=True)).geturl()
+        from redis.asyncio import Redis
+        from redis.asyncio.cluster import RedisCluster
+        from redis.exceptions import RedisError
+
+        client: Any = RedisCluster.from_url(plain, decode_responses=True) if cluster else \
+            Redis.from_url(plain, decode_responses=True)
+        pattern = "{" + re.sub(r"([*?\[\]])", r"\\\1", namespace) + ":*}:head"
+        try:
+            async for key in client.scan_iter(match=pattern, count=1000):
+                name = key[len(namespace) + 2:-len("}:head")]
+                if LEDGER_NAME.fullmatch(name):
+                    found.add(name)
+        except (RedisError, OSError) as exc:
+            from proxy.storage.base import LedgerUnavailable
+
+            raise LedgerUnavailable(f"Redis ledger unreachable: {exc}") from exc
+        finally:
+            await client.aclose()
+    found.discard(DEFAULT_LEDGER)
+    return [DEFAULT_LEDGER, *sorted(found)]
 
 
 class Ledgers:
