@@ -25,7 +25,7 @@ import redis
 from proxy.receipts.ledgers import ledger_store_url
 from proxy.storage import open_store
 from proxy.tlog.checkpoint import parse_checkpoint
-from tests.support.proxy import CLIENT_KEY, ROOT, start_proxy, stop_proxy
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_cluster import RedisCluster
 
 SHARDS = ["shard-0", "shard-1", "shard-2"]
@@ -133,6 +133,10 @@ def test_two_proxies_three_ledgers_verify_and_lose_nothing(proxies, cluster) -> 
         assert time.monotonic() < deadline, (status, note)
         time.sleep(0.5)
     assert note.startswith("sonate-trust-proxy/ledger/shard-1\n")
+    metrics = urllib.request.Request(first.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(metrics, timeout=30) as response:
+        text = response.read().decode()
+    assert 'sonate_ledger_checkpoint_tree_size{ledger="shard-1"}' in text
     assert get_json(first, "/v1/ledger/checkpoint?ledger=nope")[0] == 404
 
     # tamper with one receipt of one ledger: the run over all ledgers fails and names that ledger

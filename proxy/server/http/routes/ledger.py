@@ -210,13 +210,17 @@ def register(app: web.Application) -> None:
         svc = app[SERVICES]
         config = svc.config.ledger
         metrics = svc.metrics
-        on_publish = None
-        if hasattr(metrics, "ledger_checkpoints_published"):
+        def counter(name: str) -> Any:
+            if not hasattr(metrics, "ledger_checkpoints_published"):
+                return None
+
             def on_publish(size: int) -> None:
-                metrics.ledger_checkpoints_published.inc()
-                metrics.ledger_checkpoint_tree_size.set(size)
+                metrics.ledger_checkpoints_published.labels(name).inc()
+                metrics.ledger_checkpoint_tree_size.labels(name).set(size)
+            return on_publish
         publishers = []
         for name, ledger in svc.ledger_list():  # one publisher per ledger, each with its own origin
+            on_publish = counter(name)
             publisher = CheckpointPublisher(ledger, ledger_origin(config.origin, name), config.checkpoint_every_entries,
                                             config.checkpoint_interval_seconds, on_publish=on_publish,
                                             witnesses=config.witnesses)
