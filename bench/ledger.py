@@ -3,6 +3,7 @@
     .venv/bin/python bench/ledger.py [--redis URL (default: its own redis-server)] [--seconds 8]
         [--writers 1,4] [--concurrency 1,8] [--stores redis,sqlite] [--aof] [--no-verify]
         [--entries 1000000] [--samples 300] [--skip-appends] [--skip-proofs]
+    .venv/bin/python bench/ledger.py --cluster [--seconds 8] [--writers 4] [--concurrency 8]
 
 1. **Appends**: 1 and 4 writer *processes* (each a real :class:`proxy.receipts.Ledger` with
    its own store connection), each running ``--concurrency`` tasks that append one-receipt
@@ -25,6 +26,16 @@
    are generated through :mod:`proxy.receipts.tree` (the code the HTTP API runs) and
    verified with :mod:`proxy.primitives.merkle`; reports hashes per proof, JSON bytes, and
    p50/p99 generation and verification time.
+
+3. **Several ledgers on a Redis Cluster** (``--cluster``, replaces 1 and 2): a Redis Cluster of
+   three masters of its own (tests/support/redis_cluster.py). ``--writers`` processes (largest
+   value) with ``--concurrency`` tasks each (largest value) append one-receipt batches through
+   :class:`proxy.receipts.ledgers.Ledgers` (``ledger.partition: hash``) for ``--seconds``: first
+   with 1 ledger (one hash tag: one slot, one master), then with 3 ledgers whose tags
+   ``{sonate:shard-0..2}`` fall on the three masters. Reports receipts/s, the writers' CPU and
+   each master's CPU (``/proc/<pid>/stat``) per receipt, and the busiest master's receipts per
+   CPU-second: the ceiling of one shard (one core) that a deployment multiplies by its shards.
+   Every ledger is verified afterwards (chain and tree).
 
 Redis data goes to throw-away namespaces that are deleted afterwards; SQLite to a temp dir.
 """
@@ -92,6 +103,110 @@ def _writer(url: str, seed: bytes, concurrency: int, seconds: float, ready: "mp.
         return latencies, ledger.writes, ledger.lost_races
 
     queue.put(asyncio.run(run()))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` in seconds (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cluster_writer(url: str, shards: int, seed: bytes, concurrency: int, seconds: float, ready: "mp.Queue",
+                    go: "mp.Event", queue: "mp.Queue") -> None:
+    from proxy.receipts.ledgers import Ledgers, ledger_names
+
+    async def loop(ledgers: Ledgers, end: float, count: list[int]) -> None:
+        while time.perf_counter() < end:
+            await ledgers.append([_receipt()])
+            count[0] += 1
+
+    async def run() -> tuple[int, float, int, int]:
+        ledgers = Ledgers(url, "hash", ledger_names("hash", shards=shards),
+                          lambda store: Ledger(store, Signer(seed), max_attempts=10_000), shards=shards)
+        for ledger in ledgers.ledgers.values():
+            await ledger.store.ping()
+            await ledger.store.head()
+        ready.put(os.getpid())
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        count = [0]
+        cpu0 = time.process_time()
+        end = time.perf_counter() + seconds
+        await asyncio.gather(*(loop(ledgers, end, count) for _ in range(concurrency)))
+        cpu = time.process_time() - cpu0
+        writes = sum(ledger.writes for ledger in ledgers.ledgers.values())
+        lost = sum(ledger.lost_races for ledger in ledgers.ledgers.values())
+        await ledgers.close()
+        return count[0], cpu, writes, lost
+
+    queue.put(asyncio.run(run()))
+
+
+async def _check_ledgers(url: str, shards: int, count: int, public_keys: dict[str, bytes]) -> dict[str, int]:
+    """Verify every shard ledger (chain and tree); assert they hold ``count`` receipts together."""
+    from proxy.receipts.ledgers import ledger_store_url
+
+    sizes = {}
+    for i in range(shards):
+        name = f"shard-{i}"
+        store = open_store(ledger_store_url(url, name))
+        try:
+            verified, failures = await verify_store(store, public_keys, ledger=name)
+            assert failures == [], failures[:3]
+            assert (await verify_tree(store, public_keys))[1] == []
+            sizes[name] = verified
+        finally:
+            await store.close()
+    assert sum(sizes.values()) == count, (sizes, count)
+    return sizes
+
+
+def bench_cluster(cluster, shards: int, writers: int, concurrency: int, seconds: float) -> dict:
+    """One ``--cluster`` run: ``writers`` processes append over ``shards`` ledgers (see the module docstring)."""
+    import redis
+
+    while True:  # a namespace whose shard tags fall on as many masters as there are shards
+        namespace = f"bench-{uuid.uuid4().hex[:8]}"
+        if len({cluster.master_of(f"{{{namespace}:shard-{i}}}:head") for i in range(shards)}) == min(shards, 3):
+            break
+    url = cluster.url + f"&namespace={namespace}"
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue = ctx.Queue()
+    ready: mp.Queue = ctx.Queue()
+    go = ctx.Event()
+    seed = os.urandom(32)
+    procs = [ctx.Process(target=_cluster_writer, args=(url, shards, seed, concurrency, seconds, ready, go, queue))
+             for _ in range(writers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    pids = {port: proc.pid for port, proc in zip(cluster.ports, cluster.processes)}
+    cpu0 = {port: _cpu_seconds(pid) for port, pid in pids.items()}
+    go.set()
+    results = [queue.get(timeout=seconds + 120) for _ in procs]
+    cpu = {port: _cpu_seconds(pid) - cpu0[port] for port, pid in pids.items()}
+    for p in procs:
+        p.join()
+    count = sum(r[0] for r in results)
+    writer_cpu = sum(r[1] for r in results)
+    writes, lost = sum(r[2] for r in results), sum(r[3] for r in results)
+    signer = Signer(seed)
+    sizes = asyncio.run(_check_ledgers(url, shards, count, {signer.key_id: signer.public_key}))
+    on_master: dict[int, int] = {}
+    for name, size in sizes.items():
+        port = cluster.master_of(f"{{{namespace}:{name}}}:head")
+        on_master[port] = on_master.get(port, 0) + size
+    busiest = max(on_master, key=lambda port: cpu[port])
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
+    keys = list(client.scan_iter(match=f"{{{namespace}*", count=1000))
+    for key in keys:
+        client.delete(key)
+    client.close()
+    return {"ledgers": shards, "masters": len(on_master), "receipts": count, "per_s": count / seconds,
+            "writer_cpu_us": writer_cpu / count * 1e6, "redis_cpu_us": sum(cpu.values()) / count * 1e6,
+            "busiest_cpu_share": cpu[busiest] / seconds,
+            "per_shard_ceiling": on_master[busiest] / max(cpu[busiest], 1e-9),
+            "per_write": count / max(writes, 1), "lost_per_write": lost / max(writes, 1)}
 
 
 def _drop_namespace(redis_url: str, namespace: str) -> None:
@@ -247,7 +362,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300, help="proofs generated per kind")
     parser.add_argument("--skip-appends", action="store_true")
     parser.add_argument("--skip-proofs", action="store_true")
+    parser.add_argument("--cluster", action="store_true",
+                        help="several ledgers on a Redis Cluster of its own: 1 ledger vs 3 ledgers on 3 masters")
     args = parser.parse_args()
+    if args.cluster:
+        run_cluster(args)
+        return
     stores = [kind for kind in args.stores.split(",") if kind]
     if not set(stores) <= {"redis", "sqlite"}:
         parser.error("--stores takes redis and/or sqlite")
@@ -296,6 +416,30 @@ def main() -> None:
             _drop_namespace(args.redis, namespace)
         if own_redis is not None:
             own_redis.stop()
+
+
+def run_cluster(args: argparse.Namespace) -> None:
+    """``--cluster``: start a three-master Redis Cluster, run 1 then 3 ledgers, print one row each."""
+    from tests.support.redis_cluster import RedisCluster
+
+    writers = max(int(x) for x in args.writers.split(","))
+    concurrency = max(int(x) for x in args.concurrency.split(","))
+    cluster = RedisCluster(Path(tempfile.mkdtemp(prefix="sonate-bench-cluster-"))).start()
+    try:
+        print(f"Redis Cluster of 3 masters (no replicas, no persistence) on ports {cluster.ports}; "
+              f"{writers} writer processes x {concurrency} tasks, {args.seconds:g} s per run, "
+              f"{os.cpu_count()} CPU cores on this machine (writers and masters share them)")
+        print(f"{'ledgers':>7} {'masters':>7} {'receipts':>9} {'receipts/s':>11} {'writer CPU us/rcpt':>18} "
+              f"{'redis CPU us/rcpt':>17} {'busiest master CPU':>18} {'rcpt per shard-CPU-s':>20} "
+              f"{'rcpt/write':>10} {'lost/write':>10}")
+        for shards in (1, 3):
+            row = bench_cluster(cluster, shards, writers, concurrency, args.seconds)
+            print(f"{row['ledgers']:>7} {row['masters']:>7} {row['receipts']:>9} {row['per_s']:>11.0f} "
+                  f"{row['writer_cpu_us']:>18.0f} {row['redis_cpu_us']:>17.1f} "
+                  f"{row['busiest_cpu_share']:>17.0%} {row['per_shard_ceiling']:>20.0f} "
+                  f"{row['per_write']:>10.1f} {row['lost_per_write']:>10.2f}", flush=True)
+    finally:
+        cluster.stop()
 
 
 if __name__ == "__main__":

@@ -227,6 +227,13 @@ class LedgerConfig(_Strict):
     checkpoint_interval_seconds: float = Field(10.0, gt=0)
     #: Witnesses that cosign each published checkpoint (C2SP tlog-witness; docs/security.md "Witnesses").
     witnesses: list[WitnessConfig] = Field(default_factory=list)
+    #: How receipts are split over several ledgers (:mod:`proxy.receipts.ledgers`; docs/receipts.md
+    #: "Several ledgers"): ``none`` (one ledger, receipts carry no ``ledger`` field), ``team`` (the
+    #: caller's key's team), ``policy_set`` (the request's policy set) or ``hash`` (``shards``
+    #: ledgers ``shard-0`` .. by a stable hash of the request id). Each ledger is its own chain with
+    #: its own checkpoints, under its own Redis hash tag / SQLite file.
+    partition: Literal["none", "team", "policy_set", "hash"] = "none"
+    shards: int = Field(4, ge=1, le=1024)
 
     @field_validator("url")
     @classmethod

@@ -75,6 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--response", metavar="RESPONSE.json",
                         help="the response body as received (checks the receipt's outputs_hash)")
     parser.add_argument("--ledger", metavar="URL", help="verify a ledger: sqlite:///path.db or redis://host:port/db")
+    parser.add_argument("--name", dest="ledger_names", action="append", metavar="NAME",
+                        help="with --ledger: verify ledger NAME of a deployment with several ledgers "
+                             "(ledger.partition; repeatable)")
+    parser.add_argument("--all", dest="all_ledgers", action="store_true",
+                        help="with --ledger: verify every ledger stored beside it (ledger.partition)")
     parser.add_argument("--case", action="append", metavar="ESC_ID",
                         help="with --ledger: also check that escalation case's receipts chain (repeatable)")
     parser.add_argument("--from", dest="from_height", type=int, default=0, metavar="H",
@@ -216,6 +221,8 @@ def _check(args: argparse.Namespace, stdin: TextIO) -> _Result:
         raise UsageError("--trusted-checkpoint goes with --ledger URL")
     if args.case and args.ledger is None:
         raise UsageError("--case goes with --ledger URL")
+    if (getattr(args, "ledger_names", None) or getattr(args, "all_ledgers", False)) and args.ledger is None:
+        raise UsageError("--name and --all go with --ledger URL")
     if args.consistency is not None:
         return _check_consistency(args, stdin)
     if args.receipt is None:
@@ -308,12 +315,64 @@ def _check_ledger(args: argparse.Namespace) -> _Result:
     if args.witness_key and not trusted:
         raise UsageError("--witness-key with --ledger checks the --trusted-checkpoint files: pass one")
     end = None if args.to_height is None else args.to_height + 1
+    if getattr(args, "ledger_names", None) or getattr(args, "all_ledgers", False):
+        try:
+            count, failures = asyncio.run(_verify_ledgers(args, keys, end, trusted))
+        except (ValueError, LedgerError) as exc:
+            raise UsageError(str(exc)) from None
+        return count, failures + _cosignature_failures(trusted, args), "ledger receipts"
     try:
         count, failures = asyncio.run(_verify_ledger(args.ledger, keys, args.from_height, end, args.origin, trusted,
                                                      args.case or ()))
     except (ValueError, LedgerError) as exc:
         raise UsageError(str(exc)) from None
     return count, failures + _cosignature_failures(trusted, args), "ledger receipts"
+
+
+def _trusted_for(name: str, trusted: Sequence[str], origin: str | None) -> list[str]:
+    """The ``--trusted-checkpoint`` notes of ledger ``name``: those whose origin is its origin
+    (:func:`~proxy.receipts.ledgers.ledger_origin` of ``--origin``), or without ``--origin`` those
+    whose origin ends in ``/<name>`` (any other: the default ledger's)."""
+    from proxy.receipts.ledgers import DEFAULT_LEDGER, ledger_origin
+
+    mine = []
+    for note in trusted:
+        first = note.split("\n", 1)[0]
+        if origin is not None:
+            owner = first == ledger_origin(origin, name)
+        else:
+            suffix = first.rsplit("/", 1)[-1] if "/" in first else None
+            owner = suffix == name or (name == DEFAULT_LEDGER and suffix is None)
+        if owner:
+            mine.append(note)
+    return mine
+
+
+async def _verify_ledgers(args: argparse.Namespace, keys: dict[str, bytes], end: int | None,
+                          trusted: Sequence[str]) -> tuple[int, list[Failure]]:
+    """``--ledger URL --name NAME ... | --all``: each ledger as :func:`_verify_ledger` (its own origin,
+    its trusted checkpoints) plus the check that its receipts name it; failures say which ledger."""
+    from proxy.receipts.ledgers import discover_ledgers, ledger_origin, ledger_store_url
+
+    names = await discover_ledgers(args.ledger) if args.all_ledgers else list(dict.fromkeys(args.ledger_names))
+    total, failures = 0, []
+    for name in names:
+        origin = None if args.origin is None else ledger_origin(args.origin, name)
+        count, found = await _verify_ledger(ledger_store_url(args.ledger, name), keys, args.from_height, end, origin,
+                                            _trusted_for(name, trusted, args.origin), args.case or (), name=name)
+        total += count
+        failures += [_in_ledger(name, f) for f in found]
+    return total, failures
+
+
+def _in_ledger(name: str, failure: Failure) -> Failure:
+    """``failure`` with its place prefixed by ``ledger NAME``."""
+    place = failure.where
+    if place is None:
+        place = "height ?" if failure.height is None else f"height {failure.height}"
+        if failure.receipt_id:
+            place += f" ({failure.receipt_id})"
+    return Failure(failure.height, failure.receipt_id, failure.check, failure.detail, where=f"ledger {name} {place}")
 
 
 def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _Result:
@@ -337,12 +396,12 @@ def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _
 
 async def _verify_ledger(url: str, keys: dict[str, bytes], start: int, end: int | None,
                          origin: str | None = None, trusted: Sequence[str] = (),
-                         cases: Sequence[str] = ()) -> tuple[int, list[Failure]]:
+                         cases: Sequence[str] = (), name: str | None = None) -> tuple[int, list[Failure]]:
     from proxy.receipts.tree import verify_against_trusted_checkpoint
 
     store = open_store(url, create=False)  # a reader: never a new, empty ledger
     try:
-        count, failures = await verify_store(store, keys, start=start, end=end)
+        count, failures = await verify_store(store, keys, start=start, end=end, ledger=name)
         failures = failures + await _case_failures(store, cases)
         for note in trusted:
             failures = failures + await verify_against_trusted_checkpoint(store, note, keys, origin)

@@ -17,6 +17,7 @@ from proxy.primitives.canonical import assert_no_floats, canonical, sha256_ref
 __all__ = [
     "CHAIN_FIELDS",
     "GENESIS_PREV_HASH",
+    "OPTIONAL_FIELDS",
     "RECEIPT_FIELDS",
     "RECEIPT_VERSION",
     "entry_hash",
@@ -37,11 +38,17 @@ RECEIPT_FIELDS: tuple[str, ...] = (
     "provider", "stratum", "key_id", "ledger_height", "prev_hash", "ed25519_sig",
 )
 CHAIN_FIELDS: tuple[str, ...] = ("key_id", "ledger_height", "prev_hash", "ed25519_sig")
+OPTIONAL_FIELDS: tuple[str, ...] = ("ledger",)
+"""Fields a receipt may carry beyond :data:`RECEIPT_FIELDS`: ``ledger``, the name of the ledger
+(chain) it was written to when the deployment partitions its receipts (``ledger.partition``,
+:mod:`proxy.receipts.ledgers`); absent on a single-ledger deployment and on receipts written
+before ledgers were partitioned. Signed like every other field."""
 """Fields :func:`seal` adds; an unsealed receipt has all other fields."""
 
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _RECEIPT_ID = re.compile(r"rcpt_[0-9a-f]{32}")
 _KEY_ID = re.compile(r"ed25519:[0-9a-f]{16}")
+_LEDGER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SIG = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")  # 64 bytes, canonical unpadded base64url
 _TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
 
@@ -111,6 +118,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "ledger_height": (lambda v: _is_int(v) and 0 <= v <= 2**53 - 1, "must be an integer >= 0"),
     "prev_hash": (partial(_matches, _HASH), "must be sha256: + 64 lowercase hex"),
     "ed25519_sig": (partial(_matches, _SIG), "must be 64 bytes as unpadded base64url"),
+    "ledger": (partial(_matches, _LEDGER), "must be 1-64 of letters, digits, '_', '.' or '-'"),
 }
 
 
@@ -134,8 +142,13 @@ def schema_problems(receipt: Any, *, sealed: bool = True, check_floats: bool = T
         check, message = _CHECKS[name]
         if not check(receipt[name]):
             problems.append((name, f"{message}, got {receipt[name]!r:.80}"))
+    for name in OPTIONAL_FIELDS:
+        if name in receipt:
+            check, message = _CHECKS[name]
+            if not check(receipt[name]):
+                problems.append((name, f"{message}, got {receipt[name]!r:.80}"))
     for name in receipt:
-        if name not in expected:
+        if name not in expected and name not in OPTIONAL_FIELDS:
             problems.append((str(name), "unexpected field"))
     if check_floats:
         try:

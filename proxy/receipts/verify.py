@@ -236,13 +236,17 @@ async def verify_store(
     start: int = 0,
     end: int | None = None,
     page: int = 500,
+    ledger: str | None = None,
 ) -> tuple[int, list[Failure]]:
     """Verify heights ``start <= h < end`` of a store (``end`` None: up to the head).
 
     Reads ``page`` receipts at a time. Checks the link into ``start`` from
     the receipt before it, and, when the run reaches the head, that the head
     names the last receipt's height and entry hash and that nothing is stored
-    above it (a store without a head but with a receipt at ``start`` fails ``head``). Returns ``(receipts checked, failures)``. Raises
+    above it (a store without a head but with a receipt at ``start`` fails ``head``). ``ledger``: the
+    name of the ledger the store holds (:mod:`proxy.receipts.ledgers`): each receipt's signed
+    ``ledger`` field must name it (check ``ledger``; in ``default`` it may be absent, as on
+    receipts written before ledgers were partitioned). Returns ``(receipts checked, failures)``. Raises
     :class:`proxy.storage.base.LedgerUnavailable` if the store is down,
     ``ValueError`` for a negative ``start`` or ``page`` < 1.
     """
@@ -267,6 +271,11 @@ async def verify_store(
     for lo in range(start, stop, page):
         for receipt in await store.range(lo, min(lo + page, stop)):
             verifier.feed(receipt)
+            if ledger is not None and isinstance(receipt, dict):
+                named = receipt.get("ledger", "default" if ledger == "default" else None)
+                if named != ledger:
+                    early.append(Failure(_height(receipt), _receipt_id(receipt), "ledger",
+                                         f"receipt names ledger {named!r} but is stored in ledger {ledger!r}"))
             last = receipt
     verifier.finish(stop)
     failures = early + verifier.failures

@@ -30,7 +30,8 @@ def open_store(url: str, *, create: bool = True) -> LedgerStore:
       ``sqlite:////abs/path.db``;
     - ``redis://[user:password@]host:port/db[?namespace=name]`` (also
       ``rediss://``); the namespace (default ``sonate``) becomes the Redis
-      Cluster hash tag ``{name}`` shared by every key.
+      Cluster hash tag ``{name}`` shared by every key; ``cluster=1`` connects a Redis Cluster
+      client (any node's address; database 0).
 
     Raises ``ValueError`` with the accepted forms for anything else.
     """
@@ -47,13 +48,14 @@ def open_store(url: str, *, create: bool = True) -> LedgerStore:
         parts = urlsplit(url)
         query = parse_qs(parts.query)
         namespace = query.pop("namespace", ["sonate"])[-1]
+        cluster = query.pop("cluster", ["0"])[-1].lower() in ("1", "yes", "true")
         if not parts.hostname:  # the URL may hold a password: not echoed
             raise ValueError("bad Redis ledger URL (no host): use redis://host:port/db[?namespace=name]")
         from proxy.storage.redis import RedisStore  # here: only a Redis ledger loads the redis client
 
         rest = urlencode(query, doseq=True)
-        return RedisStore(parts._replace(query=rest).geturl(), namespace=namespace)
+        return RedisStore(parts._replace(query=rest).geturl(), namespace=namespace, cluster=cluster)
     raise ValueError(
         f"unsupported ledger URL {url!r}: use sqlite:///path.db, sqlite:////abs/path.db "
-        "or redis://host:port/db[?namespace=name]"
+        "or redis://host:port/db[?namespace=name][&cluster=1]"
     )

@@ -240,12 +240,21 @@ async def _translate_errors() -> AsyncIterator[None]:
         raise LedgerUnavailable(f"Redis ledger unreachable: {exc}") from exc
 
 
-def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: float) -> aioredis.Redis:
-    """A ``redis.asyncio`` client with few, quick retries.
+def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: float,
+            cluster: bool = False) -> aioredis.Redis:
+    """A ``redis.asyncio`` client with few, quick retries (``cluster``: a Redis Cluster client that
+    finds every node from the one in ``url`` and sends each key to its slot's master).
 
     A retried append whose first try did commit is caught by the duplicate-id check
     (see :meth:`proxy.receipts.chain.Ledger.append`).
     """
+    if cluster:
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(  # type: ignore[return-value]  (same command API for one slot's keys)
+            url, decode_responses=decode, socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2))
     return aioredis.Redis.from_url(
         url, decode_responses=decode, socket_timeout=socket_timeout_s,
         socket_connect_timeout=connect_timeout_s,
@@ -273,15 +282,17 @@ class RedisStore(LedgerStore, ResultLog):
         namespace: str = "sonate",
         socket_timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
+        cluster: bool = False,
     ) -> None:
-        """Create the client (connections open lazily)."""
+        """Create the client (connections open lazily); ``cluster``: a Redis Cluster client."""
         if not _NAMESPACE.match(namespace):
             raise ValueError(f"bad ledger namespace {namespace!r}: use 1-100 of [A-Za-z0-9_.:-]")
         self.namespace = namespace
         self._prefix = "{" + namespace + "}:"
-        self._redis = _client(url, True, socket_timeout_s, connect_timeout_s)
+        self.cluster = cluster
+        self._redis = _client(url, True, socket_timeout_s, connect_timeout_s, cluster)
         # Merkle nodes are raw bytes: read them through a client that does not decode.
-        self._raw = _client(url, False, socket_timeout_s, connect_timeout_s)
+        self._raw = _client(url, False, socket_timeout_s, connect_timeout_s, cluster)
         self._append = self._redis.register_script(_APPEND_LUA)
         self._put_nodes = self._redis.register_script(_PUT_NODES_LUA)
         self._put_checkpoint = self._redis.register_script(_PUT_CHECKPOINT_LUA)

@@ -20,6 +20,8 @@ export const RECEIPT_FIELDS = Object.freeze([
   'policy_id', 'guardrail_action', 'evidence', 'model', 'provider', 'stratum', 'key_id',
   'ledger_height', 'prev_hash', 'ed25519_sig',
 ]);
+/** Fields a receipt may carry beyond RECEIPT_FIELDS: `ledger` (its ledger's name, partitioned deployments). */
+export const OPTIONAL_FIELDS = Object.freeze(['ledger']);
 
 /** Check identifiers, in display order, with a human label. Names equal the Python verifier's. */
 export const CHECK_LABELS = Object.freeze({
@@ -276,6 +278,7 @@ const FIELD_RULES = {
   ledger_height: [(v) => isInt(v) && v >= 0 && v <= MAX_SAFE_INTEGER, 'must be an integer >= 0'],
   prev_hash: [matches(RE.hash), 'must be sha256: + 64 lowercase hex'],
   ed25519_sig: [matches(RE.sig), 'must be 64 bytes as unpadded base64url'],
+  ledger: [(v) => typeof v === 'string' && /^[A-Za-z0-9_.-]{1,64}$/.test(v), "must be 1-64 of letters, digits, '_', '.' or '-'"],
 };
 
 function shortRepr(v) {
@@ -301,8 +304,13 @@ export function schemaProblems(receipt, floatsSomewhere = false) {
     const [check, message] = FIELD_RULES[name];
     if (!check(receipt[name])) problems.push([name, `${message}, got ${shortRepr(receipt[name])}`]);
   }
+  for (const name of OPTIONAL_FIELDS) {
+    if (Object.prototype.hasOwnProperty.call(receipt, name) && !FIELD_RULES[name][0](receipt[name])) {
+      problems.push([name, `${FIELD_RULES[name][1]}, got ${shortRepr(receipt[name])}`]);
+    }
+  }
   for (const name of Object.keys(receipt)) {
-    if (!RECEIPT_FIELDS.includes(name)) problems.push([name, 'unexpected field']);
+    if (!RECEIPT_FIELDS.includes(name) && !OPTIONAL_FIELDS.includes(name)) problems.push([name, 'unexpected field']);
   }
   const float = firstFloat(receipt) ||
     (floatsSomewhere ? 'a number with a fraction or exponent appears in the document' : null);

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.receipts.chain import Ledger
+from proxy.receipts.ledgers import Ledgers
 from proxy.server.admission.spool import Spool
 from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerConflict, LedgerUnavailable
@@ -57,9 +58,10 @@ class Appended:
 class ReceiptSink(abc.ABC):
     """The pipeline's one way to write receipts (docs/architecture.md "Request flow": receipts appended)."""
 
-    def __init__(self, ledger: Ledger, metrics: Metrics, *, probe_timeout_s: float = 0.5,
+    def __init__(self, ledger: Ledger | Ledgers, metrics: Metrics, *, probe_timeout_s: float = 0.5,
                  append_timeout_s: float = 5.0) -> None:
-        """Bind the ledger and metrics; timeouts in seconds. No I/O here."""
+        """Bind the ledger (or the deployment's :class:`~proxy.receipts.ledgers.Ledgers`, which routes
+        each receipt to its ledger) and metrics; timeouts in seconds. No I/O here."""
         self.ledger = ledger
         self.metrics = metrics
         self.probe_timeout_s = probe_timeout_s
@@ -123,7 +125,7 @@ class SpoolingSink(ReceiptSink):
     (FIFO: batches are written in the order they are submitted).
     """
 
-    def __init__(self, ledger: Ledger, metrics: Metrics, spool: Spool, *, retry_max_s: float = 2.0,
+    def __init__(self, ledger: Ledger | Ledgers, metrics: Metrics, spool: Spool, *, retry_max_s: float = 2.0,
                  adopt_every_s: float = 30.0, max_conflicts: int = 5, replay_receipts: int = 64,
                  **kwargs: Any) -> None:
         """As :class:`ReceiptSink`, plus the spool, the replay back-off cap (s), how often other
@@ -270,7 +272,7 @@ class SpoolingSink(ReceiptSink):
             delay = min(self.retry_max_s, delay * 2)
 
 
-def build_sink(config: Any, ledger: Ledger, metrics: Metrics) -> ReceiptSink:
+def build_sink(config: Any, ledger: Ledger | Ledgers, metrics: Metrics) -> ReceiptSink:
     """The sink ``config.ledger.on_unavailable`` asks for (the spool is opened here).
 
     Raises ``OSError`` when the spool directory cannot be used.

@@ -32,6 +32,7 @@ from proxy.guardrails.plan import InputScreen
 from proxy.kpi.strata import complexity_rule, declared_complexity
 from proxy.primitives.canonical import json_hash
 from proxy.receipts.chain import Ledger
+from proxy.receipts.ledgers import Ledgers
 from proxy.server.admission.limits import (
     ScreenLanes,
     check_messages,
@@ -135,8 +136,9 @@ class Gateway:
 
     def __init__(self, config: Config, engine: GuardrailEngine | PolicyRuntime, upstream: Upstream, ledger: Ledger,
                  metrics: Metrics, executor: Executor | None = None, sink: ReceiptSink | None = None,
-                 lanes: ScreenLanes | None = None) -> None:
-        """Bind the services; no I/O."""
+                 lanes: ScreenLanes | None = None, ledgers: Ledgers | None = None) -> None:
+        """Bind the services; no I/O. ``ledgers``: every ledger of a partitioned deployment
+        (:mod:`proxy.receipts.ledgers`; review steps follow their case's ledger)."""
         self.config = config
         #: The policy sets and their versions (docs/operations.md "Policy sets and hot reload").
         self.runtime = engine if isinstance(engine, PolicyRuntime) else PolicyRuntime.fixed(engine)
@@ -152,7 +154,8 @@ class Gateway:
         #: Chat requests between admission and their answer (a stream: until it opens), on the loop.
         self.in_progress = 0
         #: The human review queue of escalated requests (:mod:`proxy.server.flow.review.escalations`).
-        self.escalations = Escalations(ledger.store, self.receipting, metrics, config.review.allow_self_resolution)
+        self.escalations = Escalations(ledger.store, self.receipting, metrics, config.review.allow_self_resolution,
+                                       find=None if ledgers is None else ledgers.get_by_id)
         #: Called after a request's receipts are sealed, as ``await hook(sealed, messages, body,
         #: model_apology)`` (e.g. the adjudication queue, proxy.server.flow.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).

@@ -35,6 +35,7 @@ from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import load_policy_bundle
 from proxy.receipts.chain import Ledger
 from proxy.receipts.keyring import Keyring
+from proxy.receipts.ledgers import Ledgers, ledger_names
 from proxy.server.admission.limits import KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold, trim_heap
 from proxy.server.admission.sink import build_sink
 from proxy.server.flow.pipeline import Gateway
@@ -87,7 +88,15 @@ async def build_services(config: Config) -> Services:
                       config.path(keyring_file) if keyring_file else None).load()  # 0600 enforced here
     signer = keyring.current()
     log.info("signing key %s (%s; keyring %s)", signer.key_id, keyring.key_file, keyring.keyring_file)
-    store = open_store(config.ledger_url)
+    ledger_options = config.ledger
+    ledgers = Ledgers(config.ledger_url, ledger_options.partition,
+                      ledger_names(ledger_options.partition, shards=ledger_options.shards, teams=config.teams,
+                                   policy_sets=config.policy_sets),
+                      lambda opened: Ledger(opened, signer, signer_source=keyring.current),
+                      shards=ledger_options.shards,
+                      team_of={k.actor: k.team for k in config.auth.keys if k.team},
+                      opener=open_store)
+    store = ledgers.store
     upstream = Upstream(config)
     executor = ThreadPoolExecutor(config.server.detector_threads, thread_name_prefix="guardrails")
     loop = asyncio.get_running_loop()
@@ -114,15 +123,17 @@ async def build_services(config: Config) -> Services:
                         max_chars=limits.max_screen_chars, timeout=limits.screen_timeout_seconds,
                         large_pieces=limits.large_input_pieces, on_change=metrics.lane_changed)
     runtime = PolicyRuntime(config, builder, snapshot, metrics)
-    ledger = Ledger(store, signer, signer_source=keyring.current)
+    ledger = ledgers.default
     gateway = Gateway(config, runtime, upstream, ledger, metrics, executor,
-                      sink=build_sink(config, ledger, metrics), lanes=lanes)  # ledger.on_unavailable
+                      sink=build_sink(config, ledgers, metrics), lanes=lanes,  # ledger.on_unavailable
+                      ledgers=ledgers)
     log.info("policies: %s", ", ".join(f"{p.id} ({p.kind}: {', '.join(p.stages)})" for p in policies))
     log.info("policy version %s; policy sets: %s", snapshot.version, ", ".join(sorted(snapshot.sets)))
     settle_heap()
     return Services(config, signer, store, ledger, runtime, upstream, metrics, gateway,
                     Authenticator(config.auth), executor, keyring=keyring, large_executor=large,
-                    limiter=KeyLimiter(limits.max_concurrent_per_key, limits.requests_per_second, limits.burst))
+                    limiter=KeyLimiter(limits.max_concurrent_per_key, limits.requests_per_second, limits.burst),
+                    ledgers=ledgers)
 
 
 def settle_heap() -> None:
@@ -199,7 +210,10 @@ def create_app(services: Services) -> web.Application:
 
     async def close(_: web.Application) -> None:
         tracing.flush()  # the spans still queued for the collector (no-op when tracing is off)
-        await services.store.close()
+        if services.ledgers is not None:
+            await services.ledgers.close()
+        else:
+            await services.store.close()
         services.executor.shutdown(wait=False, cancel_futures=True)
         if services.large_executor is not None:
             services.large_executor.shutdown(wait=False, cancel_futures=True)

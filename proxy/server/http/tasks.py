@@ -88,7 +88,7 @@ class LedgerAuditor:
 
 
 AUDITOR: web.AppKey[LedgerAuditor] = web.AppKey("ledger_auditor", LedgerAuditor)
-"""The app's ledger auditor (set by :func:`register`)."""
+"""The default ledger's auditor (set by :func:`register`, which runs one per ledger)."""
 
 
 def register(app: web.Application) -> None:
@@ -99,16 +99,21 @@ def register(app: web.Application) -> None:
     """
     services: Any = app[SERVICES]
     settings = services.config.ledger
-    auditor = LedgerAuditor(services.store, services.keyring.public_keys, services.metrics,
-                            interval_s=settings.audit_interval_seconds, sample_size=settings.audit_sample_size)
-    app[AUDITOR] = auditor
+    stores = [ledger.store for _, ledger in services.ledger_list()] if hasattr(services, "ledger_list") \
+        else [services.store]
+    auditors = [LedgerAuditor(store, services.keyring.public_keys, services.metrics,
+                              interval_s=settings.audit_interval_seconds, sample_size=settings.audit_sample_size)
+                for store in stores]  # one per ledger (ledger.partition)
+    app[AUDITOR] = auditors[0]
 
     async def on_startup(_: web.Application) -> None:
         await services.gateway.sink.start()
-        auditor.start()
+        for auditor in auditors:
+            auditor.start()
 
     async def on_cleanup(_: web.Application) -> None:
-        await auditor.stop()
+        for auditor in auditors:
+            await auditor.stop()
         await services.gateway.sink.close()
 
     app.on_startup.append(on_startup)

@@ -167,12 +167,13 @@ class Metrics:
             ["result"], registry=r)
         self.ledger_checkpoints_published = Counter(
             "sonate_ledger_checkpoints_published", "Signed checkpoints (C2SP tlog-checkpoint) this "
-            "process published or found already published by another process for a new tree size.",
-            registry=r)
+            "process published or found already published by another process for a new tree size, "
+            "per ledger (ledger.partition; 'default' when there is one).",
+            ["ledger"], registry=r)
         self.ledger_checkpoint_tree_size = Gauge(
             "sonate_ledger_checkpoint_tree_size", "Tree size (receipts) of the latest checkpoint this "
-            "process (the largest over workers) published; compare with the ledger height to see checkpoint lag.",
-            multiprocess_mode="max", registry=r)
+            "process (the largest over workers) published, per ledger; compare with the ledger height to see "
+            "checkpoint lag.", ["ledger"], multiprocess_mode="max", registry=r)
 
     def lane_changed(self, lane: str, delta: int) -> None:
         """A guardrail lane took (``delta`` 1) or gave back (-1) a screen

@@ -99,11 +99,15 @@ class Escalations:
     (``sonate_escalations_pending``)."""
 
     def __init__(self, store: LedgerStore, receipting: Receipting, metrics: Metrics,
-                 allow_self_resolution: bool = False) -> None:
+                 allow_self_resolution: bool = False,
+                 find: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None) -> None:
         """Bind the store, receipt path and metrics. No I/O. ``allow_self_resolution``: an admin may resolve
-        an escalation of their own request (``review.allow_self_resolution``; default: refused)."""
+        an escalation of their own request (``review.allow_self_resolution``; default: refused).
+        ``find``: looks a receipt up by id across every ledger (default: ``store.get_by_id``); a
+        case's review receipts go to the ledger of its escalation receipt."""
         self.queue = DecisionQueue(QUEUE, store, receipting)
         self.store = store
+        self.find = find or store.get_by_id
         self.metrics = metrics
         self.allow_self_resolution = allow_self_resolution
 
@@ -225,7 +229,7 @@ class Escalations:
         step's output after it. The model call's receipt is the provider's (``provider`` of its
         evidence), the others the human's."""
         try:
-            original = await self.store.get_by_id(case["receipt_id"])
+            original = await self.find(case["receipt_id"])
         except LedgerError:
             raise ledger_unavailable() from None
         domain = case.get("domain", "general")
@@ -245,6 +249,8 @@ class Escalations:
                           "previous_receipt_id": previous},
                 model=case.get("model", ""), provider=provider,
                 stratum={"domain": domain, "complexity": "critical", "provider": provider})
+            if original and "ledger" in original:  # the case's steps chain in the escalation's ledger
+                receipt["ledger"] = original["ledger"]
             receipts.append(receipt)
             previous, inputs = receipt["receipt_id"], json_hash(step.output)
         return receipts

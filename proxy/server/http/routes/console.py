@@ -76,7 +76,7 @@ def _thresholds(request: web.Request, receipt: dict[str, Any]) -> dict[str, Any]
 async def case_view(request: web.Request, case: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The reviewer's view of ``case`` (see the module docstring); 503 when the store fails."""
     try:
-        receipt = await services(request).store.get_by_id(case["receipt_id"]) or {}
+        receipt = await services(request).find_receipt(case["receipt_id"]) or {}
     except LedgerError:
         raise ledger_unavailable() from None
     evidence = receipt.get("evidence") or {}

@@ -25,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.receipts.ledgers import ledger_origin
 from proxy.receipts.proofs import consistency_proof_doc, inclusion_proof_doc
 from proxy.receipts.tree import TreeError, bundle_for, consistency_proof, inclusion_proof, leaf_hash_at
 from proxy.server.admission.publisher import CheckpointPublisher
@@ -41,6 +42,17 @@ _MAX_SIZE = 2**53 - 1
 #: then refuses (a 500) or reads as another number.
 _DECIMAL = re.compile(r"[0-9]{1,16}")
 _PUBLISHER: web.AppKey[CheckpointPublisher] = web.AppKey("ledger_checkpoint_publisher", CheckpointPublisher)
+_PUBLISHERS: web.AppKey[list] = web.AppKey("ledger_checkpoint_publishers", list)
+
+
+def _store(request: web.Request) -> Any:
+    """The store of the ledger named by ``?ledger=`` (absent: ``default``); 404 for a name the
+    deployment does not have (``ledger.partition``, docs/receipts.md "Several ledgers")."""
+    name = request.query.get("ledger") or None
+    try:
+        return services(request).ledger_named(name).store
+    except KeyError:
+        raise GatewayError(404, "No ledger with this name.", code="not_found", param="ledger") from None
 
 
 def _unavailable(exc: Exception) -> GatewayError:
@@ -66,7 +78,7 @@ def _int_param(request: web.Request, name: str, minimum: int, required: bool) ->
 
 async def _latest_size(request: web.Request, param: str) -> int:
     """The latest checkpoint's tree size (the default of ``param``); 404 when none is published."""
-    store = services(request).store
+    store = _store(request)
     try:
         note = await store.latest_checkpoint()
     except LedgerError as exc:
@@ -79,7 +91,7 @@ async def _latest_size(request: web.Request, param: str) -> int:
 
 async def _stored_size(request: web.Request) -> int:
     try:
-        return await services(request).store.tree_size()
+        return await _store(request).tree_size()
     except LedgerError as exc:
         raise _unavailable(exc) from None
 
@@ -92,7 +104,7 @@ def _too_big(name: str, value: int, stored: int) -> GatewayError:
 async def get_checkpoint(request: web.Request) -> web.Response:
     """``GET /v1/ledger/checkpoint``: the latest signed checkpoint, or the one stored for ``?tree_size=``."""
     size = _int_param(request, "tree_size", 1, required=False)
-    store = services(request).store
+    store = _store(request)
     try:
         note = await (store.latest_checkpoint() if size is None else store.get_checkpoint(size))
     except LedgerError as exc:
@@ -121,7 +133,7 @@ async def get_inclusion_proof(request: web.Request) -> web.Response:
     if height >= size:
         raise GatewayError(400, f"Invalid value for 'height': {height} is not below tree_size {size}.",
                            param="height", code="invalid_value")
-    store = services(request).store
+    store = _store(request)
     try:
         hashes = await inclusion_proof(store, height, size)
         leaf = await leaf_hash_at(store, height)
@@ -144,7 +156,7 @@ async def get_consistency_proof(request: web.Request) -> web.Response:
         raise GatewayError(400, f"Invalid value for 'from': {first} exceeds 'to' ({second}).", param="from",
                            code="invalid_value")
     try:
-        hashes = await consistency_proof(services(request).store, first, second)
+        hashes = await consistency_proof(_store(request), first, second)
     except LedgerError as exc:
         raise _unavailable(exc) from None
     return web.json_response(consistency_proof_doc(first, second, hashes))
@@ -165,9 +177,10 @@ async def bundle_response(request: web.Request, receipt: dict[str, Any],
     503 when the ledger is down or its tree has not indexed the receipt yet.
     """
     svc = services(request)
+    name = receipt.get("ledger")
     try:
-        bundle = await bundle_for(svc.store, receipt, key_entries,
-                                  signer=_current_signer(svc), origin=svc.config.ledger.origin)
+        bundle = await bundle_for(svc.ledger_named(name).store, receipt, key_entries,
+                                  signer=_current_signer(svc), origin=ledger_origin(svc.config.ledger.origin, name))
     except TreeError as exc:
         raise GatewayError(503, f"No proof is available for this receipt yet: {exc}", "api_error",
                            "tree_unavailable", result="ledger_error") from None
@@ -197,27 +210,34 @@ def register(app: web.Application) -> None:
         svc = app[SERVICES]
         config = svc.config.ledger
         metrics = svc.metrics
-        on_publish = None
-        if hasattr(metrics, "ledger_checkpoints_published"):
+        def counter(name: str) -> Any:
+            if not hasattr(metrics, "ledger_checkpoints_published"):
+                return None
+
             def on_publish(size: int) -> None:
-                metrics.ledger_checkpoints_published.inc()
-                metrics.ledger_checkpoint_tree_size.set(size)
-        publisher = CheckpointPublisher(svc.ledger, config.origin, config.checkpoint_every_entries,
-                                        config.checkpoint_interval_seconds, on_publish=on_publish,
-                                        witnesses=config.witnesses)
-        app[_PUBLISHER] = publisher
-        try:
-            stored, head = await svc.store.tree_size(), await svc.store.head()
-            if head is not None and stored < head.height + 1:
-                log.warning("the Merkle tree covers %d of %d receipts: run `sonate ledger reindex` to backfill it",
-                            stored, head.height + 1)
-        except (LedgerError, CheckpointError) as exc:
-            log.warning("cannot read the Merkle tree size at start-up: %s", exc)
-        publisher.start()
+                metrics.ledger_checkpoints_published.labels(name).inc()
+                metrics.ledger_checkpoint_tree_size.labels(name).set(size)
+            return on_publish
+        publishers = []
+        for name, ledger in svc.ledger_list():  # one publisher per ledger, each with its own origin
+            on_publish = counter(name)
+            publisher = CheckpointPublisher(ledger, ledger_origin(config.origin, name), config.checkpoint_every_entries,
+                                            config.checkpoint_interval_seconds, on_publish=on_publish,
+                                            witnesses=config.witnesses)
+            publishers.append(publisher)
+            try:
+                stored, head = await ledger.store.tree_size(), await ledger.store.head()
+                if head is not None and stored < head.height + 1:
+                    log.warning("ledger %s: the Merkle tree covers %d of %d receipts: run `sonate ledger reindex` "
+                                "to backfill it", name, stored, head.height + 1)
+            except (LedgerError, CheckpointError) as exc:
+                log.warning("ledger %s: cannot read the Merkle tree size at start-up: %s", name, exc)
+            publisher.start()
+        app[_PUBLISHER] = publishers[0]
+        app[_PUBLISHERS] = publishers
 
     async def stop(app: web.Application) -> None:
-        publisher = app.get(_PUBLISHER)
-        if publisher is not None:
+        for publisher in app.get(_PUBLISHERS, []):
             await publisher.stop()
 
     app.on_startup.append(start)

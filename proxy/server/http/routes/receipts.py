@@ -50,7 +50,7 @@ async def get_receipt(request: web.Request) -> web.Response:
     bundle = ledger_routes.wants_bundle(request)
     svc = services(request)
     try:
-        receipt = await svc.store.get_by_id(receipt_id)
+        receipt = await svc.find_receipt(receipt_id)  # whichever ledger holds it
     except LedgerError:
         raise ledger_unavailable() from None
     if receipt is None:  # fault policy "spool": still waiting in this process's spool?
