@@ -251,7 +251,8 @@ def _client(url: str, decode: bool, socket_timeout_s: float, connect_timeout_s: 
     if cluster:
         from redis.asyncio.cluster import RedisCluster
 
-        return RedisCluster.from_url(  # type: ignore[return-value]  (same command API for one slot's keys)
+        # the same command API for one slot's keys, so the ledger code takes either client
+        return RedisCluster.from_url(  # type: ignore[return-value]
             url, decode_responses=decode, socket_timeout=socket_timeout_s,
             socket_connect_timeout=connect_timeout_s,
             retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2))
