@@ -138,3 +138,23 @@ def test_safety_holds_24_tokens_back_by_default_and_as_shipped():
         == SAFETY_HOLD_BACK
     shipped = [p for p in load_policies(Path(__file__).resolve().parents[2] / "policies") if p.kind == "safety"]
     assert [p.hold_back for p in shipped] == [SAFETY_HOLD_BACK]
+
+
+def test_privacy_cut_steps_back_over_overlapping_spans_and_keeps_a_span_that_ends_at_the_cut():
+    from proxy.guardrails.detectors.pii import PiiSpan
+    from proxy.guardrails.stream import MAX_IDENTIFIER_CHARS, MAX_UNBROKEN_CHARS, privacy_cut
+
+    raw = "word " * 40
+    assert privacy_cut(raw, 0, len(raw), []) == 135
+    # the later span moves the cut into the earlier one, which then holds back from its own start
+    person, iban = PiiSpan("PERSON", 110, 128, 1.0), PiiSpan("IBAN_CODE", 125, 140, 1.0)
+    assert privacy_cut(raw, 0, len(raw), [person, iban]) == 110
+    assert privacy_cut(raw, 0, len(raw), [iban, person]) == 110
+    # a span wholly before the cut (ending at it) does not hold anything back
+    assert privacy_cut(raw, 0, len(raw), [PiiSpan("PERSON", 130, 135, 1.0)]) == 135
+    # an unbroken run is cut only once MAX_UNBROKEN_CHARS of it wait after what was released
+    unbroken = "x" * (4 * MAX_UNBROKEN_CHARS)
+    done = MAX_UNBROKEN_CHARS // 2
+    assert privacy_cut(unbroken, done, done + MAX_IDENTIFIER_CHARS + MAX_UNBROKEN_CHARS - 1, []) == done
+    assert privacy_cut(unbroken, done, done + MAX_IDENTIFIER_CHARS + MAX_UNBROKEN_CHARS, []) == (
+        done + MAX_UNBROKEN_CHARS)
