@@ -433,3 +433,11 @@ async def test_busy_counts_the_screens_of_the_named_lane_only() -> None:
 def test_lower_thread_priority_takes_a_nice_value_of_one() -> None:
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(lower_thread_priority, 1).result() is True
+
+
+def test_trim_heap_gives_freed_heap_memory_back_on_glibc() -> None:
+    import platform
+
+    blocks = [bytearray(100_000) for _ in range(200)]  # below the mmap threshold: heap arenas
+    del blocks
+    assert trim_heap() is (platform.libc_ver()[0] == "glibc")

@@ -158,3 +158,13 @@ def test_privacy_cut_steps_back_over_overlapping_spans_and_keeps_a_span_that_end
     assert privacy_cut(unbroken, done, done + MAX_IDENTIFIER_CHARS + MAX_UNBROKEN_CHARS - 1, []) == done
     assert privacy_cut(unbroken, done, done + MAX_IDENTIFIER_CHARS + MAX_UNBROKEN_CHARS, []) == (
         done + MAX_UNBROKEN_CHARS)
+
+
+def test_a_token_hold_starts_at_a_whole_token_even_when_it_is_longer_than_the_tail():
+    tokens = HoldBack(size=2, unit="tokens")
+    assert hold_start("x" * 100, HoldBack(size=1, unit="tokens")) == 0  # one long token: held whole
+    assert hold_start("ab cd", tokens) == 0 and hold_start("ab", tokens) == 0
+    assert hold_start("y" * 80 + " " + "z" * 80, tokens) == 0
+    assert hold_start("a b c " + "w" * 70, tokens) == 4
+    words = "one two three " * 50
+    assert hold_start(words, HoldBack(size=3, unit="tokens")) == len(words) - len("one two three ")
