@@ -168,3 +168,9 @@ def test_a_token_hold_starts_at_a_whole_token_even_when_it_is_longer_than_the_ta
     assert hold_start("a b c " + "w" * 70, tokens) == 4
     words = "one two three " * 50
     assert hold_start(words, HoldBack(size=3, unit="tokens")) == len(words) - len("one two three ")
+
+
+def test_windows_tile_the_answer_and_carry_the_overlap_in_front():
+    scanner = StreamScanner(overlap_chars=3)
+    windows = scanner.feed("One. Two. Three")
+    assert [(w.start, w.end, w.text) for w in windows] == [(0, 5, "One. "), (5, 10, "e. Two. ")]
