@@ -174,3 +174,10 @@ def test_windows_tile_the_answer_and_carry_the_overlap_in_front():
     scanner = StreamScanner(overlap_chars=3)
     windows = scanner.feed("One. Two. Three")
     assert [(w.start, w.end, w.text) for w in windows] == [(0, 5, "One. "), (5, 10, "e. Two. ")]
+
+
+def test_placeholder_safe_backs_off_a_partial_placeholder_before_end_only():
+    assert placeholder_safe("<PER", 4) == 0  # at the very start of the answer
+    assert placeholder_safe("ab <PER more", 7) == 3  # what follows end is not read
+    assert placeholder_safe("<PER x <", 4) == 0  # nor a "<" after end
+    assert placeholder_safe("ab <PERSON_1> c", 15) == 15
