@@ -441,3 +441,8 @@ def test_trim_heap_gives_freed_heap_memory_back_on_glibc() -> None:
     blocks = [bytearray(100_000) for _ in range(200)]  # below the mmap threshold: heap arenas
     del blocks
     assert trim_heap() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_huge_integer_is_counted_within_two_characters_of_its_digits() -> None:
+    for value in (10**18, 10**40, -(10**40), 7 * 10**99):
+        assert len(str(value)) <= screen_size(value).chars <= len(str(value)) + 2

@@ -181,3 +181,9 @@ def test_placeholder_safe_backs_off_a_partial_placeholder_before_end_only():
     assert placeholder_safe("ab <PER more", 7) == 3  # what follows end is not read
     assert placeholder_safe("<PER x <", 4) == 0  # nor a "<" after end
     assert placeholder_safe("ab <PERSON_1> c", 15) == 15
+
+
+def test_without_a_hold_everything_scanned_is_released():
+    scanner = StreamScanner()
+    scanner.feed("Hi. Bye")
+    assert scanner.release() == "Hi. Bye"
