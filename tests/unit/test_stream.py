@@ -187,3 +187,8 @@ def test_without_a_hold_everything_scanned_is_released():
     scanner = StreamScanner()
     scanner.feed("Hi. Bye")
     assert scanner.release() == "Hi. Bye"
+
+
+def test_a_token_hold_starts_at_the_first_held_token_not_at_white_space_before_it():
+    assert hold_start("  ab", HoldBack(size=1, unit="tokens")) == 2
+    assert hold_start("  ab cd", HoldBack(size=2, unit="tokens")) == 2
