@@ -67,12 +67,16 @@ image-test: install
 	./scripts/system-deps.sh image
 	./scripts/image-test.sh
 
-# Mutation testing of the trust core: mutmut over proxy/receipts, proxy/tlog, proxy/kpi
-# and guardrails/decisions.py, with the fast tests named in mutation/setup.cfg, in a scratch copy
-# ($$MUTATION_WORKDIR, default $$TMPDIR/sonate-mutation; verdicts cached there). Not part of
-# `make test` (hours for the whole scope). Fails when a surviving mutant has no reason in
-# mutation/baseline.md. MUTANTS narrows it: make mutation MUTANTS='proxy.kpi.*'
-# Verdicts carry over between machines in mutation/verdicts.json (scripts/mutation_verdicts.py).
+# Mutation testing (mutmut, scripts/mutation.sh) in a scratch copy ($$MUTATION_WORKDIR; verdicts
+# cached there and in mutation/verdicts*.json). Not part of `make test` (hours for a whole scope).
+# SCOPE=trust-core (default: receipts, tlog, primitives, kpi, decision precedence; mutation/setup.cfg)
+# or SCOPE=request-path (guardrail engine, messages, stream, dialects, limits, policy runtime;
+# mutation/request-path.cfg). Fails when a surviving mutant has no reason in the scope's baseline.
+# MUTANTS narrows it by name: make mutation MUTANTS='proxy.kpi.*'
+# CHANGED=<git ref> runs only the mutants of functions changed since the ref (committed or not):
+# make mutation SCOPE=request-path CHANGED=main
 MUTANTS ?=
+SCOPE ?= trust-core
+CHANGED ?=
 mutation: install system-deps
-	./scripts/mutation.sh $(MUTANTS)
+	MUTATION_SCOPE=$(SCOPE) MUTATION_CHANGED=$(CHANGED) ./scripts/mutation.sh $(MUTANTS)

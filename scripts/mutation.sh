@@ -8,6 +8,14 @@
 #   scripts/mutation.sh 'proxy.kpi.*'   only mutants whose name matches (mutmut's glob)
 #   MUTATION_WORKDIR=dir                scratch copy (default: $TMPDIR/sonate-mutation)
 #   MUTATION_JOBS=N                     parallel workers (default: number of CPUs)
+#   MUTATION_NICE=N                     nice level of the run (default 15)
+#   MUTATION_SCOPE=request-path         the request path instead of the trust core: configuration
+#                                       mutation/request-path.cfg, survivors in
+#                                       mutation/baseline-request-path.md, verdicts in
+#                                       mutation/verdicts-request-path.json, its own workspace
+#   MUTATION_CHANGED=<git ref>          only the mutants of functions changed since the ref (commits
+#                                       and uncommitted edits; scripts/mutation_changed.py), within
+#                                       the scope; mutant names given as well narrow it further
 #
 # The working tree is copied into the scratch directory so mutmut's `mutants/` never lands in
 # the repository. rsync --checksum rewrites only files whose content changed, and those get a
@@ -21,8 +29,26 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 MUTMUT="$(dirname "$PY")/mutmut"
-WORK="${MUTATION_WORKDIR:-${TMPDIR:-/tmp}/sonate-mutation}"
+SCOPE="${MUTATION_SCOPE:-trust-core}"
+case "$SCOPE" in
+  trust-core) CONFIG=mutation/setup.cfg BASELINE=mutation/baseline.md STORE=mutation/verdicts.json
+              DEFAULT_WORK=sonate-mutation ;;
+  request-path) CONFIG=mutation/request-path.cfg BASELINE=mutation/baseline-request-path.md
+                STORE=mutation/verdicts-request-path.json DEFAULT_WORK=sonate-mutation-request-path ;;
+  *) echo "MUTATION_SCOPE must be trust-core or request-path, not '$SCOPE'" >&2; exit 2 ;;
+esac
+WORK="${MUTATION_WORKDIR:-${TMPDIR:-/tmp}/$DEFAULT_WORK}"
 JOBS="${MUTATION_JOBS:-$(nproc)}"
+SELECT=("$@")
+if [ -n "${MUTATION_CHANGED:-}" ]; then
+  mapfile -t CHANGED < <("$PY" "$ROOT/scripts/mutation_changed.py" --root "$ROOT" --config "$ROOT/$CONFIG" \
+                           --ref "$MUTATION_CHANGED" "$@")
+  if [ "${#CHANGED[@]}" -eq 0 ]; then
+    echo "mutation ($SCOPE): no function in scope changed since $MUTATION_CHANGED; 0 mutants selected"
+    exit 0
+  fi
+  SELECT=("${CHANGED[@]}")
+fi
 
 mkdir -p "$WORK"
 # proxy/ and tests/ as they are now; delete what was removed so a stale file cannot mask a change.
@@ -30,7 +56,7 @@ for d in proxy tests policies docs; do
   rsync -rlp --checksum --delete --exclude '__pycache__' "$ROOT/$d/" "$WORK/$d/"
 done
 cp -p "$ROOT/pyproject.toml" "$ROOT/config.yaml" "$WORK/"
-cp -p "$ROOT/mutation/setup.cfg" "$WORK/setup.cfg"
+cp -p "$ROOT/$CONFIG" "$WORK/setup.cfg"
 
 cd "$WORK"
 # One Redis for every mutant's test run (tests/conftest.py would start one per pytest session,
@@ -47,7 +73,10 @@ if [ -z "${SONATE_TEST_REDIS:-}" ]; then
 fi
 # Verdicts of earlier runs on any machine (mutation/verdicts.json): a mutant whose function is
 # unchanged keeps its verdict, so a fresh workspace runs only what changed or was never checked.
-"$PY" "$ROOT/scripts/mutation_verdicts.py" restore --workdir "$WORK" --store "$ROOT/mutation/verdicts.json"
-nice -n "${MUTATION_NICE:-15}" "$MUTMUT" run --max-children "$JOBS" "$@" || true
-"$PY" "$ROOT/scripts/mutation_verdicts.py" save --workdir "$WORK" --store "$ROOT/mutation/verdicts.json"
-"$PY" "$ROOT/scripts/mutation_report.py" --workdir "$WORK" --baseline "$ROOT/mutation/baseline.md"
+"$PY" "$ROOT/scripts/mutation_verdicts.py" restore --workdir "$WORK" --store "$ROOT/$STORE"
+nice -n "${MUTATION_NICE:-15}" "$MUTMUT" run --max-children "$JOBS" "${SELECT[@]}" || true
+"$PY" "$ROOT/scripts/mutation_verdicts.py" save --workdir "$WORK" --store "$ROOT/$STORE"
+# With a selection the report counts the selected mutants and checks only their survivors.
+REPORT=(--workdir "$WORK" --baseline "$ROOT/$BASELINE")
+for glob in "${SELECT[@]+"${SELECT[@]}"}"; do REPORT+=(--select "$glob"); done
+"$PY" "$ROOT/scripts/mutation_report.py" "${REPORT[@]}"

@@ -1,7 +1,8 @@
 """Mutation score per package and the survivors checked against mutation/baseline.md.
 
 Reads mutmut 3's results in the scratch workspace scripts/mutation.sh ran it in (``mutants/``
-``*.meta`` files) and prints, per package of the trust core, killed/total (a timeout counts as
+``*.meta`` files) and prints, per package of the scope (the ``only_mutate`` entries of the
+workspace's setup.cfg, a trailing ``/*`` dropped), killed/total (a timeout counts as
 killed: the mutant changed behaviour, the test run noticed). Every survivor ("survived" or "no
 tests") must be listed in the baseline with a one-line reason; the exit status is 1 when one
 is not (or when no results exist), 0 otherwise.
@@ -12,6 +13,8 @@ is not (or when no results exist), 0 otherwise.
     python scripts/mutation_report.py --workdir A --workdir B ...   # merge workspaces (one verdict per
                                                                      # mutant: a later workspace that
                                                                      # checked it wins)
+    python scripts/mutation_report.py ... --select 'proxy.kpi.stats.*'   # only mutants matching a glob
+                                                                         # (repeatable): a narrowed run
 
 Baseline rows: ``| mutant | file:line | mutation | reason |`` (markdown table); a reason of
 ``UNJUSTIFIED`` or empty does not count. ``--update`` keeps the rows of mutants that exist but were
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import configparser
+import fnmatch
 import os
 import re
 import sys
@@ -30,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The trust core's packages: the fallback when a workspace has no setup.cfg to read the scope from.
 PACKAGES = ("proxy/receipts", "proxy/tlog", "proxy/primitives", "proxy/kpi", "proxy/evaluation/kpi_report.py",
             "proxy/evaluation/kpi_inputs.py", "proxy/guardrails/decisions.py")
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
@@ -50,14 +56,23 @@ class Survivor:
     mutation: str
 
 
-def package_of(path: str) -> str:
-    """The trust-core package a source path belongs to (a key of PACKAGES), or "other"."""
-    return next((p for p in PACKAGES if path == p or path.startswith(p + "/")), "other")
+def scope_packages(workdir: Path) -> tuple[str, ...]:
+    """The packages and modules a workspace's setup.cfg mutates (``only_mutate``, ``proxy/kpi/*`` →
+    ``proxy/kpi``), in the file's order; PACKAGES when it has none."""
+    parser = configparser.ConfigParser()
+    parser.read(workdir / "setup.cfg", encoding="utf-8")
+    globs = parser.get("mutmut", "only_mutate", fallback="").split()
+    return tuple(g.removesuffix("/*") for g in globs) or PACKAGES
+
+
+def package_of(path: str, packages: tuple[str, ...] = PACKAGES) -> str:
+    """The package of the scope a source path belongs to (one of packages), or "other"."""
+    return next((p for p in packages if path == p or path.startswith(p + "/")), "other")
 
 
 def _function_line(source_path: Path, mutant_name: str) -> int:
     """First line (decorators included) of the function a mutant lives in; 1 when not found."""
-    from mutmut.utils.format_utils import orig_function_and_class_names_from_key  # noqa: PLC0415
+    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
     function, class_name = orig_function_and_class_names_from_key(mutant_name)
     parts = [class_name, function] if class_name else [function]
@@ -98,10 +113,10 @@ def collect(workdir: Path) -> dict[str, Survivor]:
     """Every mutant of the trust core in workdir's mutmut results, by name (status "not checked"
     for those the run has not reached); ``where``/``mutation`` are filled for survivors only."""
     os.chdir(workdir)
-    from mutmut.mutation.data import SourceFileMutationData  # noqa: PLC0415 (reads config from cwd)
-    from mutmut.mutation.diff_apply import get_diff_for_mutant  # noqa: PLC0415
-    from mutmut.stats import status_by_exit_code  # noqa: PLC0415
-    from mutmut.utils.file_utils import walk_mutatable_files  # noqa: PLC0415
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.stats import status_by_exit_code
+    from mutmut.utils.file_utils import walk_mutatable_files
 
     mutants: dict[str, Survivor] = {}
     for path in sorted(walk_mutatable_files()):
@@ -127,11 +142,18 @@ def merge(results: list[dict[str, Survivor]]) -> dict[str, Survivor]:
     return merged
 
 
-def tally(mutants: dict[str, Survivor]) -> dict[str, Counter]:
+def select(mutants: dict[str, Survivor], globs: list[str]) -> dict[str, Survivor]:
+    """The mutants whose name matches one of the globs (fnmatch, as ``mutmut run`` selects); all when none given."""
+    if not globs:
+        return mutants
+    return {name: m for name, m in mutants.items() if any(fnmatch.fnmatch(name, g) for g in globs)}
+
+
+def tally(mutants: dict[str, Survivor], packages: tuple[str, ...] = PACKAGES) -> dict[str, Counter]:
     """Per-package status counts."""
-    counts: dict[str, Counter] = {p: Counter() for p in PACKAGES}
+    counts: dict[str, Counter] = {p: Counter() for p in packages}
     for mutant in mutants.values():
-        counts.setdefault(package_of(mutant.where.split(":")[0]), Counter())[mutant.status] += 1
+        counts.setdefault(package_of(mutant.where.split(":")[0], packages), Counter())[mutant.status] += 1
     return counts
 
 
@@ -178,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="a scratch workspace of scripts/mutation.sh; repeat to merge several (e.g. one per package)")
     parser.add_argument("--baseline", type=Path, required=True)
     parser.add_argument("--update", action="store_true", help="rewrite the baseline's survivor table")
+    parser.add_argument("--select", action="append", default=[], metavar="GLOB",
+                        help="only mutants whose name matches (repeatable); --update is refused with it")
     args = parser.parse_args(argv)
+    if args.update and args.select:
+        parser.error("--update rewrites the whole table: run it without --select")
     baseline = args.baseline.resolve()
+    packages = scope_packages(args.workdir[-1].resolve())
     results = []
     for workdir in [w.resolve() for w in args.workdir]:
         if not (workdir / "mutants").is_dir():
@@ -187,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         results.append(collect(workdir))
     mutants = merge(results)
+    if args.select:
+        mutants = select(mutants, args.select)
+        print(f"{len(mutants)} mutants selected by {len(args.select)} glob(s)")
     survivors = sorted((m for m in mutants.values() if m.status in SURVIVING), key=lambda m: m.name)
     rows = read_rows(baseline)
     reasons = {name: reason for name, (_, _, reason) in rows.items()}
@@ -194,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     # a row for a mutant that no longer exists (its code changed or went) is dropped.
     carried = {name: row for name, row in rows.items() if name in mutants and mutants[name].status == "not checked"}
     print("mutation score (killed/checked; timeouts count as killed):")
-    print("\n".join(score_lines(tally(mutants))))
+    print("\n".join(score_lines(tally(mutants, packages))))
     if args.update:
         write_table(baseline, survivors, carried, reasons)
         print(f"wrote {len(survivors)} survivors and {len(carried)} rows of mutants not re-checked to {baseline}")

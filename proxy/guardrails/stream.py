@@ -77,14 +77,12 @@ def hold_start(text: str, hold: HoldBack) -> int:
         return len(text)
     if hold.unit == "chars":
         return max(0, len(text) - hold.size)
-    start = max(0, len(text) - hold.size * 32)  # look at a tail first: O(hold), not O(answer)
-    while True:
-        starts = token_spans(text, start)
-        if len(starts) >= hold.size:
-            return starts[-hold.size]
-        if start == 0:
-            return 0
-        start = 0
+    # Look at a tail first: O(hold), not O(answer). Its first token may be the end of a longer
+    # one, so the tail answers only when it holds more tokens than the hold.
+    starts = token_spans(text, max(0, len(text) - hold.size * 32))
+    if len(starts) <= hold.size:
+        starts = token_spans(text)
+    return starts[-hold.size] if len(starts) >= hold.size else 0
 
 
 def placeholder_safe(text: str, end: int) -> int:

@@ -24,6 +24,8 @@ from proxy.server.admission.limits import (
     pin_mmap_threshold,
     screen_size,
     text_chars,
+    too_large_to_screen,
+    too_many_pieces,
     trim_heap,
 )
 from proxy.server.errors import GatewayError
@@ -399,3 +401,59 @@ def test_lower_thread_priority_renices_the_calling_thread_only():
     assert seen == {"set": True, "nice": max(7, before), "lower": True, "kept": max(7, before)}
     assert nice() == before
     assert lower_thread_priority(0) is False and nice() == before
+
+
+def test_too_many_pieces_is_a_413_naming_the_count_the_limit_and_the_setting() -> None:
+    error = too_many_pieces(600, 500)
+    assert (error.status, error.type, error.code, error.result) == (413, "invalid_request_error", "input_too_large",
+                                                                    "client_error")
+    assert "600" in error.message and "500" in error.message and "server.limits.max_screen_pieces" in error.message
+    chars = too_large_to_screen(9000, 8000)
+    assert (chars.status, chars.type, chars.code) == (413, "invalid_request_error", "input_too_large")
+    assert "9000" in chars.message and "8000" in chars.message and "server.limits.max_screen_chars" in chars.message
+
+
+async def test_busy_counts_the_screens_of_the_named_lane_only() -> None:
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, 2, large, 1, large_chars=8000)
+    alone = ScreenLanes(ThreadPoolExecutor(1, "alone"), 1)
+
+    async def held(chars: int, name: str) -> None:
+        gate = threading.Event()
+        task = asyncio.ensure_future(lanes.run(gate.wait, 5, chars=chars))
+        for _ in range(500):
+            if lanes.busy(name):
+                break
+            await asyncio.sleep(0.01)
+        try:
+            other = "small" if name == "large" else "large"
+            assert (lanes.busy(name), lanes.busy(other)) == (1, 0)
+        finally:
+            gate.set()
+            await task
+
+    try:
+        await held(9000, "large")
+        await held(10, "small")
+        assert alone.busy("large") == 0  # no large lane
+    finally:
+        small.shutdown(), large.shutdown(), alone.small.executor.shutdown()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_lower_thread_priority_takes_a_nice_value_of_one() -> None:
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(lower_thread_priority, 1).result() is True
+
+
+def test_trim_heap_gives_freed_heap_memory_back_on_glibc() -> None:
+    import platform
+
+    blocks = [bytearray(100_000) for _ in range(200)]  # below the mmap threshold: heap arenas
+    del blocks
+    assert trim_heap() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_huge_integer_is_counted_within_two_characters_of_its_digits() -> None:
+    for value in (10**18, 10**40, -(10**40), 7 * 10**99):
+        assert len(str(value)) <= screen_size(value).chars <= len(str(value)) + 2

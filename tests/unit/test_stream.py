@@ -138,3 +138,57 @@ def test_safety_holds_24_tokens_back_by_default_and_as_shipped():
         == SAFETY_HOLD_BACK
     shipped = [p for p in load_policies(Path(__file__).resolve().parents[2] / "policies") if p.kind == "safety"]
     assert [p.hold_back for p in shipped] == [SAFETY_HOLD_BACK]
+
+
+def test_privacy_cut_steps_back_over_overlapping_spans_and_keeps_a_span_that_ends_at_the_cut():
+    from proxy.guardrails.detectors.pii import PiiSpan
+    from proxy.guardrails.stream import MAX_IDENTIFIER_CHARS, MAX_UNBROKEN_CHARS, privacy_cut
+
+    raw = "word " * 40
+    assert privacy_cut(raw, 0, len(raw), []) == 135
+    # the later span moves the cut into the earlier one, which then holds back from its own start
+    person, iban = PiiSpan("PERSON", 110, 128, 1.0), PiiSpan("IBAN_CODE", 125, 140, 1.0)
+    assert privacy_cut(raw, 0, len(raw), [person, iban]) == 110
+    assert privacy_cut(raw, 0, len(raw), [iban, person]) == 110
+    # a span wholly before the cut (ending at it) does not hold anything back
+    assert privacy_cut(raw, 0, len(raw), [PiiSpan("PERSON", 130, 135, 1.0)]) == 135
+    # an unbroken run is cut only once MAX_UNBROKEN_CHARS of it wait after what was released
+    unbroken = "x" * (4 * MAX_UNBROKEN_CHARS)
+    done = MAX_UNBROKEN_CHARS // 2
+    assert privacy_cut(unbroken, done, done + MAX_IDENTIFIER_CHARS + MAX_UNBROKEN_CHARS - 1, []) == done
+    assert privacy_cut(unbroken, done, done + MAX_IDENTIFIER_CHARS + MAX_UNBROKEN_CHARS, []) == (
+        done + MAX_UNBROKEN_CHARS)
+
+
+def test_a_token_hold_starts_at_a_whole_token_even_when_it_is_longer_than_the_tail():
+    tokens = HoldBack(size=2, unit="tokens")
+    assert hold_start("x" * 100, HoldBack(size=1, unit="tokens")) == 0  # one long token: held whole
+    assert hold_start("ab cd", tokens) == 0 and hold_start("ab", tokens) == 0
+    assert hold_start("y" * 80 + " " + "z" * 80, tokens) == 0
+    assert hold_start("a b c " + "w" * 70, tokens) == 4
+    words = "one two three " * 50
+    assert hold_start(words, HoldBack(size=3, unit="tokens")) == len(words) - len("one two three ")
+
+
+def test_windows_tile_the_answer_and_carry_the_overlap_in_front():
+    scanner = StreamScanner(overlap_chars=3)
+    windows = scanner.feed("One. Two. Three")
+    assert [(w.start, w.end, w.text) for w in windows] == [(0, 5, "One. "), (5, 10, "e. Two. ")]
+
+
+def test_placeholder_safe_backs_off_a_partial_placeholder_before_end_only():
+    assert placeholder_safe("<PER", 4) == 0  # at the very start of the answer
+    assert placeholder_safe("ab <PER more", 7) == 3  # what follows end is not read
+    assert placeholder_safe("<PER x <", 4) == 0  # nor a "<" after end
+    assert placeholder_safe("ab <PERSON_1> c", 15) == 15
+
+
+def test_without_a_hold_everything_scanned_is_released():
+    scanner = StreamScanner()
+    scanner.feed("Hi. Bye")
+    assert scanner.release() == "Hi. Bye"
+
+
+def test_a_token_hold_starts_at_the_first_held_token_not_at_white_space_before_it():
+    assert hold_start("  ab", HoldBack(size=1, unit="tokens")) == 2
+    assert hold_start("  ab cd", HoldBack(size=2, unit="tokens")) == 2
