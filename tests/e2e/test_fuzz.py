@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from tests.support.fuzz import (RAW_SEGMENTS, Answer, auth_headers, chat_bodies, check_response, json_values,
                                 messages_bodies, mutated_bytes, path_segments, query_values, quote_segment,
                                 responses_bodies, send, texts, wrong_typed_bodies)
-from tests.support.proxy import (ADMIN_KEY, ROOT, CLIENT_KEY, OTHER_KEY, RunningProxy, spawn_proxy, stop_proxy,
+from tests.support.proxy import (ADMIN_KEY, ROOT, CLIENT_KEY, OTHER_KEY, RunningProxy, serve_proxy, stop_proxy,
                                  wait_until_up, write_config)
 from tests.support.redis_server import delete_redis_namespace, free_port, redis_namespace_url
 
@@ -72,7 +72,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory, stub) -> RunningProxy:
     config["server"]["limits"] = {"requests_per_second": 0, "max_concurrent_per_key": 0}
     config["review"] = {"sample_rate": 1.0}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    running = wait_until_up(spawn_proxy(config_path, ledger_url, directory / "keys" / "signing-key.json", port),
+    running = wait_until_up(serve_proxy(config_path, ledger_url, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
     try:
         yield running
