@@ -1,11 +1,14 @@
 """The proxy served inside the test process: the real app over the real services on a free port.
 
 :func:`serve_in_process` builds the services of a config.yaml (``build_services`` + ``create_app``,
-exactly what ``sonate serve`` runs) and serves them with aiohttp's ``AppRunner``/``TCPSite`` on
-an event loop of its own, in a background thread, so a test talks HTTP to a URL as it would to
-a ``sonate serve`` subprocess. What only a process has (signals, exit codes, ``server.workers``,
-the CLI's start-up checks and log set-up) is tested through the subprocess launcher
-(:func:`tests.support.proxy.spawn_proxy`).
+exactly what ``sonate serve`` runs) and serves them with aiohttp's ``AppRunner``/``TCPSite``, so a
+test talks HTTP to a URL as it would to a ``sonate serve`` subprocess. What only a process has
+(signals, exit codes, ``server.workers``, the CLI's start-up checks and log set-up) is tested
+through the subprocess launcher (:func:`tests.support.proxy.spawn_proxy`).
+
+Every in-process proxy runs on one event loop, in one background thread of the session
+(:func:`server_loop`): litellm keeps process-wide asyncio state (its logging worker) bound to one
+loop, and would log tracebacks if several loops used it at once.
 
 Models load once per test session: every in-process proxy's detectors come from one
 process-wide cache keyed by :func:`proxy.guardrails.registry.detector_key` and
@@ -16,26 +19,53 @@ still gets a detector of its own, as in production.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
 import gc
 import itertools
 import logging
 import os
+import subprocess
 import threading
 import traceback
 from pathlib import Path
 from typing import Any
 
-#: Prefix of the name of each in-process proxy's serving thread (its event loop runs there).
-THREAD_PREFIX = "sonate-in-process-"
+# The openai SDK reads httpx2 from sys.modules when a request is built; imported first by a proxy's
+# thread while a test's client threads send requests, a half-initialised module is seen there.
+with contextlib.suppress(ImportError):
+    import httpx2  # noqa: F401
+
+#: Name of the thread whose event loop serves every in-process proxy.
+THREAD_NAME = "sonate-in-process"
 #: The log line format of ``sonate serve`` (proxy.cli: ``logging.basicConfig``).
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The access log line format of ``sonate serve`` (proxy/cli/serve.py).
 ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs'
 #: Loggers set to INFO (when unset) so the in-process proxy logs what ``sonate serve`` logs.
 PROXY_LOGGERS = ("sonate", "aiohttp.access", "aiohttp.server", "aiohttp.web")
+#: How long a stop waits for the app's clean-up (s).
+STOP_TIMEOUT = 60
+
+#: The in-process proxy whose code is running (its number; None outside any proxy's tasks).
+_current: contextvars.ContextVar[int | None] = contextvars.ContextVar("sonate_test_proxy", default=None)
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def server_loop() -> asyncio.AbstractEventLoop:
+    """The session's serving event loop, started (in a daemon thread) on first use."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name=THREAD_NAME, daemon=True).start()
+            _loop = loop
+        return _loop
+
 
 _numbers = itertools.count(1)
-_live_threads: set[str] = set()  # serving threads of the running in-process proxies
 _registry_lock = threading.Lock()
 _shared: Any = None
 
@@ -73,32 +103,35 @@ def shared_registry() -> Any:
 
 
 def _install_shared_registry() -> None:
-    """Make SnapshotBuilder use :func:`shared_registry` when built on an in-process proxy's thread
-    (elsewhere, e.g. a unit test's own SnapshotBuilder, the product's registry as it is). Idempotent."""
+    """Make SnapshotBuilder use :func:`shared_registry` when built by an in-process proxy (on the
+    serving thread); elsewhere (a unit test's own SnapshotBuilder) the product's registry as it is.
+    Idempotent."""
     from proxy.server.flow import policy_runtime
 
-    original = policy_runtime.default_registry
-    if getattr(original, "in_process_aware", False):
-        return
+    with _registry_lock:
+        original = policy_runtime.default_registry
+        if getattr(original, "in_process_aware", False):
+            return
 
-    def default_registry() -> Any:
-        if threading.current_thread().name.startswith(THREAD_PREFIX):
-            return shared_registry()
-        return original()
+        def default_registry() -> Any:
+            if threading.current_thread().name == THREAD_NAME:
+                return shared_registry()
+            return original()
 
-    default_registry.in_process_aware = True  # type: ignore[attr-defined]
-    policy_runtime.default_registry = default_registry
+        default_registry.in_process_aware = True  # type: ignore[attr-defined]
+        policy_runtime.default_registry = default_registry
 
 
 class _ProxyLogFilter(logging.Filter):
-    """Keep the records of one in-process proxy: those not emitted on another live proxy's serving thread."""
+    """Keep the records of one in-process proxy: its own, and those emitted outside any proxy's tasks
+    (worker threads, libraries)."""
 
-    def __init__(self, thread_name: str) -> None:
+    def __init__(self, number: int) -> None:
         super().__init__()
-        self.thread_name = thread_name
+        self.number = number
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.threadName == self.thread_name or record.threadName not in _live_threads
+        return _current.get() in (None, self.number)
 
 
 class InProcessServer:
@@ -109,90 +142,90 @@ class InProcessServer:
 
     def __init__(self, config_path: Path, log_path: Path, port: int) -> None:
         self.config_path, self.log_path, self.port = config_path, log_path, port
+        self.number = next(_numbers)
         self.returncode: int | None = None
-        self.thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{next(_numbers)}", daemon=True)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: Any = None
+        self._started: concurrent.futures.Future | None = None
+        self._stopped: concurrent.futures.Future | None = None
         self._handler = logging.FileHandler(log_path, encoding="utf-8")
         self._handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        self._handler.addFilter(_ProxyLogFilter(self.thread.name))
+        self._handler.addFilter(_ProxyLogFilter(self.number))
 
     def start(self) -> "InProcessServer":
         _install_shared_registry()
         _configure_logging()
-        _live_threads.add(self.thread.name)
         logging.getLogger().addHandler(self._handler)
-        self.thread.start()
+        context = contextvars.copy_context()
+        context.run(_current.set, self.number)  # the proxy's tasks and callbacks inherit its number
+        loop = server_loop()
+        self._started = context.run(asyncio.run_coroutine_threadsafe, self._serve(), loop)
+        self._started.add_done_callback(self._on_started)
         return self
 
-    def _run(self) -> None:
+    async def _serve(self) -> None:
         from aiohttp import web
 
         from proxy.config import load_config
         from proxy.server.http.app import build_services, create_app
 
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        runner = None
-        try:
-            config = load_config(self.config_path)
-            app = create_app(loop.run_until_complete(build_services(config)))
-            gc.unfreeze()  # build_services froze the heap for a serving process; the test process goes on
-            runner = web.AppRunner(app, access_log_format=ACCESS_LOG_FORMAT)
-            loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, config.server.host, self.port).start())
-            logging.getLogger("sonate").info("Sonate Trust Proxy (in process) listening on http://%s:%s/v1",
-                                             config.server.host, self.port)
-            self._loop = loop
-            loop.run_forever()
-            self.returncode = 0
-        except BaseException:  # noqa: BLE001  (start-up failure: reported like a process's exit)
-            logging.getLogger("sonate").error("cannot start:\n%s", traceback.format_exc())
-            self.returncode = 2
-        finally:
-            self._loop = None
-            try:
-                if runner is not None:
-                    loop.run_until_complete(runner.cleanup())
-                _cancel_remaining(loop)
-            finally:
-                loop.close()
-                self._detach()
+        config = load_config(self.config_path)
+        app = create_app(await build_services(config))
+        gc.unfreeze()  # build_services froze the heap for a serving process; the test process goes on
+        runner = web.AppRunner(app, access_log_format=ACCESS_LOG_FORMAT)
+        await runner.setup()
+        self._runner = runner
+        await web.TCPSite(runner, config.server.host, self.port).start()
+        logging.getLogger("sonate").info("Sonate Trust Proxy (in process) listening on http://%s:%s/v1",
+                                         config.server.host, self.port)
 
-    def _detach(self) -> None:
+    def _on_started(self, future: concurrent.futures.Future) -> None:
+        error = future.exception()
+        if error is None:
+            return
+        text = "".join(traceback.format_exception(error))
+        self._handler.handle(logging.makeLogRecord({"name": "sonate", "levelno": logging.ERROR,
+                                                    "levelname": "ERROR", "msg": "cannot start:\n%s",
+                                                    "args": (text,)}))
+        self._finish(2)
+
+    def _finish(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
         logging.getLogger().removeHandler(self._handler)
         self._handler.close()
-        _live_threads.discard(self.thread.name)
 
     def poll(self) -> int | None:
-        """None while the proxy runs, else its return code (0 stopped, 2 start-up failed)."""
-        return None if self.thread.is_alive() else (self.returncode if self.returncode is not None else 0)
+        """None while the proxy runs (or starts), else its return code (0 stopped, 2 start-up failed)."""
+        return self.returncode
 
     def terminate(self) -> None:
-        """Stop serving (the app's clean-up runs, as on SIGTERM); returns at once."""
-        loop = self._loop
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+        """Stop serving: the app's clean-up runs (as on SIGTERM); returns at once."""
+        if self._stopped is None and self.returncode is None:
+            self._stopped = asyncio.run_coroutine_threadsafe(self._stop(), server_loop())
 
     kill = terminate
 
+    async def _stop(self) -> None:
+        try:
+            if self._started is not None and not self._started.done():
+                await asyncio.wrap_future(self._started)
+        except BaseException:  # noqa: BLE001  (start-up failed: reported by _on_started)
+            pass
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._finish(0)
+
     def wait(self, timeout: float | None = None) -> int:
-        """Wait for the serving thread to end; TimeoutError (subprocess.TimeoutExpired's base) after ``timeout`` s."""
-        import subprocess
-
-        self.thread.join(timeout)
-        if self.thread.is_alive():
-            raise subprocess.TimeoutExpired("in-process proxy", timeout or 0)
-        return self.poll() or 0
-
-
-def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks still pending on ``loop`` and let them finish (as ``web.run_app`` does)."""
-    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.run_until_complete(loop.shutdown_asyncgens())
+        """Wait until stopped; subprocess.TimeoutExpired after ``timeout`` s (None: :data:`STOP_TIMEOUT`)."""
+        if self.returncode is not None:
+            return self.returncode
+        if self._stopped is None:
+            raise subprocess.TimeoutExpired("in-process proxy (not stopping)", timeout or 0)
+        try:
+            self._stopped.result(timeout if timeout is not None else STOP_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise subprocess.TimeoutExpired("in-process proxy", timeout or 0) from None
+        return self.returncode or 0
 
 
 def _configure_logging() -> None:
