@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 CLIENT_KEY, OTHER_KEY, ADMIN_KEY = ("sk-test-client-0001-padded-to-32-chars", "sk-test-other-0002-padded-to-32-chars",
                                    "sk-test-admin-0003-padded-to-32-chars")
-#: ``SONATE_TEST_PROXY=subprocess``: every :func:`start_proxy` runs `python -m proxy serve` (as before in-process serving).
+#: ``SONATE_TEST_PROXY=subprocess``: every :func:`start_proxy` runs `python -m proxy serve` (to compare both modes).
 MODE_ENV = "SONATE_TEST_PROXY"
 #: The secrets the test config names (``os.environ/NAME``), set in this process and its subprocesses.
 TEST_ENV = {"STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY}
