@@ -123,15 +123,16 @@ def _install_shared_registry() -> None:
 
 
 class _ProxyLogFilter(logging.Filter):
-    """Keep the records of one in-process proxy: its own, and those emitted outside any proxy's tasks
-    (worker threads, libraries)."""
+    """Keep the records of one in-process proxy: its own, and those of threads outside any proxy's
+    tasks (detector and library worker threads); not those of the tests' main thread."""
 
     def __init__(self, number: int) -> None:
         super().__init__()
         self.number = number
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return _current.get() in (None, self.number)
+        number = _current.get()
+        return number == self.number or (number is None and record.threadName != "MainThread")
 
 
 class InProcessServer:
