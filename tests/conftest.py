@@ -32,7 +32,7 @@ MODEL_MODULES = {TESTS / "unit" / f"test_{name}.py"
                  for name in ("domain_classifier", "privacy_detector", "privacy_context", "safety_detectors")}
 BROWSER_MODULES = {E2E / "test_web_verifier.py", E2E / "test_review_console.py"}
 BROWSER_WORD = "chromium"  # in a test's name: it drives a headless chromium
-PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with")
+PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with", "serve_proxy", "spawn_proxy")
 
 _session_redis: RedisServer | None = None
 

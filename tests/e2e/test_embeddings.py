@@ -30,7 +30,7 @@ from tests.support.proxy import (
     CLIENT_KEY,
     ROOT,
     RunningProxy,
-    spawn_proxy,
+    serve_proxy,
     start_proxy,  # noqa: F401  (conftest marks a module importing a launcher `models`)
     stop_proxy,
     wait_until_up,
@@ -188,7 +188,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> Run
     ledger = sqlite_url(directory / "ledger.db")
     server = {"host": "127.0.0.1", "port": port, "embeddings_safety": True}
     config = write_config(directory, stub.url, ledger, port, overrides={"server": server})
-    running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+    running = wait_until_up(serve_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
     yield running
     stop_proxy(running)

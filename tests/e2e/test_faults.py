@@ -143,7 +143,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory, stub, ledger_policies: Pat
     directory = tmp_path_factory.mktemp("kill-proxy")
     ledger_url = redis_namespace_url("kill9")
     options = {"audit_interval_seconds": 0.5, "audit_sample_size": 8}
-    first = start_proxy_with(directory, stub.url, ledger_url, ledger=options, policies=ledger_policies)
+    first = start_proxy_with(directory, stub.url, ledger_url, ledger=options, policies=ledger_policies, process=True)
     load = Load("A", first.url).start()
     wait_until(lambda: load.count(200) >= 12, 120, "12 answered requests")
     kill9(first)

@@ -78,11 +78,12 @@ def test_kill9_ten_times_two_proxies_one_chain(tmp_path: Path, stub, no_models: 
     in the background (at most 3 at once, sharing the first one's signing key) while the load runs,
     so the kills do not wait for model loading one after another."""
     url = redis_namespace_url("kill9x10")
-    first = start_proxy_with(tmp_path / "p0", stub.url, url, ledger=QUIET, policies=no_models)
+    first = start_proxy_with(tmp_path / "p0", stub.url, url, ledger=QUIET, policies=no_models, process=True)
     signing = {"key_file": str(first.key_file)}
 
     def spawn(n: int) -> RunningProxy:
-        return start_proxy_with(tmp_path / f"p{n}", stub.url, url, ledger=QUIET, policies=no_models, signing=signing)
+        return start_proxy_with(tmp_path / f"p{n}", stub.url, url, ledger=QUIET, policies=no_models, signing=signing,
+                                process=True)
 
     pool = ThreadPoolExecutor(3)
     spares = [pool.submit(spawn, n) for n in range(1, KILLS + 2)]

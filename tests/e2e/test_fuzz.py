@@ -59,7 +59,7 @@ from tests.support.proxy import (
     OTHER_KEY,
     ROOT,
     RunningProxy,
-    spawn_proxy,
+    serve_proxy,
     stop_proxy,
     wait_until_up,
     write_config,
@@ -94,7 +94,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory, stub) -> RunningProxy:
     config["server"]["limits"] = {"requests_per_second": 0, "max_concurrent_per_key": 0}
     config["review"] = {"sample_rate": 1.0}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    running = wait_until_up(spawn_proxy(config_path, ledger_url, directory / "keys" / "signing-key.json", port),
+    running = wait_until_up(serve_proxy(config_path, ledger_url, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
     try:
         yield running

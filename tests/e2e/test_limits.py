@@ -25,6 +25,7 @@ from tests.support.proxy import (
     CLIENT_KEY,
     OTHER_KEY,
     RunningProxy,
+    serve_proxy,
     spawn_proxy,
     start_proxy,  # noqa: F401  (conftest marks a module importing a launcher `models`)
     stop_proxy,
@@ -41,6 +42,7 @@ ROUTE = "/v1/chat/completions"
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
+    """A process of its own: a test reads its threads' priorities under /proc/<pid>."""
     directory = tmp_path_factory.mktemp("limited")
     port = free_port()
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 10,
@@ -131,7 +133,7 @@ def budgeted(tmp_path_factory: pytest.TempPathFactory):
                          "max_messages": 4}}
     ledger = sqlite_url(directory / "ledger.db")
     config = write_config(directory, own_stub.url, ledger, port, overrides={"server": server})
-    running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+    running = wait_until_up(serve_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
     received_at_ready = own_stub.received()  # before any test sends anything (tests run in random order)
     yield running, own_stub, received_at_ready

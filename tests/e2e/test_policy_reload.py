@@ -36,7 +36,8 @@ PII = "Hi, I'm John Smith. Email me at john.smith@example.com about my order."
 @pytest.fixture(scope="module")
 def reloading(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
     directory = tmp_path_factory.mktemp("policy-reload")
-    running = start_proxy(directory, stub.url, sqlite_url(directory / "ledger.db"))  # no file watch
+    # no file watch; a process of its own: a test sends it SIGHUP
+    running = start_proxy(directory, stub.url, sqlite_url(directory / "ledger.db"), subprocess=True)
     yield running
     stop_proxy(running)
 

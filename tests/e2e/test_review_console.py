@@ -31,7 +31,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from proxy.server.flow.review.sealed_mapping import KEY_HEADER
-from proxy.storage.base import open_store
+from proxy.storage import open_store
 from tests.support.browser import start_chromium
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url

@@ -28,7 +28,7 @@ from tests.support.proxy import (
     ADMIN_KEY,
     CLIENT_KEY,
     RunningProxy,
-    spawn_proxy,
+    serve_proxy,
     start_proxy,  # noqa: F401  (conftest marks a module importing a launcher `models`)
     stop_proxy,
     wait_until_up,
@@ -47,7 +47,7 @@ def _proxy(directory: Path, stub: StubUpstream, limits: dict) -> RunningProxy:
               "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0, **limits}}
     ledger = sqlite_url(directory / "ledger.db")
     config = write_config(directory, stub.url, ledger, port, overrides={"server": server})
-    return wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+    return wait_until_up(serve_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
                          "/readyz", timeout=180)
 
 

@@ -1,7 +1,8 @@
 """Helpers of the fault tests: a proxy with ledger options, kill -9, and reading its /metrics.
 
-Real processes only: the proxy as ``python -m proxy serve`` with a config written by
-:func:`tests.support.proxy.write_config` plus the ledger/signing options a test needs. The private
+The proxy with a config written by :func:`tests.support.proxy.write_config` plus the ledger/signing
+options a test needs: served in the test process, or as ``python -m proxy serve`` where a test
+needs a real process (killed with SIGKILL, a file size limit, a log level, an injected fault). The private
 ``redis-server`` these tests kill is :class:`tests.support.redis_server.RedisServer`.
 """
 
@@ -21,7 +22,17 @@ from typing import Any
 
 import yaml
 
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, spawn_proxy, wait_until_up, write_config
+from tests.support.proxy import (
+    ADMIN_KEY,
+    CLIENT_KEY,
+    ROOT,
+    TEST_ENV,
+    RunningProxy,
+    serve_proxy,
+    spawn_proxy,
+    wait_until_up,
+    write_config,
+)
 from tests.support.redis_server import free_port
 
 
@@ -29,8 +40,13 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
                      signing: dict[str, Any] | None = None, policies: Path | None = None,
                      wait: bool = True, log_level: str | None = None, extra_keys: list[dict] | None = None,
                      server: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None,
-                     limit_file_bytes: int | None = None, raise_in_detector: bool = False) -> RunningProxy:
-    """Start `python -m proxy serve` with extra ``ledger``/``signing`` options; wait for /healthz.
+                     limit_file_bytes: int | None = None, raise_in_detector: bool = False,
+                     process: bool = False) -> RunningProxy:
+    """Start the proxy with extra ``ledger``/``signing`` options; wait for /healthz.
+
+    In the test process (:func:`tests.support.proxy.serve_proxy`) unless ``process`` is true (a
+    test that kills it: :func:`kill9`) or one of ``log_level``, ``limit_file_bytes`` and
+    ``raise_in_detector`` is given: then `python -m proxy serve`.
 
     ``server`` entries update the ``server`` section; ``extra_keys`` / ``overrides``: see
     :func:`tests.support.proxy.write_config` (first start only). ``log_level`` (e.g. ``"DEBUG"``)
@@ -54,7 +70,7 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     key_file = Path(config["signing"]["key_file"])
     if log_level is None and limit_file_bytes is None and not raise_in_detector:
-        running = spawn_proxy(config_path, ledger_url, key_file, port)
+        running = (spawn_proxy if process else serve_proxy)(config_path, ledger_url, key_file, port)
     else:
         running = _spawn(config_path, ledger_url, key_file, port, log_level or "INFO", limit_file_bytes,
                          raise_in_detector)
@@ -73,8 +89,7 @@ def _spawn(config_path: Path, ledger_url: str, key_file: Path, port: int, log_le
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
 
     log_path = config_path.parent / "proxy.log"
-    env = {**os.environ, "STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY,
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **TEST_ENV, "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
     entry = ["tests.support.faults", "--raise-in-detector"] if raise_in_detector else ["proxy"]
     command = [sys.executable, "-m", *entry, "--log-level", log_level, "serve", "--config", str(config_path)]
@@ -236,7 +251,7 @@ def _inject_detector_fault() -> None:
 
 
 def kill9(proxy: RunningProxy) -> None:
-    """SIGKILL the proxy process and reap it."""
+    """SIGKILL the proxy process (started with ``process=True``) and reap it."""
     if proxy.process.poll() is None:
         proxy.process.send_signal(signal.SIGKILL)
     proxy.process.wait(15)

@@ -1,4 +1,14 @@
-"""The one proxy launcher of the tests: config writer, `python -m proxy serve` on a free port, keys, paths."""
+"""The one proxy launcher of the tests: config writer, the proxy on a free port, keys, paths.
+
+A proxy runs in the test process by default (:mod:`tests.support.inprocess`: the real app and
+services, models loaded once per session); ``subprocess=True`` or :func:`spawn_proxy` runs
+`python -m proxy serve` for what needs a real process (signals, exit codes, ``server.workers``,
+the CLI's start-up and log set-up).
+
+On import, the test process gets the environment the test config names (``STUB_PROVIDER_KEY``,
+``SONATE_TEST_ADMIN_KEY``) and loses ``SONATE_LEDGER_URL`` (the config's ledger applies), as the
+subprocesses do.
+"""
 
 from __future__ import annotations
 
@@ -14,24 +24,32 @@ from pathlib import Path
 import yaml
 
 from proxy import offline  # noqa: F401  (offline settings for in-process model loading)
+from tests.support.inprocess import InProcessServer, serve_in_process
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 CLIENT_KEY, OTHER_KEY, ADMIN_KEY = ("sk-test-client-0001-padded-to-32-chars", "sk-test-other-0002-padded-to-32-chars",
                                    "sk-test-admin-0003-padded-to-32-chars")
+#: ``SONATE_TEST_PROXY=subprocess``: every :func:`start_proxy` runs `python -m proxy serve` (to compare both modes).
+MODE_ENV = "SONATE_TEST_PROXY"
+#: The secrets the test config names (``os.environ/NAME``), set in this process and its subprocesses.
+TEST_ENV = {"STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY}
+os.environ.update(TEST_ENV)
+os.environ.pop("SONATE_LEDGER_URL", None)
 
 
 @dataclass
 class RunningProxy:
-    """A proxy subprocess: base URL, config path, ledger URL and its log file."""
+    """A running proxy: base URL, config path, ledger URL, its log file and ``process`` (a
+    ``subprocess.Popen``, or the Popen-like :class:`~tests.support.inprocess.InProcessServer`)."""
 
     url: str
     config_path: Path
     ledger_url: str
     key_file: Path
     log_path: Path
-    process: subprocess.Popen
+    process: subprocess.Popen | InProcessServer
 
     @property
     def v1(self) -> str:
@@ -80,16 +98,37 @@ def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, pol
 
 
 def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path | None = None,
-                extra_keys: list[dict] | None = None, overrides: dict | None = None) -> RunningProxy:
-    """Start `python -m proxy serve` on a free port and wait until /readyz answers 200.
+                extra_keys: list[dict] | None = None, overrides: dict | None = None,
+                subprocess: bool = False) -> RunningProxy:
+    """Start the proxy on a free port and wait until /readyz answers 200: in this process, or
+    `python -m proxy serve` when ``subprocess`` is true or the config needs a process of its own
+    (``observability`` set up, ``server.workers`` > 1).
 
-    ``extra_keys`` / ``overrides``: see :func:`write_config`.
+    ``extra_keys`` / ``overrides``: see :func:`write_config`. RuntimeError (with the log) when the
+    proxy does not start.
     """
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config_path = write_config(directory, stub_url, ledger_url, port, policies, extra_keys, overrides)
-    running = spawn_proxy(config_path, ledger_url, directory / "keys" / "signing-key.json", port)
+    key_file = directory / "keys" / "signing-key.json"
+    if subprocess or needs_a_process(overrides or {}) or os.environ.get(MODE_ENV) == "subprocess":
+        running = spawn_proxy(config_path, ledger_url, key_file, port)
+    else:
+        running = serve_proxy(config_path, ledger_url, key_file, port)
     return wait_until_up(running, "/readyz", timeout=180)
+
+
+def needs_a_process(overrides: dict) -> bool:
+    """Whether config ``overrides`` need `sonate serve` itself: its log and trace set-up
+    (``observability``) or a supervisor of workers (``server.workers`` > 1)."""
+    return "observability" in overrides or int(overrides.get("server", {}).get("workers", 1)) > 1
+
+
+def serve_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int) -> RunningProxy:
+    """Serve ``config_path`` in this process (:mod:`tests.support.inprocess`) without waiting; log
+    lines appended to proxy.log beside it. The in-process counterpart of :func:`spawn_proxy`."""
+    server = serve_in_process(config_path, port)
+    return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, server.log_path, server)
 
 
 def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int, root: Path = ROOT) -> RunningProxy:
@@ -102,8 +141,7 @@ def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int, r
     ``SONATE_TEST_ADMIN_KEY``) and drops ``SONATE_LEDGER_URL`` so the config's ledger applies.
     """
     log_path = config_path.parent / "proxy.log"
-    env = {**os.environ, "STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY,
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **TEST_ENV, "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
     process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
                                cwd=root, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
@@ -127,7 +165,7 @@ def wait_until_up(proxy: RunningProxy, path: str, timeout: float) -> RunningProx
 
 
 def stop_proxy(proxy: RunningProxy) -> None:
-    """SIGTERM the proxy and wait up to 15 s, then SIGKILL."""
+    """Stop the proxy (a subprocess: SIGTERM) and wait up to 15 s, then kill it."""
     proxy.process.terminate()
     try:
         proxy.process.wait(15)
