@@ -73,7 +73,9 @@ def assembled(response: httpx.Response, events: list, model: str = "stub") -> di
 
 
 def test_first_chunk_arrives_before_the_provider_has_finished(client, upstream):
-    words = [f"word{i} " for i in range(12)]
+    """Longer than Safety's default hold-back (24 tokens): what is past it leaves while the
+    provider is still sending."""
+    words = [f"word{i} " for i in range(40)]
     upstream.queue(Reply(chunks=words, chunk_delay=0.05))
     stream = client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "Count slowly"}],
                                             stream=True)
@@ -84,7 +86,7 @@ def test_first_chunk_arrives_before_the_provider_has_finished(client, upstream):
             if sent_at_first is None:
                 sent_at_first = len(upstream.sent)
             parts.append(chunk.choices[0].delta.content)
-    total = len(upstream.sent)  # role chunk + 12 content chunks + finish chunk
+    total = len(upstream.sent)  # role chunk + 40 content chunks + finish chunk
     assert "".join(parts) == "".join(words)
     assert sent_at_first is not None and sent_at_first < total - 6  # the provider was still sending
 
@@ -159,14 +161,15 @@ def test_provider_error_mid_stream_is_an_error_event_after_the_receipt(proxy, up
 
 def test_client_that_goes_away_still_gets_a_receipt_of_what_it_received(proxy, upstream):
     """The client closes the connection after the first content chunk: the proxy stops reading the
-    provider and appends the receipt of what had been written (``ended: client_disconnected``)."""
-    upstream.queue(Reply(chunks=[f"part{i} " for i in range(8)], chunk_delay=0.2))
+    provider and appends the receipt of what had been written (``ended: client_disconnected``).
+    The answer is longer than Safety's default hold-back (24 tokens), so content leaves mid-stream."""
+    upstream.queue(Reply(chunks=[f"part{i} " for i in range(40)], chunk_delay=0.1))
     body = {"model": "stub", "messages": [{"role": "user", "content": "Go slowly"}], "stream": True}
     with httpx.stream("POST", proxy.v1 + "/chat/completions", json=body, timeout=30,
                       headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as response:
         receipt_id = response.headers["x-sonate-receipt-id"]
         for line in response.iter_lines():
-            if line.startswith("data: ") and "part0" in line:
+            if line.startswith("data: ") and "part" in line:
                 break  # leave: the connection closes with the block
     deadline = time.monotonic() + 30
     while (status := get_receipt(proxy, receipt_id)[0]) != 200 and time.monotonic() < deadline:
@@ -174,18 +177,18 @@ def test_client_that_goes_away_still_gets_a_receipt_of_what_it_received(proxy, u
     assert status == 200
     receipt = get_receipt(proxy, receipt_id)[1]
     assert receipt["evidence"]["stream"]["ended"] == "client_disconnected"
-    assert receipt["evidence"]["stream"]["delivered_chars"] < len("".join(f"part{i} " for i in range(8)))
+    assert receipt["evidence"]["stream"]["delivered_chars"] < len("".join(f"part{i} " for i in range(40)))
 
 
 def test_a_client_that_goes_away_mid_stream_leaves_one_log_line_and_no_traceback(proxy, upstream):
-    upstream.queue(Reply(chunks=[f"piece{i} " for i in range(20)], chunk_delay=0.1))
+    upstream.queue(Reply(chunks=[f"piece{i} " for i in range(50)], chunk_delay=0.05))  # past the hold-back
     body = {"model": "stub", "messages": [{"role": "user", "content": "Go slowly again"}], "stream": True}
     before = len(proxy.log())
     with httpx.stream("POST", proxy.v1 + "/chat/completions", json=body, timeout=30,
                       headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as response:
         receipt_id = response.headers["x-sonate-receipt-id"]
         for line in response.iter_lines():
-            if line.startswith("data: ") and "piece1" in line:
+            if line.startswith("data: ") and "piece" in line:
                 break  # leave while the proxy still writes
     deadline = time.monotonic() + 30
     while get_receipt(proxy, receipt_id)[0] != 200 and time.monotonic() < deadline:

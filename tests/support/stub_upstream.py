@@ -183,22 +183,25 @@ class StubUpstream:
             with self._lock:
                 self.sent.append((time.monotonic(), obj))
 
-        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
-        await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
-        for piece in _content_chunks(reply, text):
-            if reply.chunk_delay:
-                await asyncio.sleep(reply.chunk_delay)
-            await send({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
-        if reply.truncate and request.transport is not None:
-            request.transport.close()
-            return response
-        for calls in reply.tool_calls or []:
-            await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]})
-        await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            await send({**base, "choices": [], "usage": usage})
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
+        try:  # a proxy that stops reading (its client went away) closes the connection: stop sending
+            base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+            await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+            for piece in _content_chunks(reply, text):
+                if reply.chunk_delay:
+                    await asyncio.sleep(reply.chunk_delay)
+                await send({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+            if reply.truncate and request.transport is not None:
+                request.transport.close()
+                return response
+            for calls in reply.tool_calls or []:
+                await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]})
+            await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                await send({**base, "choices": [], "usage": usage})
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
+            pass
         return response
 
 
