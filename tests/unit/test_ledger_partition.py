@@ -55,8 +55,8 @@ def test_hash_rule_is_stable_and_spreads() -> None:
 def test_store_urls_per_ledger() -> None:
     assert ledger_store_url("sqlite:////var/l/ledger.db", "default") == "sqlite:////var/l/ledger.db"
     assert ledger_store_url("sqlite:////var/l/ledger.db", "team-a") == "sqlite:////var/l/ledger.team-a.db"
-    assert ledger_store_url("redis://h:6379/0", "shard-1") == "redis://h:6379/0?namespace=sonate%3Ashard-1"
-    url = ledger_store_url("redis://h:6379/0?namespace=prod&cluster=1", "t")
+    assert ledger_store_url("redis://h:7000/0", "shard-1") == "redis://h:7000/0?namespace=sonate%3Ashard-1"
+    url = ledger_store_url("redis://h:7000/0?namespace=prod&cluster=1", "t")
     assert "namespace=prod%3At" in url and "cluster=1" in url
     with pytest.raises(ValueError):
         ledger_store_url("sqlite:////x.db", "a/b")
