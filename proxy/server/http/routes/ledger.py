@@ -120,16 +120,23 @@ async def get_checkpoint(request: web.Request) -> web.Response:
     return web.Response(text=note, content_type="text/plain", charset="utf-8", headers=headers)
 
 
+async def _upper_size(request: web.Request, name: str) -> int:
+    """The proof's tree size: query parameter ``name`` (>= 1), else the latest checkpoint's size;
+    a 400 naming ``name`` when it exceeds what the ledger holds."""
+    size = _int_param(request, name, 1, required=False)
+    if size is None:
+        size = await _latest_size(request, name)
+    stored = await _stored_size(request)
+    if size > stored:
+        raise _too_big(name, size, stored)
+    return size
+
+
 async def get_inclusion_proof(request: web.Request) -> web.Response:
     """``GET /v1/ledger/proof/inclusion?height=H[&tree_size=N]`` (RFC 9162 §2.1.3.1)."""
     height = _int_param(request, "height", 0, required=True)
-    size = _int_param(request, "tree_size", 1, required=False)
-    if size is None:
-        size = await _latest_size(request, "tree_size")
+    size = await _upper_size(request, "tree_size")
     assert height is not None
-    stored = await _stored_size(request)
-    if size > stored:
-        raise _too_big("tree_size", size, stored)
     if height >= size:
         raise GatewayError(400, f"Invalid value for 'height': {height} is not below tree_size {size}.",
                            param="height", code="invalid_value")
@@ -145,13 +152,8 @@ async def get_inclusion_proof(request: web.Request) -> web.Response:
 async def get_consistency_proof(request: web.Request) -> web.Response:
     """``GET /v1/ledger/proof/consistency?from=M[&to=N]`` (RFC 9162 §2.1.4.1)."""
     first = _int_param(request, "from", 1, required=True)
-    second = _int_param(request, "to", 1, required=False)
-    if second is None:
-        second = await _latest_size(request, "to")
+    second = await _upper_size(request, "to")
     assert first is not None
-    stored = await _stored_size(request)
-    if second > stored:
-        raise _too_big("to", second, stored)
     if first > second:
         raise GatewayError(400, f"Invalid value for 'from': {first} exceeds 'to' ({second}).", param="from",
                            code="invalid_value")
