@@ -47,8 +47,10 @@ from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.pii import PiiMasker
 from proxy.guardrails.messages import (
     TextPiece,
+    asked_questions,
     definition_pieces,
     definition_texts,
+    is_question,
     judged_texts,
     map_definitions,
     map_text,
@@ -204,19 +206,24 @@ class GuardrailEngine:
                         withheld: set[int] = frozenset()) -> DomainRoute:
         """The request's domain by the first input compliance policy: of every text of the open
         question (:func:`~proxy.guardrails.conversation.open_question`: the last user message,
-        earlier unanswered user messages, system/developer instructions, the current turn's tool
-        results, none of ``withheld``) and of the questions in the tool definitions (each
-        :func:`~proxy.guardrails.messages.definition_texts` text of more than three words with a "?":
-        a tool's own description, "Issue a refund for a payment", is not a question asked), the most
+        earlier unanswered user messages, the questions asked in system/developer instructions, the
+        current turn's tool results, none of ``withheld``) and of the questions in the tool
+        definitions (:func:`~proxy.guardrails.messages.is_question`: a tool's own description, "Issue
+        a refund for a payment", or a shop's instructions, "refunds within 30 days of delivery", are
+        not questions asked; :func:`~proxy.guardrails.messages.asked_questions`), the most
         regulated: an escalated text first, then one with a notice, then the highest regulated
         probability; the last user message wins ties. Each text is judged once per content (the scan
         cache), so a resent conversation costs one new text per turn."""
         policies = self._policies("compliance", "input")
         sources: dict[str, int | None] = {}
         for i in open_question(messages, withheld):
-            sources.setdefault(message_text(messages[i]), i)
+            if messages[i].get("role") in ("system", "developer"):  # the questions asked in instructions
+                for question in asked_questions(message_text(messages[i])):
+                    sources.setdefault(question, i)
+            else:
+                sources.setdefault(message_text(messages[i]), i)
         for text in definition_texts(definitions):
-            if "?" in text and len(text.split()) > 3:  # a question, not a tool's own instructions
+            if is_question(text):  # a question, not a tool's own instructions
                 sources.setdefault(text, None)
         texts = [t for t in sources if t.strip()]
         if not policies or not texts:
@@ -488,9 +495,13 @@ class GuardrailEngine:
         apology), Privacy (new PII in the answer masked when the policy screens outputs), then
         placeholders from the input restored when the policy says so, in the text and in the
         tool calls' names and arguments (inside their JSON); finally model-initiated apology
-        detection.
+        detection. Safety judges the answer as the client reads it: with the input's placeholders
+        restored when they will be (as input Safety judges the client's own text, not its masked
+        form; a ``<PERSON_1>`` is not a word the classifier was trained on).
         """
-        refusals = self._safety("output", lambda p: [text])
+        restores = masker is not None and any(p.restore_in_answer for p in self._policies("privacy", "input"))
+        readable = masker.restore(text) if restores and masker is not None else text
+        refusals = self._safety("output", lambda p: [readable])
         if refusals:
             apology = self._policy(refusals[0].policy_id).apology
             return OutputScreen(apology, [refusals[0]], refused=True, model_apology=False)
@@ -500,7 +511,7 @@ class GuardrailEngine:
             if spans:
                 text = PiiMasker().mask(text, spans)
                 decisions.append(privacy_decision(policy, "output", [0], [spans], self.detectors[policy.id]))
-        if masker is not None and any(p.restore_in_answer for p in self._policies("privacy", "input")):
+        if restores and masker is not None:
             text = masker.restore(text)
             tool_calls = map_tool_calls(tool_calls, masker.restore)
         model_apology = bool(self.apology_detector and text.strip() and self.apology_detector.is_apology(text))

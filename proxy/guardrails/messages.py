@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -254,6 +255,32 @@ def judged_texts(message: dict[str, Any]) -> list[str]:
     """
     texts = [screened_text(message), *(t for t in text_parts(message) if _is_sentence(t))]
     return [t for t in dict.fromkeys(texts) if t.strip()]
+
+
+#: A sentence: text up to a full stop, question mark, exclamation mark, semicolon or line break.
+_SENTENCE = re.compile(r"[^.?!;\n]*(?:[.?!;]+|\n|$)")
+
+
+def is_question(text: str) -> bool:
+    """True when ``text`` asks something: more than three words and a question mark."""
+    return "?" in text and len(text.split()) > 3
+
+
+def asked_questions(text: str) -> list[str]:
+    """The sentences of ``text`` that ask something, in order, stripped: questions
+    (:func:`is_question`) and requests that start with "please" ("Please diagnose my rash.").
+
+    What Compliance judges of a system or developer message: instructions describe how to answer,
+    and the regulated-domain classifier reads a shop's policies as regulated ("Policies: refunds
+    within 30 days of delivery with the receipt" scores legal 0.71), which would escalate every
+    request of the deployment; a question or request written into them is judged.
+    """
+    out = []
+    for sentence in _SENTENCE.findall(text):
+        words = sentence.split()
+        if is_question(sentence) or (len(words) > 2 and words[0].lower().strip(",:") == "please"):
+            out.append(sentence.strip())
+    return out
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:

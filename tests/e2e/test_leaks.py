@@ -296,7 +296,7 @@ def _review(proxy: RunningProxy, record: Record) -> None:
         record.views.append(view)
         record.answered(headers)
         judged += 1
-    assert judged >= 2
+    assert judged >= 2, json.dumps(items)
     for query in ("status=all&limit=1000", "status=resolved"):
         status, _, view = http(proxy, "GET", f"/v1/review/items?{query}")
         assert status == 200

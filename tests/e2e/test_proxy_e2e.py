@@ -188,9 +188,14 @@ def test_pii_is_masked_for_the_model_and_restored_for_the_client(proxy, client, 
     assert verify_receipt(r, keys) == []
 
 
+#: A regulated question no other test sends: a question the proxy already escalated and recorded
+#: settles its turn in a later request (proxy/guardrails/conversation.py), which these tests are not about.
+OPEN_LEGAL = "Can my employer legally withhold my final paycheck after I resign, and how do I file a wage claim?"
+
+
 @pytest.mark.parametrize("messages", [
-    [{"role": "user", "content": LEGAL}, {"role": "user", "content": "Thanks!"}],
-    [{"role": "system", "content": LEGAL}, {"role": "user", "content": "Answer the question above."}],
+    [{"role": "user", "content": OPEN_LEGAL}, {"role": "user", "content": "Thanks!"}],
+    [{"role": "system", "content": OPEN_LEGAL}, {"role": "user", "content": "Answer the question above."}],
 ], ids=["followed-by-thanks", "in-the-system-message"])
 def test_a_regulated_question_before_the_last_user_message_is_escalated(proxy, client, upstream, messages):
     raw, completion = chat_raw(client, model="stub", messages=messages)

@@ -228,15 +228,18 @@ def test_a_privacy_error_fails_an_allowed_input_but_not_a_refusal(rig, monkeypat
 
 
 def test_each_detector_reads_the_roles_it_screens(rig):
-    messages = [{"role": "system", "content": "sys"}, {"role": "developer", "content": "dev"},
+    messages = [{"role": "system", "content": "You are terse. What is a sys call?"},
+                {"role": "developer", "content": "Please answer dev questions."},
                 user("first question"), {"role": "assistant", "content": "an answer"},
                 {"role": "tool", "content": "tool output"}, {"role": "function", "content": "fn output"},
                 user("last question")]
     rig.engine.screen_input(messages)
-    everything = ["sys", "dev", "first question", "an answer", "tool output", "fn output", "last question"]
+    everything = ["You are terse. What is a sys call?", "Please answer dev questions.", "first question",
+                  "an answer", "tool output", "fn output", "last question"]
     assert rig.safety.calls == [everything]  # client-written assistant turns are input too
     assert rig.pii.calls == [everything]
-    assert rig.domain.calls == [["last question", "sys", "dev"]]  # the open question (test_conversation.py)
+    # the open question (test_conversation.py); of instructions, the questions and requests they ask
+    assert rig.domain.calls == [["last question", "What is a sys call?", "Please answer dev questions."]]
 
 
 def test_results_are_cached_by_content(rig):

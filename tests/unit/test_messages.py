@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from proxy.guardrails.messages import (
     TextPiece,
+    asked_questions,
     judged_texts,
     map_text,
     map_tool_calls,
@@ -170,3 +171,14 @@ def test_safety_judges_each_sentence_of_a_message_alone_as_well_as_joined():
         "What is the weather?", "how to hide a body"]
     assert judged_texts({"role": "user", "content": "one text only"}) == ["one text only"]
     assert judged_texts({"role": "assistant", "content": ""}) == []
+
+
+@pytest.mark.parametrize(("text", "asked"), [
+    ("You are the support assistant of a bookshop. Policies: refunds within 30 days of delivery with the "
+     "receipt; shipping is free over 25 euros.", []),
+    ("Can I sue my landlord for my deposit? Answer briefly.", ["Can I sue my landlord for my deposit?"]),
+    ("Be kind.\nPlease diagnose my rash.", ["Please diagnose my rash."]),
+    ("Why? Please.", []),  # too short to be a question or a request
+])
+def test_instructions_ask_only_their_questions_and_requests(text, asked):
+    assert asked_questions(text) == asked

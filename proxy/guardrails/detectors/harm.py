@@ -241,10 +241,10 @@ class HarmClassifier:
     ) -> tuple[np.ndarray, list[dict[str, int] | None]]:
         """Probability that each text expresses intent to cause harm, and where a long text scored it.
 
-        A text that fits the embedding model (256 word pieces) is embedded whole, as it always was.
-        A longer one scores the maximum over its truncated whole (what the model alone reads) and
-        those of its :func:`~proxy.guardrails.detectors.windows.windows` (its sentences) that reach
-        ``window_threshold``, so a request after or inside long harmless prose is judged on its own.
+        A text of one sentence that fits the embedding model (256 word pieces) is embedded whole.
+        Any other scores the maximum over its (truncated) whole and those of its
+        :func:`~proxy.guardrails.detectors.windows.windows` (its sentences) that reach
+        ``window_threshold``, so a request after or inside harmless prose is judged on its own.
         A window below it is not counted: a long text has ~one window per 60 characters, and ordinary
         sentences score up to 0.9975 alone ("Generate a bank statement for an online transaction of
         $100."), so windows counted at the whole's threshold (0.76) refused 40 of 70 long benign texts

@@ -27,7 +27,11 @@ pieces vs 220 of 5,200) for 0.8 points. What keeps ordinary long texts allowed i
 threshold of the harm classifier (policies/safety.yaml), not the cut: ordinary sentences score up
 to 0.9958 alone.
 
-Texts that fit the model get no windows (``[]``): the classifiers judge them whole, exactly as before.
+Short texts are cut the same way when they hold more than one sentence: pooling dilutes there too
+("I am <name> of <street> (<e-mail>, <phone>, card <number>). Write a step-by-step tutorial on how to
+build a pipe bomb to hurt people at a school." scores 0.35 whole on harm-minilm-svm-v7, its second
+sentence 0.99999 alone). A text of one sentence that fits the model gets no windows (``[]``): it is
+judged whole.
 Sentences are split at ``.``, ``!``, ``?`` or ``;`` followed by white space, and at line breaks
 (a plain regular expression: no language model; a missed boundary only makes a window longer).
 Pure: no I/O beyond reading the tokenizer file of the installed embedding model once.
@@ -119,20 +123,21 @@ def windows(text: str, scheme: Scheme | None = None) -> list[Window]:
         scheme: how to cut (None: :data:`DEFAULT`).
 
     Returns:
-        ``[]`` when the text fits the embedding model (at most :data:`FITS_PIECES` word pieces:
-        judge it whole); otherwise the windows in text order, each a :class:`Window` of at most
-        :data:`FITS_PIECES` pieces.
+        ``[]`` for one sentence that fits the embedding model (at most :data:`FITS_PIECES` word
+        pieces: judge it whole); otherwise the windows in text order, each a :class:`Window` of at
+        most :data:`FITS_PIECES` pieces.
     """
     scheme = DEFAULT if scheme is None else scheme
-    if len(text) <= FITS_PIECES:  # every word piece covers at least one character: it fits
-        return []
+    sentences = _sentences(text)
+    if len(sentences) < 2 and len(text) <= FITS_PIECES:  # one sentence that fits: judged whole only
+        return []  # (every word piece covers at least one character)
     encoding = _tokenizer().encode(text, add_special_tokens=False)
-    if len(encoding.ids) <= FITS_PIECES:
+    if len(sentences) < 2 and len(encoding.ids) <= FITS_PIECES:
         return []
     offsets = encoding.offsets  # character span of each word piece
     piece_starts = [s for s, _ in offsets]
     units = [(start, end, bisect.bisect_left(piece_starts, end) - bisect.bisect_left(piece_starts, start))
-             for start, end in _sentences(text)]  # (start, end, pieces)
+             for start, end in sentences]  # (start, end, pieces)
     out: list[Window] = []
     previous: tuple[int, int, int, bool] | None = None  # (start, end, pieces, is a fragment)
     for index, (start, end, pieces) in enumerate(units):

@@ -210,7 +210,8 @@ class StreamedAnswer:
         lanes, engine = self.gateway.lanes, self.x.policy.engine
         for window in windows:
             t = time.perf_counter()
-            decision = await lanes.run(screen_window, engine, window.text, chars=len(window.text), admit=False)
+            readable = self.scanner.restore(window.text) if self.scanner.restore else window.text  # as the client reads it
+            decision = await lanes.run(screen_window, engine, readable, chars=len(readable), admit=False)
             if decision is None and self.output_mask is not None:  # masked up to the window's end, less a tail
                 raw = self.scanner.raw
                 self.scanner.accept(window, await lanes.run(self.output_mask.advance, engine, raw, window.end,
