@@ -1,8 +1,10 @@
 # Two commands for a fresh machine (the fast test loop without ML models: docs/development.md):
 #   make run    install (locked, hashed) and start the proxy on its embedded defaults
 #   make test   install (locked, hashed, plus system packages the tests use) and run every test,
-#               in random order (pytest-randomly); the seed is printed: `make test SEED=N` repeats
-#               an order, TEST_ARGS narrows the run (e.g. TEST_ARGS=tests/integration).
+#               in random order (pytest-randomly), on every core (pytest-xdist: one worker per CPU,
+#               each test file whole on one worker); the seed is printed: `make test SEED=N`
+#               repeats an order, TEST_ARGS narrows the run (e.g. TEST_ARGS=tests/integration),
+#               WORKERS=0 runs in this process (a debugger, -x, -s).
 #               CI runs it with no service reachable at a default address: .ci/run
 # Dependencies: pyproject.toml, the one list (the serving set, extras train, detoxify, eval, dev).
 # `make install` installs every extra from requirements.lock; the container image only the serving
@@ -33,10 +35,11 @@ ifndef SEED
 SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 endif
 TEST_ARGS ?=
+WORKERS ?= auto
 
 test: install system-deps
 	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
-	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) $(TEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --randomly-seed=$(SEED) $(TEST_ARGS)
 
 # Static checks (configuration in pyproject.toml): the import layers and no import cycle
 # (import-linter), lint rules and import order (ruff), types (mypy, strict on the trust core).
