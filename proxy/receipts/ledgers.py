@@ -39,6 +39,7 @@ __all__ = [
     "choose_ledger",
     "discover_ledgers",
     "ledger_names",
+    "ledger_of",
     "ledger_origin",
     "ledger_store_url",
     "shard_of",
@@ -46,6 +47,13 @@ __all__ = [
 
 DEFAULT_LEDGER = "default"
 """The ledger of receipts no rule places elsewhere; it lives at the configured ledger URL."""
+
+def ledger_of(receipt: Mapping[str, Any]) -> str:
+    """The ledger a sealed receipt was appended to: its signed ``ledger`` field, or
+    :data:`DEFAULT_LEDGER` for a receipt without one (a deployment of one ledger)."""
+    named = receipt.get("ledger")
+    return named if isinstance(named, str) else DEFAULT_LEDGER
+
 
 LEDGER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """A ledger name (the receipt's ``ledger`` field): 1-64 of letters, digits, ``_``, ``.``, ``-``."""

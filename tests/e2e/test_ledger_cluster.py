@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.receipts.ledgers import ledger_store_url
 from proxy.storage import open_store
@@ -134,10 +135,19 @@ def test_two_proxies_three_ledgers_verify_and_lose_nothing(proxies, cluster) -> 
         assert time.monotonic() < deadline, (status, note)
         time.sleep(0.5)
     assert note.startswith("sonate-trust-proxy/ledger/shard-1\n")
-    metrics = urllib.request.Request(first.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
-    with urllib.request.urlopen(metrics, timeout=30) as response:
-        text = response.read().decode()
-    assert 'sonate_ledger_checkpoint_tree_size{ledger="shard-1"}' in text
+    texts = []
+    for proxy in (first, second):
+        metrics = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        with urllib.request.urlopen(metrics, timeout=30) as response:
+            texts.append(response.read().decode())
+    assert 'sonate_ledger_checkpoint_tree_size{ledger="shard-1"}' in texts[0]
+    written: dict[str, float] = {}  # both proxies' receipts written, per ledger label
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "sonate_receipts_written_total":
+                    written[sample.labels["ledger"]] = written.get(sample.labels["ledger"], 0) + sample.value
+    assert written == {name: len(stored[name]) for name in SHARDS}
     assert get_json(first, "/v1/ledger/checkpoint?ledger=nope")[0] == 404
 
     # tamper with one receipt of one ledger: the run over all ledgers fails and names that ledger

@@ -129,7 +129,7 @@ def test_refusal_two_blind_passes_lead_resolution(review_proxy, upstream, tmp_pa
     assert metric(review_proxy, r'sonate_guardrail_misfires_total\{.*policy_id="safety.harm".*type="false_positive"') >= 1
     for stage in ("A", "B", "lead"):
         assert metric(review_proxy, rf'sonate_adjudication_verdicts_total\{{.*pass="{stage}"') >= 1
-    assert metric(review_proxy, r'sonate_receipts_written_total\{action="adjudicate"\}') >= 3
+    assert metric(review_proxy, r'sonate_receipts_written_total\{action="adjudicate",ledger="default"\}') >= 3
     _, _, receipt_lead = call(review_proxy, "GET", f"/v1/receipts/{lead_receipt}", key=ADMIN_KEY)
     assert receipt_lead["actor"] == "reviewer-rita" and receipt_lead["evidence"]["outcome"] == "unnecessary_apology"
     assert set(receipt_lead["evidence"]["pass_commitments"]) == {"A", "B"}

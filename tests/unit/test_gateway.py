@@ -199,4 +199,4 @@ async def test_one_receipt_per_decision_appended_and_chained(rig):
     assert verify_chain(receipts, {rig.signer.key_id: rig.signer.public_key}) == []
     assert [r["prev_hash"] for r in receipts] == [GENESIS_PREV_HASH, *(entry_hash(r) for r in receipts[:-1])]
     assert [r["ledger_height"] for r in receipts] == [0, 1, 2, 3]
-    assert rig.metric("sonate_receipts_written_total", action="mask") == 1.0
+    assert rig.metric("sonate_receipts_written_total", action="mask", ledger="default") == 1.0

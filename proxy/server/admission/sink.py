@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.receipts.chain import Ledger
-from proxy.receipts.ledgers import Ledgers
+from proxy.receipts.ledgers import Ledgers, ledger_of
 from proxy.server.admission.spool import Spool
 from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerConflict, LedgerUnavailable
@@ -229,7 +229,7 @@ class SpoolingSink(ReceiptSink):
             await self._io_call(self.spool.ack, batch.seq)
         self.metrics.spool_replayed.inc(len(sealed))
         for receipt in sealed:
-            self.metrics.receipts_written.labels(receipt["guardrail_action"]).inc()
+            self.metrics.receipts_written.labels(receipt["guardrail_action"], ledger_of(receipt)).inc()
         self._update_depth()
         return True
 

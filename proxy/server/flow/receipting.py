@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 from proxy.guardrails.decisions import Decision
 from proxy.kpi.audit_depth import evidence_present
 from proxy.primitives.canonical import json_hash
+from proxy.receipts.ledgers import ledger_of
 from proxy.receipts.receipt import new_receipt
 from proxy.server.admission.sink import Appended, ReceiptSink
 from proxy.server.errors import ledger_unavailable
@@ -105,7 +106,7 @@ class Receipting:
         for receipt in sealed:
             m.actions.labels(receipt["guardrail_action"]).inc()
             if written:
-                m.receipts_written.labels(receipt["guardrail_action"]).inc()
+                m.receipts_written.labels(receipt["guardrail_action"], ledger_of(receipt)).inc()
             policy = policies.get(receipt["policy_id"])
             if policy is not None:
                 m.evidence_required.labels(policy.id).inc(len(policy.evidence_required))

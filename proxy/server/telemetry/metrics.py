@@ -68,8 +68,9 @@ class Metrics:
             "sonate_actions", "Guardrail actions performed (allow included); RC denominator.",
             ["action"], registry=r)
         self.receipts_written = Counter(
-            "sonate_receipts_written", "Receipts durably appended to the ledger; RC numerator.",
-            ["action"], registry=r)
+            "sonate_receipts_written", "Receipts durably appended to a ledger (ledger: the receipt's "
+            "ledger name, default when the deployment has one); RC numerator.",
+            ["action", "ledger"], registry=r)
         self.evidence_required = Counter(
             "sonate_evidence_fields_required", "Evidence fields policies require in receipts "
             "(AD denominator).", ["policy_id"], registry=r)
