@@ -58,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="end", required=True, metavar="ISO", help="window end, exclusive (ISO 8601, UTC)")
     parser.add_argument("--config", metavar="PATH", help="config.yaml: ledger URL, policies, signing key")
     parser.add_argument("--ledger", metavar="URL", help="ledger URL (sqlite:///path or redis://...), overrides --config")
+    parser.add_argument("--name", dest="ledger_names", action="append", metavar="NAME",
+                        help="report on ledger NAME of a deployment with several ledgers (ledger.partition; "
+                             "repeatable; default: the default ledger)")
+    parser.add_argument("--all", dest="all_ledgers", action="store_true",
+                        help="report on every ledger stored beside the ledger URL (ledger.partition)")
     parser.add_argument("--policies", metavar="DIR", help="policies directory (evidence_required, for AD)")
     parser.add_argument("--keys", metavar="PATH", help="public keys (GET /v1/keys JSON or a signing key file), for LVP")
     parser.add_argument("--farh-results", metavar="PATH", help="FAR-H result of `sonate eval hallucination`")
@@ -104,26 +109,62 @@ def _sources(args: argparse.Namespace) -> tuple[str, Path, Any]:
     return ledger, policies, keys
 
 
-async def _read_store(url: str, progress: bool) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+async def _ledger_names(args: argparse.Namespace, url: str) -> list[str]:
+    """The ledgers to report on: ``--all`` (every one stored), the ``--name`` ones, else the default."""
+    from proxy.receipts.ledgers import DEFAULT_LEDGER, discover_ledgers
+    from proxy.storage.base import LedgerError
+
+    if args.all_ledgers:
+        try:
+            return await discover_ledgers(url)
+        except (ValueError, LedgerError) as exc:
+            raise UsageError(f"ledger {url.split('@')[-1]}: {exc}") from None
+    return list(dict.fromkeys(args.ledger_names or [DEFAULT_LEDGER]))
+
+
+async def _read_receipts(url: str, name: str, progress: bool) -> list[dict]:
+    """Every receipt of ledger ``name`` of the deployment whose ledger URL is ``url``."""
     from tqdm import tqdm
 
-    from proxy.evaluation.conversation.results import SERIES
+    from proxy.receipts.ledgers import ledger_store_url
     from proxy.storage import open_store
     from proxy.storage.base import LedgerError
 
     try:
-        store = open_store(url, create=False)  # a reader: never a new, empty ledger
+        store = open_store(ledger_store_url(url, name), create=False)  # a reader: never a new, empty ledger
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
         head = await store.head()
         total = 0 if head is None else head.height + 1
         receipts: list[dict] = []
-        with tqdm(total=total, unit="receipt", desc="scanning ledger", disable=not progress, file=sys.stderr) as bar:
+        with tqdm(total=total, unit="receipt", desc=f"scanning ledger {name}", disable=not progress,
+                  file=sys.stderr) as bar:
             for lo in range(0, total, _CHUNK):
                 chunk = await store.range(lo, min(lo + _CHUNK, total))
                 receipts += chunk
                 bar.update(len(chunk))
+    except LedgerError as exc:
+        raise UsageError(f"ledger {name} of {url.split('@')[-1]}: {exc}") from None
+    finally:
+        await store.close()
+    return receipts
+
+
+async def _read_store(url: str, names: list[str], progress: bool
+                      ) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """The receipts of the ledgers ``names``, then the review queue, the escalation cases and the
+    conversation evaluations, which the deployment keeps beside its default ledger."""
+    from proxy.evaluation.conversation.results import SERIES
+    from proxy.storage import open_store
+    from proxy.storage.base import LedgerError
+
+    receipts = [r for name in names for r in await _read_receipts(url, name, progress)]
+    try:
+        store = open_store(url, create=False)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
         items = await store.list_items("adjudications")
         cases = await store.list_items("escalations")
         evaluations = await store.list_results(SERIES)  # sonate eval conversation --ledger
@@ -159,13 +200,15 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     progress = not args.no_progress and sys.stderr.isatty()
-    receipts, items, cases, evaluations = asyncio.run(_read_store(ledger, progress))
+    names = asyncio.run(_ledger_names(args, ledger))
+    receipts, items, cases, evaluations = asyncio.run(_read_store(ledger, names, progress))
     inputs = ReportInputs(
         receipts=receipts, review_items=items, cases=cases,
         evidence_required={p.id: list(p.evidence_required) for p in policies},
         public_keys=keys, start=start, end=end, generated_at=utc_timestamp(), farh=farh, pfi=pfi,
         lvp_sample=args.lvp_sample, seed=args.seed, resamples=args.resamples, evaluations=evaluations,
-        sources={"ledger": ledger.split("@")[-1], "policies": str(policies_dir), "receipts_scanned": len(receipts),
+        sources={"ledger": ledger.split("@")[-1], "ledgers": names, "policies": str(policies_dir),
+                 "receipts_scanned": len(receipts),
                  "farh_results": args.farh_results, "pfi_results": args.pfi_results})
     return build_report(inputs)
 

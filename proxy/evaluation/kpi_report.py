@@ -72,6 +72,7 @@ from proxy.kpi.stats import (
     wilson_interval,
 )
 from proxy.kpi.strata import COMPLEXITIES
+from proxy.receipts.ledgers import ledger_of
 from proxy.receipts.verify import verify_receipt
 
 __all__ = ["FORMAT_ID", "HUMAN_ACTIONS", "ReportInputs", "build_report", "evidence_present", "proportion_block"]
@@ -207,14 +208,15 @@ def _human_receipt_index(receipts: Sequence[dict[str, Any]]) -> tuple[set[tuple[
 
 def _lvp_sample(receipts: Sequence[dict[str, Any]], start: str, end: str, size: int, seed: int,
                 keys: Mapping[str, bytes]) -> dict[str, list[bool]]:
-    """Re-verify a seeded random sample of the window's receipts; request_id → [passed, ...]."""
-    by_height = {r.get("ledger_height"): r for r in receipts}
+    """Re-verify a seeded random sample of the window's receipts, each against the receipt before
+    it in its own ledger (:func:`~proxy.receipts.ledgers.ledger_of`); request_id → [passed, ...]."""
+    by_height = {(ledger_of(r), r.get("ledger_height")): r for r in receipts}
     window = [r for r in receipts if _in_window(r.get("ts", ""), start, end)]
     sample = window if len(window) <= size else random.Random(seed).sample(window, size)
     results: dict[str, list[bool]] = defaultdict(list)
     for r in sample:
         height = r.get("ledger_height")
-        previous = by_height.get(height - 1) if isinstance(height, int) and height > 0 else None
+        previous = by_height.get((ledger_of(r), height - 1)) if isinstance(height, int) and height > 0 else None
         missing_previous = isinstance(height, int) and height > 0 and previous is None
         ok = not missing_previous and not verify_receipt(r, dict(keys), previous)
         results[r.get("request_id", "")].append(ok)
