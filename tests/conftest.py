@@ -29,7 +29,8 @@ from tests.support.stub_upstream import StubUpstream
 TESTS = Path(__file__).resolve().parent
 E2E = TESTS / "e2e"
 MODEL_MODULES = {TESTS / "unit" / f"test_{name}.py"
-                 for name in ("domain_classifier", "privacy_detector", "privacy_context", "safety_detectors")}
+                 for name in ("domain_classifier", "privacy_detector", "privacy_context", "safety_detectors",
+                              "stream_output")}
 BROWSER_MODULES = {E2E / "test_web_verifier.py", E2E / "test_review_console.py"}
 BROWSER_WORD = "chromium"  # in a test's name: it drives a headless chromium
 PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with", "serve_proxy", "spawn_proxy")
