@@ -53,6 +53,30 @@ def test_each_part_is_masked_and_placeholders_are_numbered_across_the_answer(eng
     assert mask.done == len(raw)
     (decision,) = mask.decisions(engine)
     assert decision.policy_id == "privacy.pii" and decision.action == "mask" and decision.stage == "output"
+    assert decision.evidence["detector"]["name"] == "presidio"
+    starts = [0, len(parts[0])]  # where each part starts in the answer (the first holds no identifier)
+    assert parts[0] == raw[:starts[1]]
+
+    def where(value: str) -> tuple[int, int, int, int]:  # (message, piece, start, end) in its part
+        at = raw.index(value)
+        piece = 1 if at >= starts[1] else 0
+        return (0, piece, at - starts[piece], at - starts[piece] + len(value))
+
+    assert [(s["message"], s["piece"], s["start"], s["end"]) for s in decision.evidence["spans"]] == [
+        where("first.contact@example.com"), where("second.contact@example.org")]
+
+
+def test_no_part_released_means_no_decision_and_no_piece(engine):
+    raw = ("Once the quarterly figures are final and the board has signed them off, write to "
+           "auditor.office@example.net about the report.")
+    mask = OutputMask()
+    assert mask.decisions(engine) == []  # nothing advanced yet
+    assert mask.advance(engine, raw, 10) == "" and mask.done == 0  # too little to release anything
+    assert mask.advance(engine, raw, len(raw), final=True) == raw.replace("auditor.office@example.net",
+                                                                         "<EMAIL_ADDRESS_1>")
+    (decision,) = mask.decisions(engine)
+    address = raw.index("auditor.office")
+    assert [(s["piece"], s["start"]) for s in decision.evidence["spans"]] == [(0, address)]  # the only part
 
 
 def test_an_identifier_across_a_window_end_is_held_back_whole(engine):
@@ -71,15 +95,19 @@ def test_a_part_is_analysed_with_the_released_words_before_it(engine):
     """The words that make two digit groups a phone number ("the phone number of the depot is")
     left with an earlier part; the later part is analysed with up to OVERLAP_CHARS of released text
     in front of it (from a white space), so the number is masked there."""
-    raw = ("If anything goes wrong with the delivery of the parcel, the phone number of the depot is "
+    raw = ("The parcel left the warehouse this morning and should reach you by the end of the week. "
+           "If anything goes wrong with the delivery, the phone number of the depot is "
            "4341 4557 and they will sort it out.")
-    number = raw.index("4341")
+    number, part = raw.index("4341"), raw.index("is 4341")
     mask = OutputMask()
-    first = mask.advance(engine, raw, number + MAX_IDENTIFIER_CHARS + 1)  # releases up to the number
-    assert first == raw[:number] and mask.done == number
+    first = mask.advance(engine, raw, part + MAX_IDENTIFIER_CHARS + 1)  # releases up to "is 4341"
+    assert first == raw[:part] and mask.done == part
     rest = mask.advance(engine, raw, len(raw), final=True)
-    assert rest == "<PHONE_NUMBER_1> and they will sort it out."
-    assert number - OVERLAP_CHARS < raw.index("phone")  # the context word is within the overlap
+    assert rest == "is <PHONE_NUMBER_1> and they will sort it out."
+    assert 0 < part - OVERLAP_CHARS < raw.index("phone")  # within the overlap, which starts mid-answer
+    (decision,) = mask.decisions(engine)
+    assert [(s["piece"], s["start"], s["end"]) for s in decision.evidence["spans"]] == [
+        (1, number - part, number - part + len("4341 4557"))]  # offsets in the part, not in the analysed text
     alone = OutputMask()  # the same part without the released words before it: not a phone number
     assert alone.advance(engine, raw[number:], len(raw) - number, final=True) == raw[number:]
 
