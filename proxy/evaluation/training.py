@@ -361,7 +361,8 @@ def _cv_section(d: _Design, oof: np.ndarray, harm_all: np.ndarray, toxic: np.nda
                 thresholds: dict[str, float | None], *, repeats: int, seed: int) -> dict:
     """The ``cv`` metadata: scheme, ROC AUCs (from ``oof``, the training rows' out-of-fold scores: any
     score increasing with harm, here the combined probability) and per-group rates at each operating point."""
-    cv: dict[str, Any] = {"scheme": f"repeated stratified {d.folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
+    cv: dict[str, Any]
+    cv = {"scheme": f"repeated stratified {d.folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
                     "exemplars in every training fold, never tested; a fold trains on the framed copies of "
                     "its training rows and exemplars only; evaluation-only groups scored by every fold model",
           "roc_auc_harm_vs_benign": round(float(_auc(oof, d.y)), 4),
