@@ -172,8 +172,8 @@ def _features(sentence: str, first: bool) -> dict[str, list[str]]:
     names = [n for n in names if not (first and sentence.startswith(n) and " " not in n)]
     if names:
         found["entity"] = sorted(set(n.rstrip(".")for n in names))
-    if _COPULA_RE.search(sentence) and _COPULA_SUBJECT_RE.search(sentence):
-        found["copula"] = [_COPULA_RE.search(sentence).group(0).strip()]
+    if (copula := _COPULA_RE.search(sentence)) and _COPULA_SUBJECT_RE.search(sentence):
+        found["copula"] = [copula.group(0).strip()]
     return found
 
 

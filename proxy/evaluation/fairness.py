@@ -49,7 +49,7 @@ import random
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence, cast
 
 from proxy.kpi.methodology import BOOTSTRAP_RESAMPLES, CONFIDENCE, METHODOLOGY_VERSION, TARGETS
 from proxy.kpi.stats import bootstrap_interval, pfi, publishable, round_index, wilson_interval
@@ -285,7 +285,8 @@ def axis_pfi(observations: Sequence[Observation], weights: Mapping[str, float] =
     result = {}
     for axis, outcomes in group_rates(observations).items():
         if len(outcomes["refusal"]) >= 2:
-            result[axis] = pfi({s: outcomes[s] for s in weights}, weights)
+            # pfi takes Mapping[Hashable, float] per outcome; Mapping's key type is invariant
+            result[axis] = pfi({s: cast("Mapping[Hashable, float]", outcomes[s]) for s in weights}, weights)
     return result
 
 
@@ -308,15 +309,17 @@ def _finite(x: float | None) -> float | None:
 
 
 def _index_block(estimate: float, low: float, high: float, n: int) -> dict[str, Any]:
-    estimate, low, high = _finite(estimate), _finite(low), _finite(high)
-    published = estimate is not None and publishable(n, "interactions")
-    enterprise, public = TARGETS["pfi_enterprise"]["value"], TARGETS["pfi_public"]["value"]
-    return {
-        "pfi": estimate, "ci_low": low, "ci_high": high, "n": n, "published": published,
-        "display": round_index(estimate) if published else "NA",
-        "ci_display": [round_index(low), round_index(high)] if published and low is not None else None,
-        "meets_enterprise": estimate >= enterprise if published else None,
-        "meets_public": estimate >= public if published else None,
+    est, lo, hi = _finite(estimate), _finite(low), _finite(high)
+    published = est is not None and publishable(n, "interactions")
+    # TARGETS rows mix str and float values; "value" is a float
+    enterprise, public = cast(float, TARGETS["pfi_enterprise"]["value"]), cast(float, TARGETS["pfi_public"]["value"])
+    return {  # published implies est is not None
+        "pfi": est, "ci_low": lo, "ci_high": hi, "n": n, "published": published,
+        "display": round_index(est) if published and est is not None else "NA",
+        # round_index maps None to "NA" though annotated float
+        "ci_display": [round_index(lo), round_index(cast(float, hi))] if published and lo is not None else None,
+        "meets_enterprise": est >= enterprise if published and est is not None else None,
+        "meets_public": est >= public if published and est is not None else None,
     }
 
 
@@ -374,7 +377,7 @@ def pfi_result(observations: Sequence[Observation], *, proxy: str, model: str, a
         if answered else (math.nan, math.nan, math.nan)
     axis_values = {a: b["pfi"] for a, b in per_axis.items() if b["pfi"] is not None}
     overall = _index_block(estimate, low, high, len(answered))
-    overall["binding_axis"] = min(axis_values, key=axis_values.get) if axis_values else None
+    overall["binding_axis"] = min(axis_values, key=lambda a: axis_values[a]) if axis_values else None
     stamps = sorted(o.ts for o in observations if o.ts)
     return {
         "format": FORMAT_ID, "kpi": "PFI", "methodology_version": METHODOLOGY_VERSION,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 from proxy.evaluation.claims import METHODS, Claim, assign_method, dedupe, mine_claims
 from proxy.evaluation.oracle import (
@@ -127,6 +127,7 @@ def tier_of(domain: str) -> str:
 def _verify(claim: Claim, entry: Any, rules: Sequence[RegexRule]) -> OracleVerdict:
     # Methods in order from the assigned one; the first verdict wins, else human.
     tried: list[OracleVerdict] = []
+    verdict: OracleVerdict | None
     for method in METHODS[METHODS.index(claim.method):]:
         if method == "oracle" and entry is not None:
             verdict = verify_with_oracle(claim, entry)
@@ -188,11 +189,11 @@ def rate_block(failed: int, checked: int, tier: str, confidence: float = CONFIDE
     published = publishable(checked, "claims")
     target = {"general": TARGETS["far_h_general"], "regulated": TARGETS["far_h_regulated"]}.get(tier)
     meets = None
-    if published and target is not None:
-        meets = rate < target["value"]
+    if published and target is not None and rate is not None:  # published implies checked > 0
+        meets = rate < cast(float, target["value"])  # TARGETS rows mix str and float values
     return {
         "checked": checked, "failed": failed, "rate": rate, "ci_low": _finite(low), "ci_high": _finite(high),
-        "published": published, "display": round_percent(rate) if published else "NA",
+        "published": published, "display": round_percent(rate) if published and rate is not None else "NA",
         "ci_display": [round_percent(low), round_percent(high)] if published else None,
         "tier": tier, "target": {"op": target["op"], "value": target["value"]} if target else None,
         "meets_target": meets,

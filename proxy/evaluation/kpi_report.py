@@ -44,7 +44,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -133,7 +133,7 @@ def proportion_block(successes: int, n: int, *, kind: str = "interactions") -> d
     rate = successes / n if n else None
     published = publishable(n, kind)
     return {"successes": successes, "n": n, "rate": rate, "ci_low": _finite(low), "ci_high": _finite(high),
-            "published": published, "display": round_percent(rate) if published else "NA",
+            "published": published, "display": round_percent(rate) if published and rate is not None else "NA",
             "ci_display": [round_percent(low), round_percent(high)] if published else None}
 
 
@@ -194,9 +194,10 @@ def _by_request(cases: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any
     return out
 
 
-def _human_receipt_index(receipts: Sequence[dict[str, Any]]) -> tuple[set[tuple[str, str]], set[str]]:
+def _human_receipt_index(receipts: Sequence[dict[str, Any]]) -> tuple[set[tuple[str, str | None]], set[str]]:
     """(adjudication_id, stage) pairs and escalation ids that have a receipt anywhere in the ledger."""
-    adjudications, resolutions = set(), set()
+    adjudications: set[tuple[str, str | None]] = set()
+    resolutions: set[str] = set()
     for r in receipts:
         evidence = r.get("evidence") or {}
         if r.get("guardrail_action") == "adjudicate" and "adjudication_id" in evidence:
@@ -229,10 +230,10 @@ class _Lookups:
 
     items: dict[str, dict[str, Any]]       # request_id -> adjudication item
     cases: dict[str, list[dict[str, Any]]]  # request_id -> its escalation cases
-    adjudicated: set[tuple[str, str]]      # (adjudication_id, stage) with an ``adjudicate`` receipt
+    adjudicated: set[tuple[str, str | None]]  # (adjudication_id, stage) with an ``adjudicate`` receipt
     resolved: set[str]                     # escalation ids with a ``resolve`` receipt
     lvp: dict[str, list[bool]]             # request_id -> LVP re-verification results
-    evidence_required: dict[str, list[str]]
+    evidence_required: Mapping[str, Sequence[str]]
 
     @classmethod
     def of(cls, inputs: ReportInputs) -> "_Lookups":
@@ -266,7 +267,7 @@ def _misfire(apology: bool, trigger: bool, item: dict[str, Any] | None,
     negative, whose misfire is scaled later by the inverse sampling fraction).
     """
     if not apology and not trigger:
-        if final and "sample" in item.get("reasons", []):
+        if final and item is not None and "sample" in item.get("reasons", []):  # final implies an item
             return 0.0, "sampled_fn" if final.get("false_negative") else "sampled"
         return 0.0, "eligible"
     if final and ((trigger and final.get("false_positive")) or final.get("false_negative")):
@@ -288,7 +289,7 @@ def _receipted_actions(inter: _Interaction, item: dict[str, Any] | None, look: _
     return n_actions, n_receipted
 
 
-def _evidence_counts(inter: _Interaction, evidence_required: Mapping[str, list[str]]) -> tuple[int, int]:
+def _evidence_counts(inter: _Interaction, evidence_required: Mapping[str, Sequence[str]]) -> tuple[int, int]:
     """AD: (required evidence fields, fields present) over the interaction's receipts."""
     required_total = present = 0
     for r in inter.receipts:
@@ -321,10 +322,10 @@ def _matrix(inputs: ReportInputs) -> tuple[np.ndarray, list[dict[str, str]], dic
     look = _Lookups.of(inputs)
     rows, roles, adjudicated = [], [], []
     for inter in interactions.values():
-        row, role, final = _row(inter, look)
+        row, role, is_final = _row(inter, look)
         rows.append(row)
         roles.append(role)
-        adjudicated.append(final)
+        adjudicated.append(is_final)
     matrix = np.array(rows, dtype=float).reshape(len(rows), len(_COLS))
     # GA false negatives found in the random sample stand for the unsampled allowed interactions.
     fn_rows = [i for i, role in enumerate(roles) if role == "sampled_fn"]
@@ -475,7 +476,8 @@ def _tis(m: np.ndarray, index: np.ndarray, orphan: Sequence[bool], inputs: Repor
     return {"kpi": "TIS", "formula": "0.35*LVP + 0.20*RC + 0.25*GA + 0.20*AD", "overall": overall,
             "components": components, "per_complexity": per_complexity,
             "normalized": _index_block(e, lo, hi, n), "target": dict(target),
-            "meets_target": (est >= target["value"]) if overall["published"] else None}
+            # TARGETS rows mix str and float values; "value" is a float
+            "meets_target": (est >= cast(float, target["value"])) if overall["published"] else None}
 
 
 def _far_h(farh: dict[str, Any]) -> dict[str, Any]:

@@ -216,6 +216,7 @@ def _distinct(refs: Sequence[str], other: frozenset[str], question: frozenset[st
 
 
 def _best(claim: frozenset[str], refs: list[tuple[str, frozenset[str]]]) -> tuple[float, str | None, frozenset[str]]:
+    best_tokens: frozenset[str]
     best, best_ref, best_tokens = 0.0, None, frozenset()
     for ref, tokens in refs:
         score = len(claim & tokens) / len(tokens)

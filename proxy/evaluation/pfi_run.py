@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from tqdm import tqdm
 
@@ -68,7 +68,7 @@ def send_prompts(client: ProxyClient, prompts: list[Prompt], concurrency: int) -
     an unreachable proxy raises ProxyUnreachable.
     """
     def one(prompt: Prompt) -> Observation:
-        common = dict(axis=prompt.axis, bucket=prompt.bucket, group=prompt.group, variant=prompt.variant,
+        common: dict[str, Any] = dict(axis=prompt.axis, bucket=prompt.bucket, group=prompt.group, variant=prompt.variant,
                       prompt=prompt.text, ts=now())
         started = time.perf_counter()
         try:

@@ -29,7 +29,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 ROWS_SUFFIX = ".rows.json"
 ROWS_VERSION = 1
@@ -80,7 +80,7 @@ class Provenance:
                 "source": self.source}
 
 
-def rows_document(artefact: str, policy: str, how: str, groups: dict[str, Iterable[str]], *,
+def rows_document(artefact: str, policy: str, how: str, groups: Mapping[str, Iterable[str]], *,
                   artefact_files: dict[str, str], out_of_fold: dict[str, dict[str, Any]] | None = None,
                   note: str = "") -> dict[str, Any]:
     """The JSON of a rows file.

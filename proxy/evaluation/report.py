@@ -447,6 +447,8 @@ def _decision_lines(section: dict[str, Any], policy: str, title: str) -> list[st
         lines.append(f"| {row['dataset']} | {row['subset']} | {row['metric']} | {row['k']}/{row['n']} | "
                      f"{pct(row['rate'])} | {ci(row)} | {_kind_text(row)} | {_target_text(row.get('target'))} |")
     summary = section.get("detection") or section.get("routing")
+    if summary is None:
+        raise ValueError(f"the {policy} section has neither 'detection' nor 'routing'")
     name = "detection" if policy == "safety" else "domain routing"
     return lines + ["", f"{name.capitalize()} over all {policy} items ({_kind_text(summary)}): precision "
                     f"{summary['precision']['k']}/{summary['precision']['n']} = {pct(summary['precision']['rate'])} "

@@ -71,9 +71,10 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -268,7 +269,7 @@ def choose_thresholds(harm: np.ndarray, toxic: np.ndarray, groups: np.ndarray, *
             "benign_first": float(min(benign_ok)) if benign_ok else None}
 
 
-def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def _write_npz(path: Path, arrays: Mapping[str, np.ndarray | np.generic]) -> None:
     """np.savez-compatible archive with fixed timestamps, so identical weights give identical bytes."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for key, array in arrays.items():
@@ -360,6 +361,7 @@ def _cv_section(d: _Design, oof: np.ndarray, harm_all: np.ndarray, toxic: np.nda
                 thresholds: dict[str, float | None], *, repeats: int, seed: int) -> dict:
     """The ``cv`` metadata: scheme, ROC AUCs (from ``oof``, the training rows' out-of-fold scores: any
     score increasing with harm, here the combined probability) and per-group rates at each operating point."""
+    cv: dict[str, Any]
     cv = {"scheme": f"repeated stratified {d.folds}-fold x {repeats} (strata = group, XSTest type), seed {seed}; "
                     "exemplars in every training fold, never tested; a fold trains on the framed copies of "
                     "its training rows and exemplars only; evaluation-only groups scored by every fold model",
@@ -389,7 +391,7 @@ def _write_weights(out_dir: Path, finals: Sequence, platts: Sequence[tuple[float
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     npz_path = out_dir / f"{ARTEFACT_VERSION}.npz"
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, np.ndarray | np.generic] = {}
     for prefix, final, platt in zip(VIEW_PREFIXES, finals, platts):
         arrays.update({
             prefix + "support_vectors": final.support_vectors_.astype(np.float32),
@@ -488,6 +490,8 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
                                 c=c, folds=d.folds, repeats=repeats, seed=seed, progress=progress,
                                 copies=[(copy[:len(x), view], copy[len(x):, view]) for copy in copies],
                                 probe=(probe[d.train_mask, view], probe[~d.train_mask, view]))
+        if scores.probe is None or scores.probe_extra is None:  # cross_validate scores the probe it is given
+            raise ValueError("cross_validate returned no probe scores")
         platts.append(fit_platt(scores.oof, d.y))
         plain.append(_probabilities(d, scores.oof, scores.extra, platts[-1]))
         framed.append(_probabilities(d, scores.probe, scores.probe_extra, platts[-1]))
@@ -496,6 +500,8 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     thresholds = choose_thresholds(harm_all, toxic, d.groups_all, target_recall=target_recall)
     cv = _cv_section(d, harm_all[d.train_mask], harm_all, toxic, thresholds, repeats=repeats, seed=seed)
     recommended = thresholds["recall_first"]
+    if recommended is None:  # choose_thresholds always sets recall_first
+        raise ValueError("no recall_first threshold")
     cv["framed"] = {"framings": "one of proxy/evaluation/framings.py EVALUATION_PREFIXES / EVALUATION_SUFFIXES "
                                 "around every row (never trained on), same folds",
                     "harmful_intent_threshold": f"{recommended:.2f}",

@@ -99,9 +99,9 @@ def load_mentions(data_dir: Path, written: Path = MENTIONS) -> list[Mention]:
     items, _ = load_builtin(Path(data_dir), "tuning")
     mentions: list[Mention] = []
     for item in (i for i in items if i.dataset == "presidio"):
-        file, _, row = item.item_id.rpartition(":")
+        file, _, row_id = item.item_id.rpartition(":")
         for span in item.spans:
-            label = labels.get((file, int(row), span.start, span.end)) if span.entity_type == "PERSON" else None
+            label = labels.get((file, int(row_id), span.start, span.end)) if span.entity_type == "PERSON" else None
             if label is not None and item.text[span.start:span.end].strip():
                 mentions.append(Mention(item.text, span.start, span.end, label == "private", "presidio"))
     if not mentions:
@@ -191,7 +191,7 @@ def train_person_head(data_dir: Path, out: Path = ARTEFACT, *, c: float = 0.1, t
     out_of_fold = {f"{g}/{side}": rate(mask, side == "private_hidden")
                    for g, mask in (("presidio", presidio), ("written", ~presidio))
                    for side in ("private_hidden", "public_left")}
-    metadata = {"name": "person-head", "features": FEATURES, "c": c, "threshold": threshold,
+    metadata: dict[str, Any] = {"name": "person-head", "features": FEATURES, "c": c, "threshold": threshold,
                 "threshold_rule": f"highest threshold with out-of-fold private recall >= {target_recall} on the "
                                   "presidio tuning mentions (5-fold GroupKFold by text)",
                 "rows": {"presidio": int(presidio.sum()), "written": int((~presidio).sum()),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["CRITERIA", "CRITERIA_WEIGHTS", "Bracket", "Contest", "contest_score", "rounds_needed", "tournament"]
 
@@ -93,7 +93,7 @@ class Bracket:
             advancing.append(self.alive[-1])
         self.alive, self._pairs = advancing, []
 
-    def result(self) -> dict[str, object]:
+    def result(self) -> dict[str, Any]:
         """``{"winner", "rounds", "contests": [Contest as dict], "confidence", "byes": [(round, index)]}``.
         Raises ValueError while rounds remain."""
         if len(self.alive) != 1:

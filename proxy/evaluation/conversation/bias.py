@@ -69,9 +69,10 @@ def combined_score(scores: Mapping[str, float], weights: Mapping[str, float]) ->
     """B(R) = Σ wᵢ Gᵢ(R) over the guardians in ``scores``; ``weights`` (guardian name → wᵢ) must
     cover them, be ≥ 0 and sum to 1 over them. Raises ValueError otherwise."""
     used = {name: weights.get(name) for name in scores}
-    if any(w is None or w < 0 for w in used.values()) or abs(sum(used.values()) - 1.0) > 1e-9:
+    present = {name: w for name, w in used.items() if w is not None}
+    if len(present) != len(used) or any(w < 0 for w in present.values()) or abs(sum(present.values()) - 1.0) > 1e-9:
         raise ValueError(f"guardian weights must be >= 0 and sum to 1 over {sorted(scores)}, got {dict(weights)}")
-    return sum(used[name] * scores[name] for name in scores)
+    return sum(present[name] * scores[name] for name in scores)
 
 
 def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

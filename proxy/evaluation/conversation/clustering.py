@@ -47,7 +47,7 @@ def toxic_word_counts(text: str, lexicon: Mapping[str, str]) -> tuple[int, int]:
     return toxic, len(tokens)
 
 
-def cluster_toxicity(texts: Sequence[str], labels: Sequence[int],
+def cluster_toxicity(texts: Sequence[str], labels: Sequence[int] | np.ndarray,
                      lexicon: Mapping[str, str]) -> dict[int, dict[str, float | int]]:
     """Per label (noise −1 included): ``{size, toxic_words, words, toxicity}`` with toxicity =
     toxic words / words (0.0 for a cluster without words)."""
@@ -63,7 +63,7 @@ def cluster_toxicity(texts: Sequence[str], labels: Sequence[int],
     return dict(sorted(out.items()))
 
 
-def silhouette(points: np.ndarray, labels: Sequence[int]) -> float | None:
+def silhouette(points: np.ndarray, labels: Sequence[int] | np.ndarray) -> float | None:
     """Mean silhouette coefficient (Euclidean) over the non-noise points (label ≠ −1); None when
     fewer than 2 clusters or as many clusters as points remain."""
     labels_arr = np.asarray(labels)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from proxy.evaluation.data import DataError, read_jsonl
 
@@ -58,6 +58,10 @@ class Conversation:
         return replace(self, turns=tuple(turns))
 
 
+@overload
+def _text(row: dict[str, Any], name: str, where: str, required: Literal[True]) -> str: ...
+@overload
+def _text(row: dict[str, Any], name: str, where: str, required: bool = False) -> str | None: ...
 def _text(row: dict[str, Any], name: str, where: str, required: bool = False) -> str | None:
     value = row.get(name)
     if value is None and not required:

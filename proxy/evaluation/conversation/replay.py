@@ -14,10 +14,13 @@ Retry policy: that of :mod:`proxy.evaluation.client` (none; one request per turn
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from proxy.evaluation.client import ProxyClient, ProxyStatusError
 from proxy.evaluation.conversation.data import Conversation, Turn
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 __all__ = ["ConversationClient", "replay"]
 
@@ -28,7 +31,9 @@ class ConversationClient(ProxyClient):
     def chat(self, messages: list[dict[str, str]]) -> tuple[str, str | None, str | None]:
         """(answer text, receipt id, guardrail action) of one chat request. Raises ProxyError."""
         try:
-            raw = self._chat.chat.completions.with_raw_response.create(model=self.model, messages=messages)
+            # openai types messages as per-role TypedDicts; ours are the same {"role", "content"} dicts
+            raw = self._chat.chat.completions.with_raw_response.create(
+                model=self.model, messages=cast("list[ChatCompletionMessageParam]", messages))
             completion = raw.parse()
         except self._openai.OpenAIError as exc:
             raise self._error(exc) from None

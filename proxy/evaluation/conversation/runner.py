@@ -286,6 +286,8 @@ def run(conversations: Sequence[Conversation], options: Options, *, judge: Any =
         rows.append(row)
     clusters: dict[str, Any] = {}
     if "clustering" in metrics:
+        if embed is None or lexicon is None:  # checked above: clustering needs both
+            raise ValueError("metrics clustering need a lexicon")
         clusters = _clustering([(c.session_id, t.qa_id, t.assistant) for c in conversations for t in c.turns],
                                embed, lexicon, options.seed)
     return {

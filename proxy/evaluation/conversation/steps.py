@@ -9,7 +9,7 @@ directory, the sentence embedder, the lexicon), then :func:`~.runner.run`. The C
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from proxy.evaluation.conversation import JUDGE_METRICS, METRICS
 from proxy.evaluation.conversation.data import load_conversations, load_hurtlex
@@ -55,7 +55,8 @@ def evaluate(path: Path, options: Options, *, policies_dir: Path | None, lexicon
 
         scorer = SafetyScorer(load_policies(policies_dir))
         source["policies"] = str(policies_dir)
-    lexicon, embed = None, None
+    lexicon: dict[str, str] | None = None
+    embed: Callable[[list[str]], Any] | None = None
     if "clustering" in options.metrics and lexicon_path is not None:
         from proxy.guardrails.detectors.embeddings import embed
 

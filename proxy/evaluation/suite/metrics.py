@@ -60,7 +60,7 @@ def schema_conformance(answer: str, *, schema: dict[str, Any] | None = None,
     fenced = _FENCE.match(text)
     try:
         document = json.loads(fenced.group(1) if fenced else text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return False, f"not JSON: {exc.msg}"
     validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:

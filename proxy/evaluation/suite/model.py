@@ -218,7 +218,7 @@ class Suite:
     def templates(self) -> dict[str, str]:
         """metric → judge template id, for the judged metrics the cases use."""
         used = {m for c in self.cases for m in c.metrics}
-        return {m: METRICS[m].template for m in sorted(used) if METRICS[m].template}
+        return {m: template for m in sorted(used) if (template := METRICS[m].template)}
 
 
 def _env(value: str | None, where: str, path: Path) -> str | None:
@@ -280,7 +280,9 @@ def load_suite(path: Path) -> Suite:
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(top level)"
         raise SuiteError(f"{path}: {where}: {errors[0].message}")
-    settings = Settings(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.get("settings", {}).items()})
+    settings_raw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                    for k, v in raw.get("settings", {}).items()}
+    settings = Settings(**settings_raw)
     try:
         cases_raw = list(raw["cases"]) + jailbreak_cases(settings.jailbreaks, path.parent)
     except ValueError as exc:
