@@ -30,7 +30,8 @@ def configure_tldextract() -> None:
         return
     offline = tldextract.TLDExtract(suffix_list_urls=(), fallback_to_snapshot=True)
     _t.TLD_EXTRACTOR = offline
-    tldextract.extract = offline  # module-level helper used by presidio
+    # tldextract types ``extract`` as its wrapped function; a TLDExtract instance is the same callable.
+    tldextract.extract = offline  # type: ignore[assignment]  # module-level helper used by presidio
 
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -92,7 +93,7 @@ def reply_text(message: Message) -> str:
     ``text`` and ``refusal`` content parts joined by newlines (a Responses API refusal comes back
     as a ``refusal`` part, ``input += response.output``), then chat's ``refusal`` field."""
     content = message.get("content")
-    parts = [content] if isinstance(content, str) else [
+    parts: list[Any] = [content] if isinstance(content, str) else [
         part.get(part.get("type")) for part in (content if isinstance(content, list) else [])
         if isinstance(part, dict) and part.get("type") in ("text", "refusal")]
     parts.append(message.get("refusal"))
@@ -140,7 +141,7 @@ def withheld_indexes(messages: list[Message], settled: list[Settled]) -> set[int
             if messages[i].get("role") not in ("system", "developer")}
 
 
-def open_question(messages: list[Message], withheld: set[int] = frozenset()) -> list[int]:
+def open_question(messages: list[Message], withheld: AbstractSet[int] = frozenset()) -> list[int]:
     """The indexes of the messages that make up the request's open question, which Compliance
     judges (docs/guardrails.md "Compliance"), the last ``user`` message first:
 

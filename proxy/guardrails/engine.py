@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any, Callable, NamedTuple
@@ -203,7 +204,7 @@ class GuardrailEngine:
     # ---- input -----------------------------------------------------------------------------
 
     def classify_domain(self, messages: list[Message], definitions: dict[str, Any] | None = None,
-                        withheld: set[int] = frozenset()) -> DomainRoute:
+                        withheld: AbstractSet[int] = frozenset()) -> DomainRoute:
         """The request's domain by the first input compliance policy: of every text of the open
         question (:func:`~proxy.guardrails.conversation.open_question`: the last user message,
         earlier unanswered user messages, the questions asked in system/developer instructions, the
@@ -391,7 +392,7 @@ class GuardrailEngine:
         request, e.g. the review item of a refused prompt (docs/security.md "Review")."""
         return self._mask_input(messages)[0]
 
-    def _mask_input(self, messages: list[Message], withheld: set[int] = frozenset(),
+    def _mask_input(self, messages: list[Message], withheld: AbstractSet[int] = frozenset(),
                     definitions: dict[str, Any] | None = None, scan: _PrivacyScan | None = None
                     ) -> tuple[list[Message], dict[str, Any] | None, PiiMasker | None, Decision | None]:
         """(messages with PII replaced by placeholders, minus the ``withheld`` indexes; the
@@ -413,7 +414,10 @@ class GuardrailEngine:
             elif scan.error is not None:
                 raise scan.error
             else:
-                pieces, spans = scan.pieces, scan.spans
+                pieces, scan_spans = scan.pieces, scan.spans
+                if scan_spans is None:  # a scan without an error carries its spans
+                    raise ValueError("privacy scan has neither spans nor an error")
+                spans = scan_spans
             corefer = getattr(self.detectors[policy.id], "corefer", None)
             if corefer is not None and len(pieces) > 1:  # a person masked in one text is masked in all
                 spans = corefer([p.text for _, p in pieces], spans)

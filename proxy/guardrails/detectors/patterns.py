@@ -184,7 +184,8 @@ def phone_recognizer(language: str, max_tries: int = PHONE_MAX_TRIES, min_digits
                 return []
             results = []
             for region in self.supported_regions:
-                matcher = phonenumbers.PhoneNumberMatcher(text, region, leniency=self.leniency,
+                # presidio types ``leniency`` Optional but always sets an int; its own analyze passes it the same way.
+                matcher = phonenumbers.PhoneNumberMatcher(text, region, leniency=self.leniency,  # type: ignore[arg-type]
                                                           max_tries=max_tries)
                 for match in matcher:
                     try:

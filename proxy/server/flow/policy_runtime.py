@@ -274,7 +274,7 @@ def file_signature(paths: list[Path], directory: Path | None) -> tuple[Any, ...]
     """(name, mtime ns, size) of each path and the directory's listing: changes when a file is
     edited, added or removed."""
     listing = tuple(sorted(p.name for p in directory.glob("*.y*ml"))) if directory and directory.is_dir() else ()
-    stats = []
+    stats: list[tuple[str, int | None, int | None]] = []
     for path in paths:
         try:
             st = os.stat(path)

@@ -95,7 +95,7 @@ class StreamedAnswer:
         self.include_usage, self.receipt_id = include_usage, receipt_id
         self.scanner = StreamScanner(holds=stream_holds(policies), restore=restore, gated=gates_on_window(policies))
         self.output_mask = OutputMask() if self.scanner.gated else None
-        self.base = {"id": "", "object": "chat.completion.chunk", "created": int(time.time()), "model": x.req.model}
+        self.base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": int(time.time()), "model": x.req.model}
         self.delivered: list[str] = []
         self.tool_deltas: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
@@ -130,8 +130,9 @@ class StreamedAnswer:
                     failure = await self._guardrail_failed(exc)
             sealed = True
             error = await self._seal()
-            if failure or error:
-                yield sse_event(failure or error)
+            final = failure or error
+            if final:
+                yield sse_event(final)
                 return
             yield sse_event("[DONE]")
         finally:

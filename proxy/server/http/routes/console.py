@@ -67,8 +67,10 @@ def _thresholds(request: web.Request, receipt: dict[str, Any]) -> dict[str, Any]
     """The detector thresholds of the receipt's policy in the serving policy set it names ({} if gone)."""
     snapshot = services(request).policy_runtime.current()
     evidence = receipt.get("evidence") or {}
-    active = snapshot.sets.get(evidence.get("policy_set")) or snapshot.default
-    policy = active.policies.get(receipt.get("policy_id"))
+    policy_set: Any = evidence.get("policy_set")  # a JSON value: str, or absent (None)
+    policy_id: Any = receipt.get("policy_id")
+    active = snapshot.sets.get(policy_set) or snapshot.default
+    policy = active.policies.get(policy_id)
     detector = getattr(policy, "detector", None) or {}
     return {k: detector[k] for k in _THRESHOLDS if k in detector}
 
@@ -96,8 +98,8 @@ def _matches(case: dict[str, Any], domain: str | None, older: int | None, newer:
     if domain is not None and case.get("domain") != domain:
         return False
     age = _age_seconds(case.get("created"), now)
-    if (older is not None or newer is not None) and age is None:
-        return False
+    if age is None:  # unknown age: passes only when no age filter is set
+        return older is None and newer is None
     return (older is None or age >= older) and (newer is None or age <= newer)
 
 
