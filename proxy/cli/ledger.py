@@ -62,6 +62,9 @@ def _where_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--config", metavar="PATH", help="config.yaml (ledger.url, ledger.origin, signing key)")
     where.add_argument("--ledger", metavar="URL", help="ledger store URL: sqlite:///path.db or redis://host:port/db")
     parser.add_argument("--origin", help="log origin when using --ledger (default: sonate-trust-proxy/ledger)")
+    parser.add_argument("--name", dest="ledger_name", metavar="NAME",
+                        help="ledger NAME of a deployment with several ledgers (ledger.partition; default: the "
+                             "default ledger); its origin is the base origin + /NAME")
 
 
 def _reindex_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,17 +89,27 @@ def _bundle_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _target(args: argparse.Namespace) -> _Target:
-    """The ledger named by ``--ledger``, else by config.yaml (``--config``, $SONATE_CONFIG, ./config.yaml).
+    """The ledger named by ``--ledger``, else by config.yaml (``--config``, $SONATE_CONFIG, ./config.yaml);
+    with ``--name``, that deployment's ledger of the name (its store and origin,
+    :func:`proxy.receipts.ledgers.ledger_store_url` / :func:`~proxy.receipts.ledgers.ledger_origin`).
 
-    Raises ``ConfigError`` (shown by :func:`proxy.cli.main`) for an unusable config.yaml.
+    Raises ``ConfigError`` (shown by :func:`proxy.cli.main`) for an unusable config.yaml and
+    UsageError for a bad ledger name.
     """
     from proxy.config import load_config
+    from proxy.receipts.ledgers import DEFAULT_LEDGER, ledger_origin, ledger_store_url
     from proxy.receipts.tree import DEFAULT_ORIGIN
 
     if args.ledger:
-        return _Target(args.ledger, args.origin or DEFAULT_ORIGIN)
-    config = load_config(args.config)
-    return _Target(config.ledger_url, args.origin or config.ledger.origin, config)
+        config, url, origin = None, args.ledger, args.origin or DEFAULT_ORIGIN
+    else:
+        config = load_config(args.config)
+        url, origin = config.ledger_url, args.origin or config.ledger.origin
+    name = getattr(args, "ledger_name", None) or DEFAULT_LEDGER
+    try:
+        return _Target(ledger_store_url(url, name), ledger_origin(origin, name), config)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _with_store(args: argparse.Namespace, work: Callable[[Any, _Target], Awaitable[int]]) -> int:

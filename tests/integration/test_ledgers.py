@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from proxy.cli import main
+from proxy.cli.common import EXIT_OK, EXIT_USAGE
 from proxy.receipts import Ledger, Signer
-from proxy.receipts.ledgers import Ledgers, ledger_names, ledger_store_url, shard_of
+from proxy.receipts.ledgers import Ledgers, ledger_names, ledger_origin, ledger_store_url, shard_of
 from proxy.receipts.signing import load_or_create_signer
+from proxy.receipts.tree import DEFAULT_ORIGIN, publish_checkpoint
 from proxy.receipts.verify import verify_store
 from proxy.storage import open_store
 from tests.support.ledger import make_receipt, sqlite_url
@@ -146,3 +149,35 @@ def test_report_reads_one_ledger_or_all_and_verifies_each_chain(tmp_path: Path) 
     payments = report("--name", "payments")
     assert payments["sources"]["ledgers"] == ["payments"] and payments["sources"]["receipts_scanned"] == 5
     assert report()["sources"]["receipts_scanned"] == 2  # the default ledger alone, as before partitions
+
+
+def test_ledger_commands_take_one_ledger_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sonate ledger reindex|checkpoint --name L`` work on ledger L's store, under its origin."""
+    signer = Signer.generate()
+    url = sqlite_url(tmp_path / "ledger.db")
+    names = ledger_names("team", teams=["payments"])
+    ledgers = Ledgers(url, "team", names, lambda store: Ledger(store, signer), team_of={"app:pay": "payments"})
+
+    async def write_and_publish() -> str:
+        try:
+            for actor in ["app:pay"] * 5 + ["app:other"] * 2:
+                await ledgers.append([make_receipt(actor=actor)])
+        finally:
+            await ledgers.close()
+        store = open_store(ledger_store_url(url, "payments"), create=False)
+        try:
+            await publish_checkpoint(store, signer, ledger_origin(DEFAULT_ORIGIN, "payments"))
+            return await store.latest_checkpoint()
+        finally:
+            await store.close()
+
+    note = asyncio.run(write_and_publish())
+    assert main(["ledger", "reindex", "--ledger", url, "--name", "payments"]) == EXIT_OK
+    assert capsys.readouterr().out == "Merkle tree: 5 leaves (0 added)\n"
+    assert main(["ledger", "reindex", "--ledger", url]) == EXIT_OK  # the default ledger: its own two
+    assert capsys.readouterr().out == "Merkle tree: 2 leaves (0 added)\n"
+    assert main(["ledger", "checkpoint", "--ledger", url, "--name", "payments"]) == EXIT_OK
+    printed = capsys.readouterr().out
+    assert printed == note and printed.startswith(DEFAULT_ORIGIN + "/payments\n5\n")
+    assert main(["ledger", "checkpoint", "--ledger", url, "--name", "bad name"]) == EXIT_USAGE
+    assert "bad ledger name" in capsys.readouterr().err
