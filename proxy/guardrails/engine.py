@@ -503,8 +503,9 @@ class GuardrailEngine:
         restored when they will be (as input Safety judges the client's own text, not its masked
         form; a ``<PERSON_1>`` is not a word the classifier was trained on).
         """
-        restores = masker is not None and any(p.restore_in_answer for p in self._policies("privacy", "input"))
-        readable = masker.restore(text) if restores and masker is not None else text
+        restore = masker.restore if masker is not None and any(
+            p.restore_in_answer for p in self._policies("privacy", "input")) else None
+        readable = restore(text) if restore else text
         refusals = self._safety("output", lambda p: [readable])
         if refusals:
             apology = self._policy(refusals[0].policy_id).apology
@@ -515,8 +516,8 @@ class GuardrailEngine:
             if spans:
                 text = PiiMasker().mask(text, spans)
                 decisions.append(privacy_decision(policy, "output", [0], [spans], self.detectors[policy.id]))
-        if restores and masker is not None:
-            text = masker.restore(text)
-            tool_calls = map_tool_calls(tool_calls, masker.restore)
+        if restore:
+            text = restore(text)
+            tool_calls = map_tool_calls(tool_calls, restore)
         model_apology = bool(self.apology_detector and text.strip() and self.apology_detector.is_apology(text))
         return OutputScreen(text, decisions, refused=False, model_apology=model_apology, tool_calls=tool_calls)

@@ -150,6 +150,10 @@ class StreamScanner:
         """A guardrail fired: nothing more is released."""
         self.stopped = True
 
+    def readable(self, text: str) -> str:
+        """``text`` of the answer as the client reads it: the input's placeholders restored."""
+        return self.restore(text) if (self.restore and text) else text
+
     def release(self, final: bool = False) -> str:
         """The text that may leave now (restored), ``""`` when none or stopped. ``final``: the
         provider ended and the final window passed: everything left is released."""
@@ -163,7 +167,7 @@ class StreamScanner:
             if end <= self.released:
                 return ""
             piece, self.released = self.raw[self.released:end], end
-        return self.restore(piece) if (self.restore and piece) else piece
+        return self.readable(piece)
 
     def _frontier(self) -> int:
         return min((hold_start(self.raw, h) for h in self.holds), default=len(self.raw))

@@ -48,13 +48,6 @@ __all__ = [
 DEFAULT_LEDGER = "default"
 """The ledger of receipts no rule places elsewhere; it lives at the configured ledger URL."""
 
-def ledger_of(receipt: Mapping[str, Any]) -> str:
-    """The ledger a sealed receipt was appended to: its signed ``ledger`` field, or
-    :data:`DEFAULT_LEDGER` for a receipt without one (a deployment of one ledger)."""
-    named = receipt.get("ledger")
-    return named if isinstance(named, str) else DEFAULT_LEDGER
-
-
 LEDGER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """A ledger name (the receipt's ``ledger`` field): 1-64 of letters, digits, ``_``, ``.``, ``-``."""
 
@@ -92,6 +85,13 @@ def choose_ledger(partition: str, *, shards: int = 1, team: str | None = None, p
             raise ValueError("the hash partition needs the request id")
         return shard_of(request_id, shards)
     raise ValueError(f"unknown ledger partition {partition!r}: use one of {', '.join(PARTITIONS)}")
+
+
+def ledger_of(receipt: Mapping[str, Any]) -> str:
+    """The ledger a sealed receipt was appended to: its signed ``ledger`` field, or
+    :data:`DEFAULT_LEDGER` for a receipt without one (a deployment of one ledger)."""
+    named = receipt.get("ledger")
+    return named if isinstance(named, str) else DEFAULT_LEDGER
 
 
 def ledger_names(partition: str, *, shards: int = 1, teams: Iterable[str] = (),

@@ -185,8 +185,8 @@ def phone_recognizer(language: str, max_tries: int = PHONE_MAX_TRIES, min_digits
             results = []
             for region in self.supported_regions:
                 # presidio types ``leniency`` Optional but always sets an int; its own analyze passes it the same way.
-                matcher = phonenumbers.PhoneNumberMatcher(text, region, leniency=self.leniency,  # type: ignore[arg-type]
-                                                          max_tries=max_tries)
+                matcher = phonenumbers.PhoneNumberMatcher(
+                    text, region, leniency=self.leniency, max_tries=max_tries)  # type: ignore[arg-type]
                 for match in matcher:
                     try:
                         found = phonenumbers.region_code_for_number(

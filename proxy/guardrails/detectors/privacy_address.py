@@ -84,7 +84,8 @@ class AddressBlockRecognizer(EntityRecognizer):
             if entity in entities:
                 results.append(RecognizerResult(
                     entity, offset, offset + length, self.score,
-                    recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,  # type: ignore[has-type]  # presidio leaves ``name`` untyped
+                    # presidio leaves ``name`` untyped
+                    recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,  # type: ignore[has-type]
                                           RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id}))
         return results
 

@@ -95,7 +95,8 @@ class StreamedAnswer:
         self.include_usage, self.receipt_id = include_usage, receipt_id
         self.scanner = StreamScanner(holds=stream_holds(policies), restore=restore, gated=gates_on_window(policies))
         self.output_mask = OutputMask() if self.scanner.gated else None
-        self.base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": int(time.time()), "model": x.req.model}
+        self.base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": int(time.time()),
+                                     "model": x.req.model}
         self.delivered: list[str] = []
         self.tool_deltas: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
@@ -211,7 +212,7 @@ class StreamedAnswer:
         lanes, engine = self.gateway.lanes, self.x.policy.engine
         for window in windows:
             t = time.perf_counter()
-            readable = self.scanner.restore(window.text) if self.scanner.restore else window.text  # as the client reads it
+            readable = self.scanner.readable(window.text)  # output Safety judges what the client reads
             decision = await lanes.run(screen_window, engine, readable, chars=len(readable), admit=False)
             if decision is None and self.output_mask is not None:  # masked up to the window's end, less a tail
                 raw = self.scanner.raw
