@@ -64,6 +64,9 @@ __all__ = ["TextPiece", "text_pieces", "text_parts", "map_text", "map_tool_calls
            "screened_text", "judged_texts", "last_user_text", "DEFINITION_KEYS", "definition_pieces",
            "definition_texts", "map_definitions", "UNREADABLE_PART_TYPES", "unreadable_parts"]
 
+#: The keys of a message whose only text is its string ``content`` (``role`` is never screened).
+_PLAIN_KEYS = frozenset({"role", "content"})
+
 #: ``fn(field, text) -> new text``: the rewrite the walker applies to each piece.
 _Rewrite = Callable[[str, str], str]
 
@@ -170,6 +173,9 @@ def _walk(message: dict[str, Any], fn: _Rewrite) -> dict[str, Any]:
 
 def text_pieces(message: dict[str, Any]) -> list[TextPiece]:
     """Every non-empty text of ``message``, in the order :func:`map_text` rewrites them."""
+    content = message.get("content")
+    if isinstance(content, str) and message.keys() <= _PLAIN_KEYS:  # most chat turns: no walk, no copy
+        return [TextPiece("content", content)] if content else []
     pieces: list[TextPiece] = []
 
     def collect(field: str, text: str) -> str:

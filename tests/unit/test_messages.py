@@ -61,6 +61,9 @@ def test_pieces_of_an_assistant_turn_in_order_with_their_fields():
      ["https://example.com/a.png"]),  # a link is text the provider reads (fetches)
     ({"role": "assistant", "content": None, "tool_calls": []}, []),
     ({"role": "assistant", "content": ""}, []),
+    ({"role": "user", "content": "plain"}, ["plain"]),  # the common turn: read without a walk
+    ({"content": "no role"}, ["no role"]),
+    ({"role": "user", "content": "hi", "refusal": "x"}, ["hi", "x"]),  # any other key: walked
 ])
 def test_pieces_of_each_role(message, texts):
     assert text_parts(message) == texts
