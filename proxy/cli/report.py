@@ -95,7 +95,7 @@ def _sources(args: argparse.Namespace) -> tuple[str, Path, Any]:
             config = load_config(args.config)
         except ConfigError as exc:
             raise UsageError(f"configuration error (pass --config, or --ledger with --policies and --keys):\n{exc}") from None
-    ledger = args.ledger or config.ledger_url
+    ledger: str = (args.ledger or config.ledger_url) if config else args.ledger  # no config: --ledger given
     policies = Path(args.policies) if args.policies else (config.path(config.policies) if config else None)
     if policies is None:
         raise UsageError("--policies DIR is needed with --ledger and no --config (for Audit Depth)")

@@ -38,7 +38,7 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any, Sequence, TextIO
+from typing import Any, Protocol, Sequence, TextIO
 
 from proxy.cli.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, fetch_key_document, report_usage_error
 from proxy.primitives.canonical import json_hash
@@ -157,7 +157,7 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _read_source(path: str, stdin: TextIO) -> str:
+def _read_source(path: str, stdin: _Readable) -> str:
     """The text of ``path`` (``-`` = stdin); UsageError when unreadable or not UTF-8."""
     try:
         if path == "-":
@@ -170,7 +170,7 @@ def _read_source(path: str, stdin: TextIO) -> str:
         raise UsageError(f"{path} is not UTF-8 text") from None
 
 
-def _read_json(path: str, stdin: TextIO) -> Any:
+def _read_json(path: str, stdin: _Readable) -> Any:
     """Parsed JSON of ``path`` (duplicate members rejected); UsageError otherwise."""
     try:
         return json.loads(_read_source(path, stdin), object_pairs_hook=_reject_duplicate_keys)
@@ -178,10 +178,18 @@ def _read_json(path: str, stdin: TextIO) -> Any:
         raise UsageError(f"{path} is not valid JSON: {exc}") from None
 
 
+class _Readable(Protocol):
+    """A text source read whole: stdin, or :class:`_RereadableStdin`."""
+
+    def read(self) -> str:
+        """The whole text."""
+        ...
+
+
 class _RereadableStdin:
     """stdin read once; every ``read()`` returns the whole text (several arguments may be ``-``)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: _Readable) -> None:
         self._stream = stream
         self._text: str | None = None
 
@@ -191,7 +199,7 @@ class _RereadableStdin:
         return self._text
 
 
-def _read_any(path: str, stdin: TextIO) -> Any:
+def _read_any(path: str, stdin: _Readable) -> Any:
     """Parsed JSON, or the text itself when it is a signed note (a checkpoint); UsageError otherwise."""
     text = _read_source(path, stdin)
     if "\n\n\u2014 " in text and not text.lstrip().startswith(("{", "[")):
@@ -202,7 +210,7 @@ def _read_any(path: str, stdin: TextIO) -> Any:
         raise UsageError(f"{path} is neither JSON nor a signed checkpoint note: {exc}") from None
 
 
-def _read_text(path: str, stdin: TextIO) -> str:
+def _read_text(path: str, stdin: _Readable) -> str:
     document = _read_any(path, stdin)
     if not isinstance(document, str):
         raise UsageError(f"{path} is not a signed checkpoint note")
@@ -214,7 +222,7 @@ _Result = tuple[int, list[Failure], str]
 _ONE_TARGET = "give either RECEIPT.json or --ledger URL (the FILE may also be a bundle or a checkpoint)"
 
 
-def _check(args: argparse.Namespace, stdin: TextIO) -> _Result:
+def _check(args: argparse.Namespace, stdin: _Readable) -> _Result:
     """Pick the check the arguments ask for (the FILE's kind is detected) and run it."""
     stdin = _RereadableStdin(stdin)  # the kind detection and the receipt checks may both read '-'
     if args.trusted_checkpoint and args.ledger is None:
@@ -245,7 +253,7 @@ def _check(args: argparse.Namespace, stdin: TextIO) -> _Result:
     return _check_receipts(document, args, stdin)
 
 
-def _check_consistency(args: argparse.Namespace, stdin: TextIO) -> _Result:
+def _check_consistency(args: argparse.Namespace, stdin: _Readable) -> _Result:
     """``--consistency PROOF --checkpoint OLD --checkpoint NEW``: the log only grew between them."""
     if args.receipt is not None or args.ledger is not None or args.inclusion is not None:
         raise UsageError("--consistency takes no FILE, --ledger or --inclusion")
@@ -258,7 +266,7 @@ def _check_consistency(args: argparse.Namespace, stdin: TextIO) -> _Result:
     return 1, failures, "consistency proof"
 
 
-def _check_checkpoint_files(args: argparse.Namespace, stdin: TextIO) -> _Result:
+def _check_checkpoint_files(args: argparse.Namespace, stdin: _Readable) -> _Result:
     """``--checkpoint CP.txt ...`` alone: each signed checkpoint note."""
     keys = _load_keys(args)
     notes = [_read_text(path, stdin) for path in args.checkpoint]
@@ -282,13 +290,13 @@ def _check_bundle(bundle: dict[str, Any], args: argparse.Namespace) -> _Result:
     noun = "bundle"
     if trusted is None:
         entries = bundle.get("public_keys")
-        ids = sorted({e.get("key_id") for e in entries if isinstance(e, dict) and isinstance(e.get("key_id"), str)}) \
+        ids = sorted({e["key_id"] for e in entries if isinstance(e, dict) and isinstance(e.get("key_id"), str)}) \
             if isinstance(entries, list) else []
         noun = f"bundle (with the bundle's own keys {', '.join(ids) or 'none'}; pin them with --keys)"
     return 1, verify_bundle(bundle, trusted, args.origin), noun
 
 
-def _check_inclusion(receipt: Any, args: argparse.Namespace, stdin: TextIO) -> _Result:
+def _check_inclusion(receipt: Any, args: argparse.Namespace, stdin: _Readable) -> _Result:
     """FILE is a receipt with ``--inclusion PROOF --checkpoint CP``: the receipt and its place in the log."""
     if len(args.checkpoint or []) != 1 or not isinstance(receipt, dict):
         raise UsageError("--inclusion needs one receipt FILE and one --checkpoint")
@@ -375,7 +383,7 @@ def _in_ledger(name: str, failure: Failure) -> Failure:
     return Failure(failure.height, failure.receipt_id, failure.check, failure.detail, where=f"ledger {name} {place}")
 
 
-def _check_receipts(document: Any, args: argparse.Namespace, stdin: TextIO) -> _Result:
+def _check_receipts(document: Any, args: argparse.Namespace, stdin: _Readable) -> _Result:
     """FILE is one receipt (optionally with ``--prev``, ``--request``, ``--response``) or a JSON array of them."""
     _check_range(args)
     if args.witness_key:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-R = TypeVar("R", covariant=True)
+R = TypeVar("R")
 
 
 @runtime_checkable

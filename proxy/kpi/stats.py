@@ -13,8 +13,10 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from proxy.kpi.methodology import (
     BOOTSTRAP_RESAMPLES,
@@ -97,9 +99,15 @@ def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> t
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+#: The observations :func:`bootstrap_interval` resamples: a sequence, or a numpy array.
+Data = TypeVar("Data", bound="Sequence[Any] | npt.NDArray[Any]")
+#: A stratum key of :func:`partial_pool`.
+Stratum = TypeVar("Stratum", bound=Hashable)
+
+
 def bootstrap_interval(
-    data: Sequence,
-    statistic: Callable[[Sequence], float],
+    data: Data,
+    statistic: Callable[[Data], float],
     *,
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = CONFIDENCE,
@@ -133,12 +141,12 @@ def bootstrap_interval(
         return (math.nan, math.nan, math.nan)
     estimate = _as_float(statistic(data))
     is_array = isinstance(data, np.ndarray)
-    items = data if is_array else list(data)
+    items: Any = data if is_array else list(data)
     rng = np.random.default_rng(seed)
     values = np.empty(resamples)
     for i in range(resamples):
         index = rng.integers(0, n, size=n)
-        sample = items[index] if is_array else [items[j] for j in index]
+        sample: Any = items[index] if is_array else [items[j] for j in index]
         values[i] = _as_float(statistic(sample))
     finite = values[np.isfinite(values)]
     if finite.size < 2 or not math.isfinite(estimate):
@@ -224,7 +232,7 @@ class PooledRate:
     prior_strength: float
 
 
-def partial_pool(counts: Mapping[Hashable, tuple[int, int]]) -> dict[Hashable, PooledRate]:
+def partial_pool(counts: Mapping[Stratum, tuple[int, int]]) -> dict[Stratum, PooledRate]:
     """Empirical-Bayes beta-binomial shrinkage of per-stratum rates toward the pooled rate.
 
     ``counts`` maps stratum → ``(successes, n)``. Model: x_s ~ Binomial(n_s, p_s),
@@ -249,7 +257,7 @@ def partial_pool(counts: Mapping[Hashable, tuple[int, int]]) -> dict[Hashable, P
     Methodology "Statistics": a stratum under the minimum N is published as NA and enters the
     aggregate only through its pooled estimate. Raises ValueError for bad counts.
     """
-    checked: dict[Hashable, tuple[int, int]] = {}
+    checked: dict[Stratum, tuple[int, int]] = {}
     for key, pair in counts.items():
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"counts[{key!r}] must be (successes, n), got {pair!r}")
@@ -271,7 +279,7 @@ def partial_pool(counts: Mapping[Hashable, tuple[int, int]]) -> dict[Hashable, P
             rho = (dispersion / (p_bar * (1.0 - p_bar)) - (k - 1)) / denominator
             rho = min(1.0, max(0.0, rho))
             strength = math.inf if rho == 0.0 else 1.0 / rho - 1.0
-    result: dict[Hashable, PooledRate] = {}
+    result: dict[Stratum, PooledRate] = {}
     for key, (x, n) in checked.items():
         raw = x / n if n else math.nan
         if math.isinf(strength) or n == 0:

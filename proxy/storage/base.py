@@ -434,8 +434,9 @@ def check_limit(limit: Any) -> None:
         raise ValueError("limit must be None or an integer >= 1")
 
 
-class LedgerStore(ReceiptLog, TreeStore, ReviewQueue):
-    """The store a back end implements: :class:`ReceiptLog` + :class:`TreeStore` + :class:`ReviewQueue`."""
+class LedgerStore(ReceiptLog, TreeStore, ReviewQueue, ResultLog):
+    """The store a back end implements: :class:`ReceiptLog` + :class:`TreeStore` + :class:`ReviewQueue`
+    + :class:`ResultLog`."""
 
     @abc.abstractmethod
     async def ping(self) -> None:

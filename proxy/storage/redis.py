@@ -49,7 +49,6 @@ from proxy.storage.base import (
     LedgerConflict,
     LedgerStore,
     LedgerUnavailable,
-    ResultLog,
     TreeUpdate,
     check_batch,
     check_checkpoint,
@@ -267,7 +266,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class RedisStore(LedgerStore, ResultLog):
+class RedisStore(LedgerStore):
     """A :class:`LedgerStore` in Redis under the hash tag ``{namespace}``.
 
     ``url`` is a redis-py URL (``redis://host:port/db``) without the

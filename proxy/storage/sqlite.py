@@ -33,7 +33,6 @@ from proxy.storage.base import (
     LedgerConflict,
     LedgerStore,
     LedgerUnavailable,
-    ResultLog,
     TreeUpdate,
     check_batch,
     check_checkpoint,
@@ -141,7 +140,7 @@ def private_file(path: str) -> None:
         os.close(fd)
 
 
-class SQLiteStore(LedgerStore, ResultLog):
+class SQLiteStore(LedgerStore):
     """A :class:`LedgerStore` in one SQLite file.
 
     ``path`` is a file path (parent directories are created) or

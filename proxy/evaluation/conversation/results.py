@@ -9,10 +9,7 @@ The whole result document of a run is appended to the series :data:`SERIES` of t
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Sequence, cast
-
-if TYPE_CHECKING:
-    from proxy.storage.base import ResultLog
+from typing import Any, Sequence
 
 __all__ = ["SERIES", "TREND_METRICS", "list_runs", "store_run", "to_jsonl", "trend_rows"]
 
@@ -28,10 +25,8 @@ async def store_run(url: str, result: dict[str, Any]) -> None:
     from proxy.storage import open_store
 
     store = open_store(url)
-    # open_store is annotated LedgerStore; both stores it returns (SQLite, Redis) are also ResultLogs
-    results = cast("ResultLog", store)
     try:
-        await results.append_result(SERIES, result)
+        await store.append_result(SERIES, result)
     finally:
         await store.close()
 
@@ -41,9 +36,8 @@ async def list_runs(url: str, limit: int | None = None) -> list[dict[str, Any]]:
     from proxy.storage import open_store
 
     store = open_store(url)
-    results = cast("ResultLog", store)  # as in store_run
     try:
-        return await results.list_results(SERIES, limit=limit)
+        return await store.list_results(SERIES, limit=limit)
     finally:
         await store.close()
 

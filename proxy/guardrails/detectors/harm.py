@@ -238,7 +238,7 @@ class HarmClassifier:
 
     def predict_proba_located(
         self, texts: list[str], window_threshold: float | None = DEFAULT_WINDOW_THRESHOLD,
-    ) -> tuple[np.ndarray, list[dict[str, int] | None]]:
+    ) -> tuple[np.ndarray, list[dict[str, int | str] | None]]:
         """Probability that each text expresses intent to cause harm, and where a long text scored it.
 
         A text of one sentence that fits the embedding model (256 word pieces) is embedded whole.
@@ -267,7 +267,7 @@ class HarmClassifier:
         if not texts:
             return np.zeros(0, dtype=np.float64), []
         probabilities = self.predict_proba_embeddings(self._embed(texts))
-        located: list[dict[str, int] | None] = [None] * len(texts)
+        located: list[dict[str, int | str] | None] = [None] * len(texts)
         if window_threshold is None:
             return probabilities, located
         cut = [(i, w) for i, text in enumerate(texts) for w in windows.windows(text)]
@@ -279,9 +279,10 @@ class HarmClassifier:
         highest = np.zeros(len(texts))
         for (i, window), probability in zip(cut, scored):
             highest[i] = max(highest[i], probability)
-            if probability >= window_threshold and probability > probabilities[i]:
+            where = located[i]  # set above for every text that has windows
+            if where is not None and probability >= window_threshold and probability > probabilities[i]:
                 probabilities[i] = probability
-                located[i].update(start=window.start, end=window.end)
+                where.update(start=window.start, end=window.end)
         for i, where in enumerate(located):
             if where is not None:
                 where["window_max"] = f"{highest[i]:.4f}"  # a string: receipts hold no floats

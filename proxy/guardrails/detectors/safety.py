@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,7 +94,7 @@ class Scores(dict):
     "windows"}`` (character offsets of the window of a long text that gave the score; empty for a
     text judged whole). Receipts carry ``located`` of the worst text as evidence."""
 
-    def __init__(self, scores: dict[str, float], located: dict[str, dict[str, int]]) -> None:
+    def __init__(self, scores: dict[str, float], located: dict[str, dict[str, int | str]]) -> None:
         super().__init__(scores)
         self.located = located
 
@@ -132,7 +132,7 @@ class SafetyDetector:
         toxicity_component = {"name": toxicity.name, "version": toxicity.version}
         if self.fallback is not None:
             toxicity_component["fallback_for"] = self.fallback["model"]
-        self.components = [
+        self.components: list[dict[str, Any]] = [
             toxicity_component,
             {"name": harm.name, "version": harm.version},
             {"name": embeddings.MODEL_NAME, "version": embeddings.model_version()},
@@ -144,7 +144,7 @@ class SafetyDetector:
             self.categories.append(FIRST_STAGE)
             self.name, self.version = f"{self.name}+{guard.name}", f"{self.version}+{guard.version}"
 
-    def score(self, texts: list[str]) -> list[dict[str, float]]:
+    def score(self, texts: list[str]) -> list[Scores]:
         """Score a batch.
 
         Args:
@@ -166,18 +166,21 @@ class SafetyDetector:
             columns[HARMFUL_INTENT] = self._second_stage(texts, columns[FIRST_STAGE])
         clipped = {k: np.clip(np.asarray(v, dtype=np.float64), 0.0, 1.0) for k, v in columns.items()}
         return [Scores({k: float(v[i]) for k, v in clipped.items()},
-                       {HARMFUL_INTENT: located[i]} if located[i] is not None else {})
-                for i in range(len(texts))]
+                       {} if where is None else {HARMFUL_INTENT: where})
+                for i, where in enumerate(located)]
 
     def _second_stage(self, texts: list[str], first: np.ndarray) -> np.ndarray:
         """Harm scores after consulting the guard for each text whose probability is in its band."""
         out = np.asarray(first, dtype=np.float64).copy()
+        guard = self.guard
+        if guard is None:
+            return out
         for i, (text, probability) in enumerate(zip(texts, out)):
-            if self.guard.in_band(float(probability)):
-                out[i] = self.guard.rescore(float(probability), self.guard.classify(text))
+            if guard.in_band(float(probability)):
+                out[i] = guard.rescore(float(probability), guard.classify(text))
         return out
 
-    def detect(self, texts: list[str]) -> list[dict[str, float]]:
+    def detect(self, texts: list[str]) -> list[Scores]:
         """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`score` of each text and
         of its other readings (:func:`proxy.guardrails.normalise.variants`: look-alike characters
         folded, base64/hex blocks decoded, rot13 or reversal where the text asks for it), per

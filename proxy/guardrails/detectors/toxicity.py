@@ -43,6 +43,8 @@ class ToxicityDetector(Protocol):
 
     name: str
     version: str
+    categories: list[str]
+    """The keys :meth:`score` returns (always including ``"toxicity"``)."""
 
     def score(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Map category -> float64 array (len(texts),) of probabilities in [0, 1]."""

@@ -35,7 +35,7 @@ litellm.telemetry = False
 # One provider call per request (Router num_retries=0, max_retries=0). litellm's OpenAI and Azure
 # embedding handlers read `max_retries or litellm.DEFAULT_MAX_RETRIES` (llms/openai/openai.py), so an
 # explicit 0 became the SDK's 2 retries there; this attribute is read only by those two `or`s.
-litellm.DEFAULT_MAX_RETRIES = 0
+litellm.DEFAULT_MAX_RETRIES = 0  # type: ignore[misc]  # Final in litellm's stubs; set once, here
 
 
 def _check_vectors(body: dict[str, Any], count: int) -> None:
@@ -193,9 +193,9 @@ class UpstreamStream:
             tracing.close_span(self._span, error)
             raise
         except Exception as exc:
-            error = map_exception(exc)
-            tracing.close_span(self._span, error)
-            raise error from exc
+            mapped = map_exception(exc)
+            tracing.close_span(self._span, mapped)
+            raise mapped from exc
         finally:
             tracing.close_span(self._span)
 
@@ -357,7 +357,8 @@ class Upstream:
         direct = self.direct.get(model)
         if direct is not None:
             return await litellm.acompletion(messages=messages, **{**direct, **params})
-        return await self.router.acompletion(model=model, messages=messages, **params)
+        wire: Any = messages  # OpenAI message dicts; litellm's stubs ask for its TypedDicts
+        return await self.router.acompletion(model=model, messages=wire, **params)
 
     def _span_attributes(self, model: str) -> dict[str, str]:
         """The ``upstream.*`` span's attributes for route ``model``: its name and litellm model id."""
