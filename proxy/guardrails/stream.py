@@ -137,7 +137,6 @@ class StreamScanner:
         """The provider ended: the final window (new text since the last window; ``text`` = the
         whole answer), None when the answer is blank."""
         if not self.raw.strip():
-            self.scanned = len(self.raw)
             return None
         start, self.scanned = self.scanned, len(self.raw)
         return Window(start, len(self.raw), self.raw, final=True)
