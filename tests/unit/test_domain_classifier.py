@@ -277,3 +277,31 @@ def test_shipped_threshold_rows_file_gives_out_of_fold_figures():
     assert {"truthfulqa_dev", "alpaca_seed"} == set(rows.rows.values())
     for oof in rows.out_of_fold.values():
         assert 0 <= oof["k"] <= oof["n"] and abs(oof["rate"] - oof["k"] / oof["n"]) < 1e-3
+
+
+def test_compliance_rows_refuses_examples_that_duplicate_development_rows():
+    """An example equal to a development row (any source, either part) after normalising, or nearly
+    equal, stops `sonate train compliance-rows` with a DataError naming the domain, the example
+    number and the source, never the text (it may be a sealed row)."""
+    from proxy.evaluation.data import DataError, load_builtin
+    from proxy.evaluation.training_compliance import refuse_duplicate_examples
+
+    data = ROOT / "tests" / "data"
+    items, _ = load_builtin(data)
+    question = next(i.text for i in items if i.dataset == "truthfulqa")
+    domains = {"general": {"description": "Everything else.",
+                           "examples": ["Why is the sky blue?", question.upper().rstrip("?") + " ?"]}}
+    with pytest.raises(DataError) as caught:
+        refuse_duplicate_examples(domains, data)
+    message = str(caught.value)
+    assert "general example 2 duplicates a development row of truthfulqa" in message
+    assert "example 1 " not in message and question not in message
+
+
+def test_shipped_examples_hold_no_development_row():
+    """The sample rows stand in for the development sets here; `sonate train compliance-rows` checks
+    the real ones."""
+    from proxy.evaluation.training_compliance import refuse_duplicate_examples
+
+    block = yaml.safe_load((ROOT / "policies" / "compliance.yaml").read_text())["detector"]
+    refuse_duplicate_examples(block["domains"], ROOT / "tests" / "data")
