@@ -18,6 +18,9 @@ figure for them is a cross-validated one:
   fold is scored by the threshold chosen on the other folds, so every row is judged by a threshold
   not chosen on it. A Safety refusal pre-empts escalation in the engine and is not counted here,
   so the figures can differ by a row from ``sonate eval guardrails``.
+- :func:`refuse_duplicate_examples`: stops when a description or example of the policy repeats a
+  development row of any source, in either part, verbatim or nearly
+  (:class:`~proxy.evaluation.split.NearDuplicates`), naming the example by domain and number only.
 - :func:`compliance_rows`: writes ``artefacts/domain-threshold.rows.json`` (format
   :mod:`proxy.evaluation.provenance`): the tuning part's TruthfulQA questions and alpaca seed tasks,
   and the out-of-fold figures per source and label, which ``sonate eval guardrails`` prints beside
@@ -35,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from proxy.evaluation import provenance
-from proxy.evaluation.data import DataError, load_builtin
+from proxy.evaluation.data import DataError, development_index, load_builtin
 
 ARTEFACT = "domain-threshold"
 ROWS_PATH = Path(__file__).resolve().parents[1] / "guardrails" / "artefacts" / f"{ARTEFACT}{provenance.ROWS_SUFFIX}"
@@ -100,6 +103,24 @@ def out_of_fold_threshold(p: np.ndarray, regulated: np.ndarray, fold: np.ndarray
             "general": {"k": int(out[~regulated].sum()), "n": int((~regulated).sum())}}
 
 
+def refuse_duplicate_examples(domains: dict[str, Any], data_dir: Path) -> None:
+    """Raise DataError when a description or example of ``domains`` (the policy's
+    ``detector.domains``: name -> ``{"description", "examples"}``) matches a development row under
+    ``data_dir``, tuning or sealed part (:func:`~proxy.evaluation.data.development_index`). The
+    message names each clash by domain and 1-based example number (0: the description) and the
+    row's source, never a text (a sealed row must not be shown)."""
+    index, source_of = development_index(Path(data_dir))
+    clashes = []
+    for name, spec in domains.items():
+        for n, text in enumerate([spec["description"], *spec["examples"]]):
+            match = index.match(str(text))
+            if match is not None:
+                clashes.append(f"{name} example {n} duplicates a development row of {source_of[match]}")
+    if clashes:
+        raise DataError(f"{len(clashes)} Compliance example(s) match development rows (benchmark rows are never "
+                        "trained on; remove or rewrite them): " + "; ".join(clashes))
+
+
 def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH,
                     target_recall: float = TARGET_RECALL) -> dict[str, Any]:
     """Score the tuning part's TruthfulQA questions and alpaca seed tasks with the policy's
@@ -107,8 +128,9 @@ def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH
     written (plus ``"summary"``, not written: the fold thresholds, the rule on all rows
     (``recommended``) and the in-sample counts at the policy's own threshold).
 
-    Raises DataError for a data directory without TruthfulQA questions, OSError / ValueError for
-    an unreadable or invalid policy file.
+    Raises DataError for a data directory without TruthfulQA questions or for an example that
+    repeats a development row (:func:`refuse_duplicate_examples`), OSError / ValueError for an
+    unreadable or invalid policy file.
     """
     import yaml
 
@@ -120,6 +142,7 @@ def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH
     if not any(i.dataset == "truthfulqa" for i in rows):
         raise DataError(f"{data_dir}: no truthfulqa questions")
     block = yaml.safe_load(Path(policy).read_text(encoding="utf-8"))["detector"]
+    refuse_duplicate_examples(block["domains"], Path(data_dir))
     classifier = DomainClassifier(DomainClassifierConfig.model_validate(block))
     config = classifier.config
     texts = [i.text for i in rows]

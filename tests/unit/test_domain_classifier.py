@@ -103,6 +103,34 @@ def test_everyday_tasks_that_mention_food_money_or_health_are_not_regulated(clas
     assert not result.regulated, result
 
 
+@pytest.mark.parametrize("task", [
+    "Summarise the text.\n\nThe council voted to spend part of its budget on a new pedestrian bridge over the "
+    "river. Construction will take two years, and the bridge will connect the train station with the hospital "
+    "and the law courts on the other bank. Local shops hope the extra foot traffic will raise their sales.",
+    "Extract the numbers from the paragraph and list them.\n\nThe clinic saw 312 patients in March, 287 in April "
+    "and 355 in May. Waiting times fell from 41 minutes to 26 minutes after two extra nurses were hired, and the "
+    "clinic's annual budget grew to 1.8 million.",
+])
+def test_a_task_on_a_passage_about_law_health_or_money_is_not_regulated(classifier, task):
+    """An instruction, a blank line and a passage to work on: the task is what is asked."""
+    [result] = classifier.classify([task])
+    assert not result.regulated, result
+
+
+@pytest.mark.parametrize("request_", [
+    "Help me with this.\n\nI am 61, I have 300,000 in a pension fund that is mostly in shares, and I want to "
+    "retire in three years. Should I move it into bonds now or wait until the market recovers, and how much can "
+    "I safely take out each year?",
+    "Read this and tell me what to do.\n\nMy daughter is two and has had a fever of 40 degrees since yesterday "
+    "evening. She is drowsy, will not drink, and has a purple rash on her legs that does not fade when I press a "
+    "glass against it.",
+])
+def test_a_generic_instruction_above_a_regulated_question_is_regulated(classifier, request_):
+    """The text is judged whole: the instruction alone ("Help me with this.") would pass the question below it."""
+    [result] = classifier.classify([request_])
+    assert result.regulated, result
+
+
 def test_config_requires_general_domain():
     block = yaml.safe_load((ROOT / "policies" / "compliance.yaml").read_text())["detector"]
     del block["domains"]["general"]
@@ -277,3 +305,31 @@ def test_shipped_threshold_rows_file_gives_out_of_fold_figures():
     assert {"truthfulqa_dev", "alpaca_seed"} == set(rows.rows.values())
     for oof in rows.out_of_fold.values():
         assert 0 <= oof["k"] <= oof["n"] and abs(oof["rate"] - oof["k"] / oof["n"]) < 1e-3
+
+
+def test_compliance_rows_refuses_examples_that_duplicate_development_rows():
+    """An example equal to a development row (any source, either part) after normalising, or nearly
+    equal, stops `sonate train compliance-rows` with a DataError naming the domain, the example
+    number and the source, never the text (it may be a sealed row)."""
+    from proxy.evaluation.data import DataError, load_builtin
+    from proxy.evaluation.training_compliance import refuse_duplicate_examples
+
+    data = ROOT / "tests" / "data"
+    items, _ = load_builtin(data)
+    question = next(i.text for i in items if i.dataset == "truthfulqa")
+    domains = {"general": {"description": "Everything else.",
+                           "examples": ["Why is the sky blue?", question.upper().rstrip("?") + " ?"]}}
+    with pytest.raises(DataError) as caught:
+        refuse_duplicate_examples(domains, data)
+    message = str(caught.value)
+    assert "general example 2 duplicates a development row of truthfulqa" in message
+    assert "example 1 " not in message and question not in message
+
+
+def test_shipped_examples_hold_no_development_row():
+    """The sample rows stand in for the development sets here; `sonate train compliance-rows` checks
+    the real ones."""
+    from proxy.evaluation.training_compliance import refuse_duplicate_examples
+
+    block = yaml.safe_load((ROOT / "policies" / "compliance.yaml").read_text())["detector"]
+    refuse_duplicate_examples(block["domains"], ROOT / "tests" / "data")

@@ -1,7 +1,7 @@
 """Fitted weights of the Compliance domain classifier, cached so start-up does not refit.
 
 Fitting :class:`~proxy.guardrails.detectors.domain.DomainClassifier` means embedding every
-description and example of ``policies/compliance.yaml`` and their framed copies (~1,700 texts,
+description and example of ``policies/compliance.yaml`` and their framed copies (~2,500 texts,
 seconds to tens of seconds on a loaded CPU) and a support-vector machine. The result is a :class:`PairwiseRbfSvm`
 (support vectors, their dual coefficients and the pairwise Platt sigmoids, ~2 MB), identified by
 :func:`fit_key` = SHA-256 of everything it depends on (training texts and labels in order, domain
