@@ -8,13 +8,13 @@ organisation. This presidio recognizer reads the parse presidio already made and
 
 - a **proper noun** (tag ``PROPN``) outside every NER entity that is a first name or a surname
   of the gazetteer, with the proper nouns and initials right before and after it
-  ("Gladys L. Leblanc"; at most :data:`MAX_TOKENS` tokens);
+  ("Ana M. Dimitrova"; at most :data:`MAX_TOKENS` tokens);
 - an ``ORG`` entity of at most :data:`MAX_TOKENS` name-shaped words whose first word is a first
   name of the gazetteer;
 - a proper noun joined to a ``PERSON`` (NER's or one above) in a list ("Hedda, Greta and Olav":
   either is the other's ``conj`` or ``appos``);
 
-each only where a name can stand: no determiner before it ("the Princess Royal"), no number
+each only where a name can stand: no determiner before it ("the Prince Regent"), no number
 after it ("Kaplanova 12") and no place or organisation word in or right after it ("Ivana
 Station").
 
@@ -136,7 +136,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
 
     def _extent(self, doc, i: int, lower: bool, blocked: set[int]) -> tuple[int, int]:
         """[start, end) of the name around token ``i``: the name-shaped proper nouns right before and
-        after it, and an initial between two of them ("Gladys L. Leblanc"); at most :data:`MAX_TOKENS`."""
+        after it, and an initial between two of them ("Ana M. Dimitrova"); at most :data:`MAX_TOKENS`."""
         def part(j: int) -> bool:
             return (0 <= j < len(doc) and j not in blocked and doc[j].pos_ == "PROPN"
                     and self._shaped(doc[j], lower))
@@ -161,8 +161,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
 
     def _fits(self, doc, start: int, end: int) -> bool:
         """Tokens ``[start, end)`` can be a person's name where they stand: no determiner before
-        them ("the Princess Royal"), no number after them ("Kaplice 1") and no place or
-        organisation word in or right after them ("Herceg Gateway St.")."""
+        them ("the Prince Regent"), no number after them ("Kaplanova 12") and no place or
+        organisation word in or right after them ("Ivana Station")."""
         if start and doc[start - 1].pos_ == "DET":
             return False
         if end < len(doc) and doc[end].like_num:
@@ -192,7 +192,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     or token.lower_ in self._words and (lower or self._opens(doc, i))):
                 continue
             start, end = self._extent(doc, i, lower, taken | orgs)
-            seen.update(range(start, end))  # a run that is no name ("the Princess Royal") gives no name either
+            seen.update(range(start, end))  # a run that is no name ("the Prince Regent") gives no name either
             if self._fits(doc, start, end):
                 add(start, end)
         names = {i for a, b in found for i in range(a, b)}
