@@ -51,15 +51,17 @@ _NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _CALENDAR = frozenset({"january", "february", "march", "april", "may", "june", "july", "august", "september",
                        "october", "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday",
                        "saturday", "sunday"})
-#: NER labels whose words are never a missed name (a place, a date, a nationality, a number...).
+#: Dependencies that join the items of a list ("Hedda, Greta and Olav").
 _LIST = ("conj", "appos")
 #: Words that make the proper nouns beside them a place or an organisation, not a person.
 _PLACE_WORDS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "lane", "drive", "way", "boulevard", "blvd",
                           "square", "place", "court", "gateway", "bridge", "park", "station", "airport", "port",
                           "hospital", "clinic", "school", "college", "university", "academy", "institute",
                           "church", "cathedral", "museum", "hotel", "bank", "hall", "centre", "center", "tower",
-                          "strasse", "straße", "company", "corporation", "corp", "inc", "ltd", "llc", "plc", "gmbh", "group", "foundation",
+                          "strasse", "straße", "company", "corporation", "corp", "inc", "ltd", "llc", "plc",
+                          "gmbh", "group", "foundation",
                           "river", "lake", "mountain", "mount", "island", "county", "city", "village", "valley"})
+#: NER labels whose words are never a missed name (a place, a date, a nationality, a number...).
 _OTHER_ENTITY = frozenset({"GPE", "LOC", "FAC", "NORP", "DATE", "TIME", "EVENT", "LANGUAGE", "LAW", "MONEY",
                            "ORDINAL", "CARDINAL", "PERCENT", "PRODUCT", "QUANTITY", "WORK_OF_ART"})
 
