@@ -51,6 +51,7 @@ from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, 
 from proxy.guardrails.detectors.embeddings import embed
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
+from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, english_words
 from proxy.guardrails.detectors.privacy_person import (
     PersonHead,
     coreferent_spans,
@@ -151,6 +152,11 @@ class PiiDetectorConfig(BaseModel):
             on it (spaCy parses each doc on its own; a test compares them).
         address_blocks: add :class:`~.privacy_address.AddressBlockRecognizer` (the name and place
             lines of a multi-line postal address).
+        name_gazetteer: add :class:`~.privacy_names.NameGazetteerRecognizer` (names spaCy's NER
+            missed: gazetteer first names and surnames, names in a list with a person).
+        name_gazetteer_threshold: the p(private) a person named only by that recognizer needs
+            (when above the person head's own threshold): such a word is less surely a person's
+            name, and the head learnt from the names NER finds.
         min_digits: per entity type, the fewest digits a span must hold to be reported (a
             4-digit year is no phone number, whatever a lenient phone parser says).
         phone_max_tries: rejected phone-number candidates python-phonenumbers may try per
@@ -195,6 +201,8 @@ class PiiDetectorConfig(BaseModel):
     batch_windows: int = Field(default=4, ge=1, le=1000)
     context: ContextConfig = Field(default_factory=ContextConfig)
     address_blocks: bool = True
+    name_gazetteer: bool = True
+    name_gazetteer_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
     min_digits: dict[str, int] = Field(default_factory=dict)
     phone_max_tries: int = Field(default=patterns.PHONE_MAX_TRIES, ge=1)
     ner_gate: bool = True
@@ -302,6 +310,9 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
                                                       config.min_digits.get("PHONE_NUMBER", 0)))
     if config.address_blocks:
         registry.add_recognizer(AddressBlockRecognizer(supported_language=config.language))
+    if config.name_gazetteer:
+        registry.add_recognizer(NameGazetteerRecognizer(
+            supported_language=config.language, words=english_words(nlp_engine.get_nlp(config.language))))
     for recognizer_name in config.disabled_recognizers:
         registry.remove_recognizer(recognizer_name)
     for spec in config.recognizers:
@@ -625,7 +636,10 @@ class PiiDetector:
                                                    for s in persons]))
         judged: dict[int, bool] = {}
         for group in person_groups([piece[s.start:s.end] for s in persons]):
-            private = bool(p[group].mean() >= self.person_head.threshold)
+            threshold = self.person_head.threshold
+            if all(persons[i].recognizer == NameGazetteerRecognizer.NAME for i in group):
+                threshold = max(threshold, self.config.name_gazetteer_threshold)
+            private = bool(p[group].mean() >= threshold)
             judged.update({id(persons[i]): private for i in group})
         personal = any(judged.values()) or any(rule._always(s) for s in spans)
         return [s for s in spans if rule._always(s) or judged.get(id(s), personal)]
