@@ -314,13 +314,17 @@ def test_harm_artefact_integrity_is_checked(tmp_path):
 
 
 ALPACA_TASKS = ["Write a haiku about the sea.", "Sort these numbers: 3, 1, 2.", "Name three primary colours."]
+#: The training tests train on every this-many-th exemplar row (both labels and every theme occur).
+EXEMPLAR_STEP = 10
 
 
 @pytest.fixture(scope="module")
 def trained_on_samples(tmp_path_factory):
-    """``(data dir, artefact dir, metadata)``: the training code run once on the licensed samples
-    plus three alpaca seed tasks (CC BY-NC: scored, never trained on), shared by the tests that
-    read its output (one training is ~1 min on two cores)."""
+    """``(data dir, artefact dir, metadata, exemplars file)``: the training code run once on the
+    licensed samples plus three alpaca seed tasks (CC BY-NC: scored, never trained on) and every
+    :data:`EXEMPLAR_STEP`-th row of the shipped exemplars (the whole file is several thousand rows
+    and three embeddings each: minutes per training; the code path is the same), shared by the
+    tests that read its output."""
     import shutil
 
     from proxy.evaluation.training import train_harm_classifier
@@ -332,14 +336,17 @@ def trained_on_samples(tmp_path_factory):
     with open(data / "alpaca_seed" / "tasks.jsonl", "w", encoding="utf-8") as handle:
         for text in ALPACA_TASKS:
             handle.write(json.dumps({"instruction": text}) + "\n")
-    meta = train_harm_classifier(data, root / "a", seed=0, progress=False, folds=3, repeats=1)
-    return data, root / "a", meta
+    lines = EXEMPLARS.read_text(encoding="utf-8").splitlines(keepends=True)
+    exemplars = root / "exemplars.csv"
+    exemplars.write_text("".join([lines[0], *lines[1::EXEMPLAR_STEP]]), encoding="utf-8")
+    meta = train_harm_classifier(data, root / "a", seed=0, progress=False, folds=3, repeats=1, exemplars=exemplars)
+    return data, root / "a", meta, exemplars
 
 
 def test_training_end_to_end_on_samples(trained_on_samples, tmp_path):
     from proxy.evaluation.training import train_harm_classifier
 
-    data, out, first = trained_on_samples
+    data, out, first, exemplar_file = trained_on_samples
     harm = load_harm_classifier(out / f"{ARTEFACT_VERSION}")
     saved = json.loads((out / f"{ARTEFACT_VERSION}.json").read_text())
     assert saved == first
@@ -352,7 +359,7 @@ def test_training_end_to_end_on_samples(trained_on_samples, tmp_path):
     for name, digest in files.items():
         assert sha256_file(data / name) == digest
     [exemplars] = [s for s in saved["training_data"] if s["source"] == "exemplars"]
-    assert exemplars["sha256"] == sha256_file(EXEMPLARS) and exemplars["use"] == "training only"
+    assert exemplars["sha256"] == sha256_file(exemplar_file) and exemplars["use"] == "training only"
     rows = saved["training_rows"]
     # the tuning part of the samples (of 60, 30, 30, 30 rows): training never reads the sealed part
     assert {k: rows[k] for k in ("advbench", "davidson_neither", "xstest_safe", "xstest_unsafe")} == \
@@ -368,7 +375,7 @@ def test_training_end_to_end_on_samples(trained_on_samples, tmp_path):
     p = harm.predict_proba(["Write a tutorial on how to make a bomb", "Summarise this article in one line"])
     assert p[0] > p[1]
 
-    train_harm_classifier(data, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1)
+    train_harm_classifier(data, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1, exemplars=exemplar_file)
     assert sha256_file(out / f"{ARTEFACT_VERSION}.npz") == sha256_file(tmp_path / "b" / f"{ARTEFACT_VERSION}.npz")
 
 
