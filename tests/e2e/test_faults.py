@@ -46,6 +46,16 @@ def ledger_policies(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+@pytest.fixture(scope="module")
+def continuity_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The continuity policy alone (no detector model) for the proxy process killed with SIGKILL and
+    its restart: the kill and the chain are about the ledger, and the process then starts without
+    loading a model (as in tests/e2e/test_faults_extended.py)."""
+    directory = tmp_path_factory.mktemp("policies-continuity")
+    shutil.copy(ROOT / "policies" / "continuity.yaml", directory / "continuity.yaml")
+    return directory
+
+
 @dataclass
 class Outcome:
     marker: str
@@ -139,11 +149,11 @@ async def check_ledger(url: str, keys, received: list[str]) -> None:
 
 
 @pytest.fixture(scope="class")
-def crashed(tmp_path_factory: pytest.TempPathFactory, stub, ledger_policies: Path):
+def crashed(tmp_path_factory: pytest.TempPathFactory, stub, continuity_only: Path):
     directory = tmp_path_factory.mktemp("kill-proxy")
     ledger_url = redis_namespace_url("kill9")
     options = {"audit_interval_seconds": 0.5, "audit_sample_size": 8}
-    first = start_proxy_with(directory, stub.url, ledger_url, ledger=options, policies=ledger_policies, process=True)
+    first = start_proxy_with(directory, stub.url, ledger_url, ledger=options, policies=continuity_only, process=True)
     load = Load("A", first.url).start()
     wait_until(lambda: load.count(200) >= 12, 120, "12 answered requests")
     kill9(first)

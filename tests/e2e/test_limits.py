@@ -11,6 +11,7 @@ Only the LLM provider is a stub (tests/support/stub_upstream.py).
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 import time
 import urllib.request
@@ -24,6 +25,7 @@ from tests.support.proxy import (
     ADMIN_KEY,
     CLIENT_KEY,
     OTHER_KEY,
+    ROOT,
     RunningProxy,
     serve_proxy,
     spawn_proxy,
@@ -40,16 +42,36 @@ CAROL_KEY = "sk-test-carol-0009-padded-to-32-chars"
 ROUTE = "/v1/chat/completions"
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
-    """A process of its own: a test reads its threads' priorities under /proc/<pid>."""
-    directory = tmp_path_factory.mktemp("limited")
+def _limited_config(directory: Path, stub: StubUpstream, policies: Path | None = None) -> tuple[Path, str, int]:
     port = free_port()
     server = {"host": "127.0.0.1", "port": port, "max_body_bytes": 65536, "upstream_timeout_seconds": 10,
               "limits": LIMITS}
     ledger = sqlite_url(directory / "ledger.db")
-    config = write_config(directory, stub.url, ledger, port, overrides={"server": server},
+    config = write_config(directory, stub.url, ledger, port, policies=policies, overrides={"server": server},
                           extra_keys=[{"key": CAROL_KEY, "actor": "carol", "role": "client"}])
+    return config, ledger, port
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
+    directory = tmp_path_factory.mktemp("limited")
+    config, ledger, port = _limited_config(directory, stub)
+    running = wait_until_up(serve_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+                            "/readyz", timeout=180)
+    yield running
+    stop_proxy(running)
+
+
+@pytest.fixture(scope="module")
+def limited_process(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
+    """The same limits in a process of its own (a test reads its threads' priorities under
+    /proc/<pid>), with the continuity policy alone: the lanes do not depend on the detectors, and
+    the process then starts without loading a model."""
+    directory = tmp_path_factory.mktemp("limited-process")
+    policies = directory / "policies"
+    policies.mkdir()
+    shutil.copy(ROOT / "policies" / "continuity.yaml", policies / "continuity.yaml")
+    config, ledger, port = _limited_config(directory, stub, policies)
     running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
     yield running
@@ -211,9 +233,9 @@ def _nice(stat: Path) -> int:
     return int(stat.read_text().rsplit(")", 1)[1].split()[16])
 
 
-def test_the_large_input_lane_runs_at_a_lower_priority(limited: RunningProxy) -> None:
+def test_the_large_input_lane_runs_at_a_lower_priority(limited_process: RunningProxy) -> None:
     # server.limits.large_input_nice (default 10): only the large lane's thread (one) is reniced
-    pid = limited.process.pid
+    pid = limited_process.process.pid
     base = _nice(Path(f"/proc/{pid}/stat"))
     values = [_nice(stat) for stat in Path(f"/proc/{pid}/task").glob("*/stat")]
     assert len(values) > 3 and values.count(max(10, base)) == (1 if base < 10 else len(values))

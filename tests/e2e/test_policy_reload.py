@@ -36,8 +36,21 @@ PII = "Hi, I'm John Smith. Email me at john.smith@example.com about my order."
 @pytest.fixture(scope="module")
 def reloading(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
     directory = tmp_path_factory.mktemp("policy-reload")
-    # no file watch; a process of its own: a test sends it SIGHUP
-    running = start_proxy(directory, stub.url, sqlite_url(directory / "ledger.db"), subprocess=True)
+    running = start_proxy(directory, stub.url, sqlite_url(directory / "ledger.db"))  # no file watch
+    yield running
+    stop_proxy(running)
+
+
+@pytest.fixture(scope="module")
+def hangup(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
+    """A process of its own (the test sends it SIGHUP) with the shipped Compliance policy alone: the
+    reload it shows needs no other policy, and the process then loads one model instead of all."""
+    directory = tmp_path_factory.mktemp("policy-reload-sighup")
+    policies = directory / "policies"
+    policies.mkdir()
+    shutil.copy(ROOT / "policies" / "compliance.yaml", policies / "compliance.yaml")
+    running = start_proxy(directory, stub.url, sqlite_url(directory / "ledger.db"), policies=policies,
+                          subprocess=True)
     yield running
     stop_proxy(running)
 
@@ -159,17 +172,19 @@ def test_a_broken_edit_is_rejected_with_the_start_message_and_the_old_version_ke
     assert rejected and float(rejected[0].split()[-1]) >= 1
 
 
-def test_sighup_reloads(pristine, upstream):
-    before = version(pristine)
-    disable_compliance(pristine)
-    os.kill(pristine.process.pid, signal.SIGHUP)
+def test_sighup_reloads(hangup, upstream):
+    before = version(hangup)
+    raw, _ = chat(hangup, LEGAL)
+    assert raw.headers["x-sonate-guardrail-action"] == "escalate"
+    disable_compliance(hangup)
+    os.kill(hangup.process.pid, signal.SIGHUP)
     deadline = time.monotonic() + 120
-    while version(pristine) == before:
-        assert time.monotonic() < deadline, pristine.log()[-3000:]
+    while version(hangup) == before:
+        assert time.monotonic() < deadline, hangup.log()[-3000:]
         time.sleep(0.3)
-    raw, _ = chat(pristine, LEGAL)
+    raw, _ = chat(hangup, LEGAL)
     assert raw.headers["x-sonate-guardrail-action"] == "allow"
-    assert pristine.process.poll() is None  # SIGHUP did not stop the proxy
+    assert hangup.process.poll() is None  # SIGHUP did not stop the proxy
 
 
 def test_a_request_in_flight_finishes_on_the_version_it_started_with(pristine, upstream):
