@@ -48,6 +48,8 @@ def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--framed-copies", type=int_at_least(0), default=FRAMED_COPIES,
                         help=f"copies of each trained row with a greeting / reference / sign-off around it "
                              f"(proxy/guardrails/framings.py; default {FRAMED_COPIES}, 0: none)")
+    parser.add_argument("--no-pair-holdout", action="store_true",
+                        help="skip the XSTest type-pair hold-out (most of the training time; same weights)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -60,7 +62,7 @@ def run_safety(args: argparse.Namespace) -> int:
                                          c=args.c, folds=args.folds, repeats=args.repeats,
                                          target_recall=args.target_recall, toxicity_threshold=args.toxicity_threshold,
                                          exemplars=None if args.no_exemplars else args.exemplars,
-                                         framed_copies=args.framed_copies)
+                                         framed_copies=args.framed_copies, pair_holdout=not args.no_pair_holdout)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     print(summary(metadata))

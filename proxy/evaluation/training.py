@@ -437,7 +437,7 @@ def _metadata(npz_path: Path, finals: Sequence, sources: list[dict], groups_fit:
 def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progress: bool = True, c: float = 3.0,
                           folds: int = 5, repeats: int = 3, target_recall: float = 0.98,
                           toxicity_threshold: float = 0.90, exemplars: Path | None = EXEMPLARS,
-                          framed_copies: int = FRAMED_COPIES) -> dict:
+                          framed_copies: int = FRAMED_COPIES, pair_holdout: bool = True) -> dict:
     """Train, cross-validate and write ``<out_dir>/harm-minilm-svm-v7.{npz,json}``.
 
     Steps: read the data and exemplars → labels and strata → embed (two views per text: the last
@@ -458,6 +458,9 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
         toxicity_threshold: profanity-check threshold used in the combined decision.
         exemplars: the project's contrast exemplars (always trained on), or None for none.
         framed_copies: framed copies of each trained row added to the training set (0: none).
+        pair_holdout: run the XSTest type-pair hold-out (:func:`type_pair_holdout`: two SVM fits
+            per type pair, most of the training time); False leaves ``cv`` without it, for a quick
+            fit while writing exemplars. The weights and thresholds are the same either way.
 
     Returns:
         The metadata written to the .json (also holds ``cv`` metrics and ``recommended_thresholds``;
@@ -509,7 +512,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
                                                                 "xstest_unsafe", "xstest_safe"),
                     "combined": _rates((harm_framed >= recommended) | toxic_probe, d.groups_all)}
     holdout = type_pair_holdout(x_fit, y_fit, groups_fit, strata_fit, c=c, platts=platts, threshold=recommended,
-                                copies=copies)
+                                copies=copies) if pair_holdout else None
     if holdout is not None:
         cv["xstest_type_pair_holdout"] = holdout
 
