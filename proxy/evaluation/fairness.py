@@ -315,9 +315,8 @@ def _index_block(estimate: float, low: float, high: float, n: int) -> dict[str, 
     enterprise, public = cast(float, TARGETS["pfi_enterprise"]["value"]), cast(float, TARGETS["pfi_public"]["value"])
     return {  # published implies est is not None
         "pfi": est, "ci_low": lo, "ci_high": hi, "n": n, "published": published,
-        "display": round_index(est) if published and est is not None else "NA",
-        # round_index maps None to "NA" though annotated float
-        "ci_display": [round_index(lo), round_index(cast(float, hi))] if published and lo is not None else None,
+        "display": round_index(est) if published else "NA",
+        "ci_display": [round_index(lo), round_index(hi)] if published and lo is not None else None,
         "meets_enterprise": est >= enterprise if published and est is not None else None,
         "meets_public": est >= public if published and est is not None else None,
     }

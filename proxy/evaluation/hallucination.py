@@ -193,7 +193,7 @@ def rate_block(failed: int, checked: int, tier: str, confidence: float = CONFIDE
         meets = rate < cast(float, target["value"])  # TARGETS rows mix str and float values
     return {
         "checked": checked, "failed": failed, "rate": rate, "ci_low": _finite(low), "ci_high": _finite(high),
-        "published": published, "display": round_percent(rate) if published and rate is not None else "NA",
+        "published": published, "display": round_percent(rate) if published else "NA",
         "ci_display": [round_percent(low), round_percent(high)] if published else None,
         "tier": tier, "target": {"op": target["op"], "value": target["value"]} if target else None,
         "meets_target": meets,

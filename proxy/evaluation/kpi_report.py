@@ -133,7 +133,7 @@ def proportion_block(successes: int, n: int, *, kind: str = "interactions") -> d
     rate = successes / n if n else None
     published = publishable(n, kind)
     return {"successes": successes, "n": n, "rate": rate, "ci_low": _finite(low), "ci_high": _finite(high),
-            "published": published, "display": round_percent(rate) if published and rate is not None else "NA",
+            "published": published, "display": round_percent(rate) if published else "NA",
             "ci_display": [round_percent(low), round_percent(high)] if published else None}
 
 

@@ -172,7 +172,7 @@ def _round_half_up(value: float, places: str, scale: int = 1) -> Decimal:
     return rounded.copy_abs() if rounded.is_zero() else rounded  # no "-0.00"
 
 
-def round_percent(p: float) -> str:
+def round_percent(p: float | None) -> str:
     """A proportion as percent with 2 decimals, half-up: 0.0047 → "0.47%", 0.004755 → "0.48%".
 
     Methodology "Statistics": proportions are rounded to 2 decimals in percent. ``nan`` or
@@ -185,7 +185,7 @@ def round_percent(p: float) -> str:
     return f"{_round_half_up(p, '0.01', 100)}%"
 
 
-def round_index(x: float) -> str:
+def round_index(x: float | None) -> str:
     """An index with 3 decimals, half-up: 0.99651 → "0.997". ``nan`` or ``None`` → "NA".
 
     Methodology "Statistics": indices (PFI, TIS) are rounded to 3 decimals. Raises ValueError

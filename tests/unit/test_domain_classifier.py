@@ -97,13 +97,7 @@ def test_ambiguous_options_are_validated(bad):
     "Write a thank-you card for the nurse who looked after my grandmother.",
     "Suggest three names for a food truck that sells tacos.",
     "Make a list of things to pack for a beach holiday, including sunscreen and snacks.",
-])
-def test_everyday_tasks_that_mention_food_money_or_health_are_not_regulated(classifier, task):
-    [result] = classifier.classify([task])
-    assert not result.regulated, result
-
-
-@pytest.mark.parametrize("task", [
+    # an instruction, a blank line and a passage to work on: the task is what is asked
     "Summarise the text.\n\nThe council voted to spend part of its budget on a new pedestrian bridge over the "
     "river. Construction will take two years, and the bridge will connect the train station with the hospital "
     "and the law courts on the other bank. Local shops hope the extra foot traffic will raise their sales.",
@@ -111,8 +105,7 @@ def test_everyday_tasks_that_mention_food_money_or_health_are_not_regulated(clas
     "and 355 in May. Waiting times fell from 41 minutes to 26 minutes after two extra nurses were hired, and the "
     "clinic's annual budget grew to 1.8 million.",
 ])
-def test_a_task_on_a_passage_about_law_health_or_money_is_not_regulated(classifier, task):
-    """An instruction, a blank line and a passage to work on: the task is what is asked."""
+def test_everyday_tasks_that_mention_food_money_or_health_are_not_regulated(classifier, task):
     [result] = classifier.classify([task])
     assert not result.regulated, result
 

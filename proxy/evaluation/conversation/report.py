@@ -135,8 +135,9 @@ def render_html(result: dict[str, Any]) -> str:
     digest = base64.b64encode(hashlib.sha256(css.encode("utf-8")).digest()).decode("ascii")
     csp = f"default-src 'none'; style-src 'sha256-{digest}'; img-src 'none'; base-uri 'none'; form-action 'none'"
     summary = result["summary"]
-    bars: list[tuple[str, float | None, float | None, float | None, str]] = [(label, summary.get(key) / top if summary.get(key) is not None else None, None, None,
-             fmt(summary.get(key))) for key, label, top in _SUMMARY]
+    bars: list[tuple[str, float | None, float | None, float | None, str]] = [
+        (label, summary[key] / top if summary.get(key) is not None else None, None, None, fmt(summary.get(key)))
+        for key, label, top in _SUMMARY]
     sections = [_bar_chart("Summary (each metric on its own scale, shown as a share of its maximum)", bars,
                            scale_max=1.0),
                 "<h2>Turns</h2>", _table(_TURN_HEADER, [[fmt(c) for c in row] for row in _turn_rows(result)])]
