@@ -5,6 +5,9 @@ Chat completions (answered and streamed), embeddings and review decisions all go
 * :func:`build_receipts`: one unsigned receipt per performed guardrail action, or one ``allow``
   receipt (policy :data:`ALLOW_POLICY_ID`) naming the policies evaluated when none acted; the
   fields every receipt of a request shares come from :func:`request_fields`;
+* :func:`review_receipt`: the unsigned receipt of one human review step (an escalation's
+  ``resolve`` steps, an adjudication's ``adjudicate`` passes), its evidence given by the review
+  module that decided it;
 * :meth:`Receipting.commit`: append them through the sink (the ledger, or the spool) inside a
   ``ledger.commit`` span, timed in ``sonate_ledger_append_duration_seconds``; a
   :class:`~proxy.storage.base.LedgerError` becomes the 503 ``ledger_unavailable`` (fail_closed: no
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from proxy.guardrails.decisions import Decision
@@ -32,7 +36,7 @@ from proxy.server.telemetry import tracing
 from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerError
 
-__all__ = ["ALLOW_POLICY_ID", "Receipting", "SealedHook", "build_receipts", "request_fields"]
+__all__ = ["ALLOW_POLICY_ID", "Receipting", "SealedHook", "build_receipts", "request_fields", "review_receipt"]
 
 log = logging.getLogger("sonate.pipeline")  # the request flow's logger: log filters key on the name
 
@@ -62,6 +66,18 @@ def build_receipts(decisions: Sequence[Decision], fields: Mapping[str, Any], evi
                 for d in decisions]
     return receipts or [new_receipt(policy_id=ALLOW_POLICY_ID, guardrail_action="allow",
                                     evidence={"policies_evaluated": sorted(evaluated), **evidence}, **fields)]
+
+
+def review_receipt(*, action: str, policy_id: str, actor: str, intent: str, inputs_hash: str, output: Any,
+                   evidence: dict[str, Any], model: str | None, provider: str,
+                   stratum: dict[str, str], request_id: str | None = None) -> dict[str, Any]:
+    """The unsigned receipt of one human review step: ``guardrail_action`` ``action`` (``resolve``
+    or ``adjudicate``, human actions in the KPIs), ``outputs_hash`` the RFC 8785 hash of ``output``
+    (what the step produced), a new ``req_<hex>`` request id unless ``request_id`` is given (the
+    steps of one decision share one)."""
+    return new_receipt(request_id=request_id or "req_" + uuid.uuid4().hex, actor=actor, intent=intent,
+                       inputs_hash=inputs_hash, outputs_hash=json_hash(output), policy_id=policy_id,
+                       guardrail_action=action, evidence=evidence, model=model, provider=provider, stratum=stratum)
 
 
 class Receipting:

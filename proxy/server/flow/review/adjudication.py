@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from typing import Any
 
 from proxy.kpi.adjudication import (
@@ -40,9 +39,9 @@ from proxy.kpi.adjudication import (
     reviewer_view,
 )
 from proxy.primitives.canonical import json_hash
-from proxy.receipts.receipt import new_receipt, utc_timestamp
+from proxy.receipts.receipt import utc_timestamp
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.flow.receipting import Receipting
+from proxy.server.flow.receipting import Receipting, review_receipt
 from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.telemetry.metrics import Metrics
 from proxy.storage.base import LedgerError, LedgerStore
@@ -248,8 +247,7 @@ def _receipt(item: dict[str, Any], caller: Caller, raw: dict[str, Any], stage: s
         evidence["outcome"] = final["label"]
         evidence["decided_by"] = final["decided_by"]
         evidence["pass_commitments"] = {p: v["commitment"] for p, v in sorted(item["passes"].items())}
-    return new_receipt(
-        request_id="req_" + uuid.uuid4().hex, actor=caller.actor, intent=item["domain"],
-        inputs_hash=json_hash(raw), outputs_hash=json_hash({"id": item["id"], "status": item["status"]}),
-        policy_id=item["policy_id"], guardrail_action="adjudicate", evidence=evidence,
+    return review_receipt(
+        action="adjudicate", policy_id=item["policy_id"], actor=caller.actor, intent=item["domain"],
+        inputs_hash=json_hash(raw), output={"id": item["id"], "status": item["status"]}, evidence=evidence,
         model=item.get("model"), provider="human", stratum={**item.get("stratum", {}), "provider": "human"})

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from proxy.primitives.canonical import json_hash
-from proxy.receipts.receipt import new_receipt, utc_timestamp
+from proxy.receipts.receipt import utc_timestamp
 from proxy.server.errors import Caller, GatewayError, ledger_unavailable
-from proxy.server.flow.receipting import Receipting
+from proxy.server.flow.receipting import Receipting, review_receipt
 from proxy.server.flow.review.queue import DecisionQueue
 from proxy.server.flow.review.sealed_mapping import seal_mapping
 from proxy.server.flow.wire import completion_body
@@ -239,11 +239,10 @@ class Escalations:
         receipts = []
         for step in steps:
             provider = step.evidence.get("provider", "human")
-            receipt = new_receipt(
-                request_id=request_id, actor=reviewer.actor, intent=domain,
-                inputs_hash=inputs if step.inputs is None else json_hash(step.inputs),
-                outputs_hash=json_hash(step.output),
-                policy_id=original["policy_id"] if original else "compliance", guardrail_action="resolve",
+            receipt = review_receipt(
+                action="resolve", policy_id=original["policy_id"] if original else "compliance",
+                actor=reviewer.actor, intent=domain, request_id=request_id,
+                inputs_hash=inputs if step.inputs is None else json_hash(step.inputs), output=step.output,
                 evidence={**step.evidence, "escalation_id": case["id"], "decision": decision, "step": step.name,
                           "routing": "human", "escalation_receipt_id": case["receipt_id"],
                           "previous_receipt_id": previous},
