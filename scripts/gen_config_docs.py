@@ -5,7 +5,7 @@
 
 One section per model (its docstring), one table row per field: its key path, type, default,
 bounds (from the field's constraints) and the ``#:`` comment above the field, if any.
-tests/unit/test_config_docs.py fails when the committed page is not what this script writes.
+tests/unit/repo/test_config_docs.py fails when the committed page is not what this script writes.
 """
 from __future__ import annotations
 

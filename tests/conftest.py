@@ -38,11 +38,11 @@ PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with", "serve_proxy", "spawn_prox
 #: under ``make test``), slowest first: run first (:func:`_slowest_files_first`). A file missing
 #: here only costs balance between the workers, never a test.
 SLOWEST_FILES = (
-    "unit/test_safety_detectors.py", "e2e/test_faults_extended.py", "e2e/test_stream_privacy.py",
-    "e2e/test_workers.py", "unit/test_embeddings_onnx.py", "e2e/test_eval_conversation.py", "e2e/test_eval_suite.py",
-    "e2e/test_fuzz.py", "e2e/test_faults.py", "unit/test_conversation_metrics.py", "e2e/test_leaks.py",
-    "e2e/test_kpi_inputs.py", "e2e/test_screen_bounds.py", "unit/test_models.py", "e2e/test_ledger_http.py",
-    "unit/test_mutants_kpi.py", "e2e/test_web_verifier.py", "e2e/test_safe_defaults.py",
+    "unit/guardrails/detectors/test_safety.py", "e2e/test_faults_extended.py", "e2e/test_stream_privacy.py",
+    "e2e/test_workers.py", "unit/guardrails/detectors/test_embeddings.py", "e2e/test_eval_conversation.py", "e2e/test_eval_suite.py",
+    "e2e/test_fuzz.py", "e2e/test_faults.py", "unit/evaluation/conversation/test_metrics.py", "e2e/test_leaks.py",
+    "e2e/test_kpi_inputs.py", "e2e/test_screen_bounds.py", "unit/guardrails/test_models.py", "e2e/test_ledger_http.py",
+    "unit/evaluation/test_kpi_report.py", "e2e/test_web_verifier.py", "e2e/test_safe_defaults.py",
 )
 
 _session_redis: RedisServer | None = None

@@ -2,7 +2,7 @@
 how the guardrails' classifiers hold up when a request is wrapped in them.
 
 The training framings (:mod:`proxy.guardrails.framings`) augment the classifiers' rows; the
-lists here are disjoint from them (tests/unit/test_framings.py) and only measure: ``sonate eval
+lists here are disjoint from them (tests/unit/evaluation/test_framings.py) and only measure: ``sonate eval
 guardrails`` frames every Safety and Compliance item once (:func:`framed_items`) and
 ``sonate train safety`` scores every cross-validated row framed (:func:`evaluation_framed`).
 Written for this project. Deterministic for a given seed. Pure: no I/O.

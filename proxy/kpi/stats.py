@@ -1,7 +1,7 @@
 """The statistics of the KPI methodology: intervals, rounding, minimum N, pooling, AC1, PFI, TIS.
 
 Pure functions (no I/O). Formulas and their sources are given per function; the tests check
-each against scipy / statsmodels and hand-worked examples (tests/unit/test_kpi_stats.py).
+each against scipy / statsmodels and hand-worked examples (tests/unit/kpi/test_stats.py).
 
 Conventions: proportions are fractions in [0, 1] (FAR-A 0.0047, printed "0.47%"); indices are
 in [0, 1] (TIS 0.997). ``nan`` means "not available" wherever a float is returned.

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.support.proxy import CLIENT_KEY
-from tests.unit.test_long_input_safety import ASK, PROSE, TECH
+from tests.unit.guardrails.detectors.test_windows import ASK, PROSE, TECH
 
 APOLOGY = "I'm sorry, but I can't help with that request."
 

@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.browser import start_chromium
 from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
-from tests.unit.test_vectors import CONSISTENCY_VECTORS, VECTORS, python_verdict
+from tests.unit.receipts.test_vectors import CONSISTENCY_VECTORS, VECTORS, python_verdict
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from tests.support import smoke
-from tests.unit.test_dependencies import FULL, SERVE
+from tests.unit.repo.test_dependencies import FULL, SERVE
 
 pytestmark = pytest.mark.models
 

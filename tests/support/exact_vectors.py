@@ -3,7 +3,7 @@
 ``python -m tests.support.exact_vectors`` embeds :data:`TEXTS` with the served encoder
 (:func:`proxy.guardrails.detectors.embeddings.embed_layers`, whose ONNX Runtime session sets
 :data:`~proxy.guardrails.detectors.embeddings.EXACT_INT8`) and writes :data:`PATH`;
-tests/unit/test_embeddings_onnx.py compares the encoder of the machine it runs on with them. The
+tests/unit/guardrails/detectors/test_embeddings.py compares the encoder of the machine it runs on with them. The
 texts are short ones whose vectors a saturating uint8 x int8 product (an x86 CPU without VNNI and
 without the setting) changed most (cosine 0.962-0.986 to these; recorded on such a CPU with the
 setting). Re-record only when the graph itself changes (its file name is stored).

@@ -66,7 +66,7 @@ def write_config(directory: Path, stub_url: str, ledger_url: str, port: int, pol
     ``extra_keys`` are appended to auth.keys; ``overrides`` replace top-level sections. Per-key
     admission limits are off (many modules share the session proxy and its keys, and a fast run
     would meet the default 20 requests/s); tests/e2e/test_limits.py sets its own. So is the input
-    screen's time budget (a loaded test machine can exceed it; tests/unit/test_limits.py tests it).
+    screen's time budget (a loaded test machine can exceed it; tests/unit/server/admission/test_limits.py tests it).
     """
     if policies is None:
         policies = directory / "policies"

@@ -355,7 +355,7 @@ def receipt_vectors(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     r5 = chain[5]
     out = _valid_receipt_vectors(chain) + _field_mutation_vectors(chain)
     out += _document_mutation_vectors(chain) + _signature_and_key_vectors(chain)
-    # Schema leniencies of Python's re.match + "$" and Unicode \d (see tests/unit/test_vectors.py).
+    # Schema leniencies of Python's re.match + "$" and Unicode \d (see tests/unit/receipts/test_vectors.py).
     out += [
         vector("receipt/strict/ts-trailing-newline", "receipt", "ts followed by a newline",
                {**r5, "ts": r5["ts"] + "\n"}, TRUSTED, expect("schema", "signature")),

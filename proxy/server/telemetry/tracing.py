@@ -51,7 +51,7 @@ SCOPE = "sonate.proxy"
 
 
 class GenAI:
-    """GenAI semantic-convention attribute names used here (tests/unit/test_tracing.py checks them
+    """GenAI semantic-convention attribute names used here (tests/unit/server/telemetry/test_tracing.py checks them
     against the installed opentelemetry-semantic-conventions package)."""
 
     OPERATION_NAME = "gen_ai.operation.name"

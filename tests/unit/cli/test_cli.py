@@ -1,0 +1,160 @@
+"""The ``sonate`` command line: the command table, the module contract and the usage-error mapping.
+
+Every command of :data:`proxy.cli.COMMANDS` must be listed by ``sonate --help`` and its module must
+satisfy the contract of :mod:`proxy.cli.common`; a user-fixable error raised by a command must end
+as one ``sonate: <message>`` line on stderr with exit status 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import COMMANDS, build_parser, command_module, main
+from proxy.cli.common import EXIT_USAGE
+
+ROOT = Path(__file__).resolve().parents[3]
+#: Imported only by the commands that need them, never by building the parser.
+HEAVY_MODULES = ("aiohttp", "litellm", "presidio_analyzer", "torch", "transformers", "redis")
+
+
+def _one_line(text: str) -> str:
+    """argparse wraps help text; compare with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+def _takes_one_argument(function: object) -> bool:
+    try:
+        inspect.signature(function).bind(argparse.Namespace())  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
+def test_help_lists_every_command_of_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    listing = _one_line(capsys.readouterr().out)
+    assert set(COMMANDS) == {"serve", "verify", "keys", "ledger", "report", "eval", "train", "witness", "models",
+                             "policy"}
+    for name in COMMANDS:
+        assert f"{name} {_one_line(command_module(name).HELP)}" in listing, name
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_module_satisfies_the_contract(name: str) -> None:
+    module = command_module(name)
+    assert isinstance(module.HELP, str) and module.HELP.strip(), name
+    if hasattr(module, "SUBCOMMANDS"):
+        assert isinstance(module.SUBCOMMANDS, dict) and module.SUBCOMMANDS, name
+        for sub_name, entry in module.SUBCOMMANDS.items():
+            assert isinstance(entry, tuple) and len(entry) == 3, (name, sub_name)
+            sub_help, add_arguments, run = entry
+            assert isinstance(sub_help, str) and sub_help.strip(), (name, sub_name)
+            assert _takes_one_argument(add_arguments) and _takes_one_argument(run), (name, sub_name)
+    else:
+        assert _takes_one_argument(module.add_arguments) and _takes_one_argument(module.run), name
+
+
+def test_group_commands_list_and_require_their_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    groups = [name for name in COMMANDS if hasattr(command_module(name), "SUBCOMMANDS")]
+    assert {"ledger", "eval", "train"} <= set(groups)
+    for name in groups:
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"])
+        assert done.value.code == 0
+        listing = _one_line(capsys.readouterr().out)
+        for sub_name, (sub_help, _, _) in command_module(name).SUBCOMMANDS.items():
+            assert f"{sub_name} {_one_line(sub_help)}" in listing, (name, sub_name)
+        with pytest.raises(SystemExit) as done:
+            main([name])
+        assert done.value.code == EXIT_USAGE
+        assert "required" in capsys.readouterr().err
+
+
+def test_usage_error_of_a_command_is_one_line_and_exit_2(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert main(["ledger", "reindex", "--ledger", ledger, "--page", "0"]) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "sonate: --page must be >= 1\n")
+
+    assert main(["ledger", "checkpoint", "--ledger", ledger]) == EXIT_USAGE  # a reader creates no ledger
+    assert capsys.readouterr().err == (f"sonate: no SQLite ledger at {tmp_path / 'ledger.db'} (the proxy "
+                                       "creates it on its first start; check the ledger URL)\n")
+    assert not (tmp_path / "ledger.db").exists()
+    missing = tmp_path / "typo" / "ledger.db"
+    assert main(["keys", "generate", "--key-file", str(tmp_path / "k.json")]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--ledger", f"sqlite:///{missing}", "--keys", str(tmp_path / "k.json")]) == EXIT_USAGE
+    assert f"no SQLite ledger at {missing}" in capsys.readouterr().err
+    assert not missing.parent.exists()
+
+    asyncio.run(_create_empty_ledger(tmp_path / "ledger.db"))  # as the proxy's first start does
+    capsys.readouterr()
+    assert main(["verify", "--ledger", ledger, "--keys", str(tmp_path / "k.json")]) == 0
+    out, err = capsys.readouterr()
+    assert out == "OK: 0 ledger receipts verified\n"
+    assert err == ("sonate verify: warning: the ledger holds no receipt in the range: nothing was verified "
+                   "(a new ledger, or a mistyped URL or Redis namespace?)\n")
+    assert main(["ledger", "checkpoint", "--ledger", ledger]) == EXIT_USAGE
+    assert capsys.readouterr().err == ("sonate: no checkpoint has been published yet "
+                                       "(the proxy publishes them; or use --publish)\n")
+
+
+async def _create_empty_ledger(path: Path) -> None:
+    from proxy.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(path)
+    try:
+        await store.ping()
+    finally:
+        await store.close()
+
+
+def test_verify_on_a_missing_file_exits_2_without_traceback(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.json"
+    assert main(["verify", str(missing), "--keys", str(tmp_path / "keys.json")]) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"sonate verify: error: cannot read {missing}: No such file or directory\n"
+
+
+def test_config_and_key_file_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.yaml"
+    assert main(["serve", "--config", str(config)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("sonate: configuration error:\n") and f"{config}: file not found" in err
+
+    key_file = tmp_path / "signing.json"
+    assert main(["keys", "list", "--key-file", str(key_file)]) == EXIT_USAGE
+    assert capsys.readouterr().err == f"sonate: {key_file}: no signing key yet; run `sonate keys generate`\n"
+    assert main(["keys", "list", "--keyring", str(tmp_path / "ring.json")]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("sonate: --keyring needs --key-file")
+
+
+def test_python_m_proxy_is_sonate_and_parsing_loads_no_heavy_module() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "proxy", "ledger", "reindex", "--page", "0", "--ledger", "x"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert (done.returncode, done.stdout, done.stderr) == (EXIT_USAGE, "", "sonate: --page must be >= 1\n")
+
+    probe = ("import sys; from proxy.cli import build_parser; build_parser(); "
+             f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env,
+                            cwd=ROOT)
+    assert (loaded.returncode, loaded.stdout) == (0, "[]\n"), loaded.stderr
+
+
+def test_parser_keeps_the_global_flags() -> None:
+    args = build_parser().parse_args(["--log-level", "DEBUG", "verify", "r.json", "--keys", "k.json"])
+    assert (args.log_level, args.command, args.receipt, args.keys) == ("DEBUG", "verify", "r.json", "k.json")

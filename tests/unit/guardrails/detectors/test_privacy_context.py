@@ -1,0 +1,194 @@
+"""Privacy masks personal data, not every named entity (real presidio + spaCy, no mocks)."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
+from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, personal_request
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def _block(**overrides) -> dict:
+    block = yaml.safe_load((ROOT / "policies" / "privacy.yaml").read_text())["detector"]
+    return {**block, **overrides}
+
+
+@pytest.fixture(scope="module")
+def detector() -> PiiDetector:
+    return PiiDetector(PiiDetectorConfig(**_block()))
+
+
+def _found(detector: PiiDetector, text: str) -> dict[str, str]:
+    return {text[s.start:s.end]: s.entity_type for s in detector.analyze(text)}
+
+
+@pytest.mark.parametrize("text", [
+    "What is the happiest place on Earth?",
+    "in which year did Yao Ming retire?",
+    "a basketball team in Los Angeles, California",
+    "What is the capital of France?",
+    "Translate the English sentence into Chinese.",
+    "How old is Barack Obama?",
+    "What are winters like in London vs New York?",
+    "Is working part-time a good idea for teenagers between 15 and 19 years old?",
+    "Tell me about the history of Rome.",
+    "Question: Who painted the Mona Lisa in Florence?",
+])
+def test_public_mentions_in_general_requests_are_left_alone(detector, text):
+    assert detector.analyze(text) == []
+
+
+@pytest.mark.parametrize("text, value, entity", [
+    ("my name is Ada Lovelace", "Ada Lovelace", "PERSON"),
+    ("Patient John Miller was diagnosed with type 2 diabetes last week.", "John Miller", "PERSON"),
+    ("Please ship the order to our customer at 2437 Main St, Springfield.", "2437 Main St", "LOCATION"),
+    ("My neighbour Tom Baker moved to Leeds.", "Tom Baker", "PERSON"),
+    ("Sometimes people call me Roland", "Roland", "PERSON"),
+    ("Mr. Rangel flew to HORTEN on Monday morning.", "HORTEN", "LOCATION"),
+    ("Bot: What's the name on the account? User: Eve Magrath", "Eve Magrath", "PERSON"),
+])
+def test_names_and_places_in_personal_context_are_masked(detector, text, value, entity):
+    assert _found(detector, text).get(value) == entity
+
+
+@pytest.mark.parametrize("text", [
+    "Can you recommend restaurants in Paris for my trip?",
+    "I am planning a 7-day trip to Lisbon. Can you make a plan for me?",
+])
+def test_a_place_tied_to_nobody_is_left_alone(detector, text):
+    """A place or date is personal data only beside someone identified (a private person, an
+    identifier, an address): "my trip to Paris" alone identifies nobody."""
+    assert detector.analyze(text) == []
+
+
+@pytest.mark.parametrize("text, value, entity", [
+    ("What is the weather like at jane.doe@example.com?", "jane.doe@example.com", "EMAIL_ADDRESS"),
+    ("Which operator owns 0699 868 88 55?", "0699 868 88 55", "PHONE_NUMBER"),
+    ("Is 4111 1111 1111 1111 a valid card number?", "4111 1111 1111 1111", "CREDIT_CARD"),
+    ("Which bank has IBAN GB82WEST12345698765432?", "GB82WEST12345698765432", "IBAN_CODE"),
+    ("Explain what 536-22-8726 is.", "536-22-8726", "US_SSN"),
+    ("Why can't I ping 192.168.14.7?", "192.168.14.7", "IP_ADDRESS"),
+    ("What does driver's license number 6940579 tell you?", "6940579", "US_DRIVER_LICENSE"),
+])
+def test_direct_identifiers_are_masked_even_in_general_questions(detector, text, value, entity):
+    assert _found(detector, text).get(value) == entity
+
+
+def test_a_direct_identifier_makes_the_names_beside_it_personal(detector):
+    text = "Who is Maria Lopez? Her email is maria.lopez@example.org."
+    found = _found(detector, text)
+    assert found.get("Maria Lopez") == "PERSON" and found.get("maria.lopez@example.org") == "EMAIL_ADDRESS"
+
+
+def test_context_can_be_disabled_per_policy():
+    everything = PiiDetector(PiiDetectorConfig(**_block(context={"enabled": False})))
+    assert _found(everything, "What is the capital of France?") == {"France": "LOCATION"}
+
+
+def test_address_block_names_addressee_and_places(detector):
+    text = "Billing address: Ana Dias\n    31401 ul. Słowicza 10 Apt. 360\n   Wrocław\n    Poland 53-320"
+    found = _found(detector, text)
+    assert found.get("Ana Dias") == "PERSON"
+    assert found.get("Wrocław") == "LOCATION" and found.get("Poland") == "LOCATION"
+
+
+def test_address_block_recognizer_needs_a_street_line():
+    recognizer = AddressBlockRecognizer()
+    assert recognizer.analyze("Apples\nPears\nPlums", ["PERSON", "LOCATION"]) == []
+    block = "6614 Luite tee 87\n Apt. 931\n Salumäe\n Estonia 62031"
+    results = recognizer.analyze(block, ["PERSON", "LOCATION"])
+    assert [(r.entity_type, block[r.start:r.end]) for r in results] == [("LOCATION", "Salumäe"),
+                                                                         ("LOCATION", "Estonia")]
+
+
+def test_a_three_line_address_block_is_the_smallest_block():
+    """Name, street, town: three lines are a block (``min_lines``); two are not."""
+    recognizer = AddressBlockRecognizer()
+    block = "Ana Dias\n12 Main Street\nSpringfield"
+    results = recognizer.analyze(block, ["PERSON", "LOCATION"])
+    assert [(r.entity_type, block[r.start:r.end]) for r in results] == [("PERSON", "Ana Dias"),
+                                                                         ("LOCATION", "Springfield")]
+    assert recognizer.analyze("Ana Dias\n12 Main Street", ["PERSON", "LOCATION"]) == []
+
+
+@pytest.mark.parametrize("text", ["Ana Dias\n12 Main Street\nSpringfield",
+                                  "Please send it to:\nAna Dias\n12 Main Street\nSpringfield"])
+def test_a_three_line_address_is_masked(detector, text):
+    spans = detector.analyze(text)
+    for value in ("Ana Dias", "Springfield"):
+        start = text.index(value)
+        assert any(s.start <= start and start + len(value) <= s.end for s in spans), (value, spans)
+
+
+@dataclass(frozen=True)
+class _Span:
+    entity_type: str
+    recognizer: str = "SpacyRecognizer"
+
+
+@pytest.mark.parametrize("text, cue", [
+    ("I think Paris is nice", "first_person"),
+    ("Tell your brother Tom", "second_person"),
+    ("the tenant in flat 3 is Tom", "relation"),
+    ("Tom lives at the end of the road", "phrase"),
+    ("Hi Victor, nice to meet", "greeting"),
+    ("Name: Ana\nAddress: somewhere", "record_field"),
+])
+def test_personal_cues(text, cue):
+    assert cue in ContextRule.from_config(ContextConfig()).personal_cues(text)
+
+
+def test_generic_you_and_plural_relations_are_no_cue():
+    rule = ContextRule.from_config(ContextConfig())
+    assert rule.personal_cues("What happens if you fly the US flag at night?") == []
+    assert rule.personal_cues("Tell me where I can see the Northern Lights; can I go in May?") == []
+    assert rule.personal_cues("Complete the name: New what?") == []
+    assert rule.personal_cues("An actor with three marriages and five children, a former child-actor") == []
+
+
+def test_select_keeps_anchors_and_drops_public_mentions():
+    rule = ContextRule.from_config(ContextConfig())
+    place, email = _Span("LOCATION"), _Span("EMAIL_ADDRESS", "EmailRecognizer")
+    assert rule.select("Is Paris in France?", [place], "question") == []
+    assert rule.select("Paris is in France.", [place], "statement") == [place]
+    assert rule.select("Is Paris in a@b.c?", [place, email], "question") == [place, email]
+    street = _Span("LOCATION", "StreetAddressRecognizer")
+    assert rule.select("Who lives at 4 Privet Drive?", [street], "question") == [street]
+
+
+def test_rows_file_of_the_context_rules_covers_every_presidio_row(tmp_path):
+    """The context rules were written reading every development row: the rows file the command
+    writes lists each presidio row it is given (here the tests' own sample in tests/data, the same
+    format as the development split), with no out-of-fold figure (nothing was fitted)."""
+    from proxy.evaluation.data import load_builtin
+    from proxy.evaluation.provenance import read_rows_file
+    from proxy.evaluation.training_privacy import privacy_context_rows
+
+    data = ROOT / "tests" / "data"
+    out = privacy_context_rows(data, tmp_path / "privacy-context.rows.json")
+    assert out["policy"] == "privacy" and out["how"] == "tuned" and out["out_of_fold"] == {}
+    seen = read_rows_file(tmp_path / "privacy-context.rows.json")
+    presidio = [i for i in load_builtin(data)[0] if i.dataset == "presidio"]
+    assert presidio and all(seen.seen(i.text) for i in presidio)
+    assert not seen.seen("A sentence no data file holds: 7c0ffee.")
+
+
+@pytest.mark.parametrize("text, personal", [
+    ("Should I stop taking my medication?", True),
+    ("Draft my will so that my children inherit equally.", True),
+    ("Which stock should I buy with my savings?", True),
+    ("Can I sue my landlord for the mould in our flat?", True),
+    ("What happens if you swallow gum?", False),
+    ("Is it legal to marry your cousin in the US?", False),
+    ("Tell me how inheritance tax works in France.", False),
+    ("Let's compare the health systems of Canada and Japan.", False),
+])
+def test_personal_request_tells_advice_about_oneself_from_information(text, personal):
+    """Compliance's band rule (detectors/domain.py): "should I", "my" are personal; the generic
+    "you" of a question and requests to the assistant ("tell me", "let's") are not."""
+    assert personal_request(text) is personal

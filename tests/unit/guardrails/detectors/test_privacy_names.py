@@ -1,0 +1,90 @@
+"""Names spaCy's NER misses are found from a gazetteer (detectors/privacy_names.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
+from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, english_words, gazetteer
+from tests.unit.guardrails.detectors.test_privacy_context import _block, _found
+
+
+@pytest.fixture(scope="module")
+def detector() -> PiiDetector:
+    return PiiDetector(PiiDetectorConfig(**_block()))
+
+
+def _nlp(detector: PiiDetector):
+    return detector.analyzer().analyzer_engine.nlp_engine.get_nlp("en")
+
+
+@dataclass
+class _Artifacts:
+    tokens: object
+
+
+def _recognized(detector: PiiDetector, text: str, **parse) -> list[str]:
+    nlp = _nlp(detector)
+    recognizer = NameGazetteerRecognizer(words=english_words(nlp))
+    results = recognizer.analyze(text, ["PERSON"], _Artifacts(nlp(text, **parse)))
+    return [text[r.start:r.end] for r in results]
+
+
+def test_the_gazetteer_holds_first_names_and_surnames_of_many_languages():
+    first, last = gazetteer()
+    assert {"leocadia", "sunniva", "hedda", "ingrid"} <= first and {"nielsen", "kowalski"} <= last
+    assert all(" " not in name and name == name.casefold() for name in first | last)
+
+
+@pytest.mark.parametrize("text, name", [
+    ("Leocadia forgot her umbrella in my car again.", "Leocadia"),  # NER finds nobody
+    ("Our three tutors, Hedda, Greta and Olav, mark the exams together.", "Hedda"),  # a list with persons
+    ("my cousin ingrid and her friend are staying with us this weekend", "ingrid"),  # a lower-case text
+])
+def test_a_private_name_ner_misses_is_masked(detector, text, name):
+    assert _found(detector, text).get(name) == "PERSON"
+
+
+@pytest.mark.parametrize("text", [
+    "Chance is what my whole plan depends on.",  # a dictionary word opening a sentence
+    "I met the Prince Regent at a charity dinner last year.",  # a determiner before: a title
+    "My flat is at Kaplanova 12, so drop the keys there.",  # a number after: a street
+    "We met outside Ivana Station at noon.",  # a place word after
+])
+def test_words_that_only_look_like_names_are_not_reported(detector, text):
+    assert _recognized(detector, text) == []
+
+
+def test_nothing_is_reported_without_ner_s_parse(detector):
+    text = "Leocadia forgot her umbrella in my car again."
+    assert _recognized(detector, text) == ["Leocadia"]
+    assert _recognized(detector, text, disable=["ner"]) == []
+
+
+def test_the_recognizer_can_be_turned_off():
+    off = PiiDetector(PiiDetectorConfig(**_block(name_gazetteer=False)))
+    assert "Leocadia" not in _found(off, "Leocadia forgot her umbrella in my car again.")
+
+
+@dataclass(frozen=True)
+class _FlatHead:
+    """A person head that calls every mention private with the same probability."""
+
+    p: float
+    threshold: float = 0.45
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        return np.full(len(np.atleast_2d(features)), self.p)
+
+
+def test_a_person_only_the_gazetteer_names_needs_the_higher_threshold():
+    detector = PiiDetector(PiiDetectorConfig(**_block(name_gazetteer_threshold=0.7)))
+    text = "Leocadia forgot her umbrella in my car, and Maria Gonzalez found it."
+    detector.person_head = _FlatHead(0.6)  # type: ignore[assignment]
+    found = _found(detector, text)
+    assert found.get("Maria Gonzalez") == "PERSON" and "Leocadia" not in found
+    detector.person_head = _FlatHead(0.75)  # type: ignore[assignment]
+    assert _found(detector, text).get("Leocadia") == "PERSON"

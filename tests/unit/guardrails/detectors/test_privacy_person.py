@@ -1,0 +1,106 @@
+"""Privacy masks a person, not a string: the person head and coreference (detectors/privacy_person.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, PiiMasker
+from proxy.guardrails.detectors.privacy_person import FEATURES, PersonHead, coreferent_spans, name_parts, person_groups
+from tests.unit.guardrails.detectors.test_privacy_context import _block, _found
+
+
+@pytest.fixture(scope="module")
+def detector() -> PiiDetector:
+    return PiiDetector(PiiDetectorConfig(**_block()))
+
+
+def test_name_parts_drop_titles_particles_and_possessives():
+    assert name_parts("Dr. Ana de Souza's") == ["Ana", "Souza"]
+    assert name_parts("J. R.") == []
+
+
+def test_person_groups_join_mentions_sharing_a_name_word():
+    assert person_groups(["Ana Dias", "Tom", "dias", "Ana", "Tom Reed", "Lee"]) == [[0, 2, 3], [1, 4], [5]]
+
+
+def test_coreferent_spans_find_every_other_mention_in_any_casing():
+    text = "Ana Dias called. ana's card was blocked; DIAS wants a refund. Anastasia did not call."
+    found = [text[a:b] for a, b in coreferent_spans(text, ["Ana Dias"], [(0, 8)])]
+    assert found == ["ana", "DIAS"]  # not inside "Anastasia", possessive left outside the span
+
+
+def test_common_words_in_a_name_are_not_looked_for():
+    text = "Will Smith said he will call. Smith is late."
+    spans = coreferent_spans(text, ["Will Smith"], [(0, 10)], frozenset({"will"}))
+    assert [text[a:b] for a, b in spans] == ["Smith"]
+
+
+def test_the_shipped_head_loads_and_scores_in_range():
+    head = PersonHead.load()
+    assert head.coef.shape == (FEATURES,) and 0 < head.threshold < 1 and head.version.startswith("person-head@")
+    p = head.probability(np.zeros((2, FEATURES), dtype=np.float32))
+    assert p.shape == (2,) and np.all((p >= 0) & (p <= 1))
+
+
+@pytest.mark.parametrize("text, name", [
+    ("Patient Kwame Asante, 61, was admitted with pneumonia; Kwame's daughter signed the form.", "Kwame Asante"),
+    ("Ticket 5521 from customer Lucia Benedetti: Lucia cannot log in since Monday.", "Lucia Benedetti"),
+    ("Write a reference letter for my former employee Tariq Hamdan, who managed our night shift.", "Tariq Hamdan"),
+])
+def test_a_private_person_is_masked_everywhere_in_the_text(detector, text, name):
+    found = _found(detector, text)
+    assert found.get(name) == "PERSON"
+    first = name.split()[0]
+    assert all(s.entity_type == "PERSON" for s in detector.analyze(text) if text[s.start:s.end] == first)
+    assert sum(text[s.start:s.end] == first for s in detector.analyze(text)) == text.count(first) - 1
+
+
+@pytest.mark.parametrize("text", [
+    "Albert Einstein published the theory of special relativity in 1905.",
+    "Write a short essay comparing Abraham Lincoln and Winston Churchill as war leaders.",
+    "The new album by Taylor Swift topped the charts in its first week.",
+])
+def test_public_figures_are_left_alone(detector, text):
+    assert not any(s.entity_type == "PERSON" for s in detector.analyze(text))
+
+
+def test_one_person_gets_one_placeholder_across_texts(detector):
+    texts = ["My tenant Ibrahim Kaya has not paid rent since March.", "Should I write to Kaya or to ibrahim first?"]
+    spans = detector.corefer(texts, [detector.analyze(t) for t in texts])
+    masker = PiiMasker()
+    masked = [masker.mask(t, s) for t, s in zip(texts, spans)]
+    assert "Ibrahim" not in masked[0] and "Kaya" not in masked[1] and "ibrahim" not in masked[1]
+    assert masked[1].count("<PERSON_1>") == 2
+    assert masker.restore("<PERSON_1>") == "Ibrahim Kaya"
+
+
+def test_coreference_can_be_turned_off():
+    plain = PiiDetector(PiiDetectorConfig(**_block(context={"coreference": False})))
+    texts = ["My tenant Ibrahim Kaya has not paid rent.", "Is Kaya allowed to stay?"]
+    assert plain.corefer(texts, [[], []]) == [[], []]
+
+
+def test_training_refuses_a_written_text_that_repeats_a_development_row(tmp_path):
+    """A written training text that is a benchmark row (here a presidio sample row, names marked) stops
+    `sonate train privacy-person`, naming the row number and the source, never the text."""
+    import json
+    from pathlib import Path
+
+    from proxy.evaluation.data import DataError
+    from proxy.evaluation.training_person import load_mentions
+
+    data = Path(__file__).resolve().parents[3] / "data"
+    row = next(r for r in json.loads((data / "presidio" / "synth_sample.json").read_text())
+               if any(s["entity_type"] == "PERSON" for s in r["spans"]))
+    person = next(s for s in row["spans"] if s["entity_type"] == "PERSON")
+    text = row["full_text"]
+    marked = (text[:person["start_position"]] + "[[" + text[person["start_position"]:person["end_position"]]
+              + "|pr]]" + text[person["end_position"]:])
+    written = tmp_path / "mentions.csv"
+    written.write_text('text,theme\n"[[Ana Lima|pr]] paid the invoice.",note\n"' + marked.replace('"', '""')
+                       + '",copy\n', encoding="utf-8")
+    with pytest.raises(DataError) as caught:
+        load_mentions(data, written)
+    assert "row 2 duplicates a development row of presidio" in str(caught.value)
+    assert text not in str(caught.value)
