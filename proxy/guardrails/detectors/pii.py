@@ -159,7 +159,8 @@ class PiiDetectorConfig(BaseModel):
             name, and the head learnt from the names NER finds.
         question_name_threshold: with the person head and ``ner_gate`` on, a general question
             (no personal cue, no direct identifier or address shape) holding a capitalised word
-            after its first is parsed with NER too, and a person NER or the name gazetteer names
+            after its first that could be a name (no dictionary word, plural of one, stop word
+            or acronym) is parsed with NER too, and a person NER or the name gazetteer names
             there is masked when the head's p(private) reaches this ("is Tomasz still angry about
             the dent?"): most names in such a question are public figures asked about, so it is
             stricter than the head's own threshold. None: such a question is not parsed and its
@@ -398,7 +399,7 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
-#: A word after another word of its sentence (``_inner_capital``: a possible name in a question).
+#: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
 _INNER_WORD = re.compile(r"(?<=[^\s.!?])\s+[\"'“‘(]?([^\W\d_][\w'’-]*)")
 
 
@@ -461,6 +462,11 @@ class PiiDetector:
 
         #: Name words matched only as written by the coreference pass ("Will", "May", "Bill").
         self._stop_words = frozenset(STOP_WORDS)
+        #: The dictionary words a general question's capitalised words are looked up in
+        #: (``question_name_threshold``, :meth:`_judges_question_names`); empty when that is off.
+        self._question_words: frozenset[str] = frozenset()
+        if self.person_head is not None and config.question_name_threshold is not None:
+            self._question_words = english_words(first.analyzer_engine.nlp_engine.get_nlp(config.language))
         self.version = (
             f"presidio-analyzer {metadata.version('presidio-analyzer')} + "
             f"{model_meta['lang']}_{model_meta['name']} {model_meta['version']}"
@@ -578,10 +584,19 @@ class PiiDetector:
                 and not self._judges_question_names(piece))
 
     def _judges_question_names(self, piece: str) -> bool:
-        """A general question whose names the head judges (``question_name_threshold``): it holds
-        a capitalised word after another word of its sentence (a possible name; "I" aside)."""
-        return (self.person_head is not None and self.config.question_name_threshold is not None
-                and _inner_capital(piece))
+        """A general question whose names the head judges (``question_name_threshold``): a
+        capitalised word after another word of its sentence (possessive aside) is no dictionary
+        word, plural of one, stop word or acronym (a possible name; "France", "Americans", "US"
+        are not)."""
+        words = self._question_words
+        if not words:
+            return False
+        for word in _inner_capitals(piece):
+            folded = re.sub(r"['’]s?$", "", word).casefold()
+            if (not word.isupper() and folded not in words and folded not in self._stop_words
+                    and not (folded.endswith("s") and folded[:-1] in words)):
+                return True
+        return False
 
     def _general_question(self, piece: str) -> list[PiiSpan] | None:
         """``[]`` when the context rule would drop every span of a general question ``piece``
@@ -749,9 +764,9 @@ class PiiDetector:
         return self.analyze_batch(texts)
 
 
-def _inner_capital(text: str) -> bool:
-    """``text`` holds a capitalised word after another word of its sentence ("I" aside)."""
-    return any(m.group(1)[0].isupper() and m.group(1) != "I" for m in _INNER_WORD.finditer(text))
+def _inner_capitals(text: str) -> list[str]:
+    """The capitalised words of ``text`` after another word of their sentence ("I" aside)."""
+    return [w for w in (m.group(1) for m in _INNER_WORD.finditer(text)) if w[0].isupper() and w != "I"]
 
 
 def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
