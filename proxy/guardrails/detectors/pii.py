@@ -157,6 +157,14 @@ class PiiDetectorConfig(BaseModel):
         name_gazetteer_threshold: the p(private) a person named only by that recognizer needs
             (when above the person head's own threshold): such a word is less surely a person's
             name, and the head learnt from the names NER finds.
+        question_name_threshold: with the person head and ``ner_gate`` on, a general question
+            (no personal cue, no direct identifier or address shape) holding a capitalised word
+            after its first that could be a name (no dictionary word, plural of one, stop word
+            or acronym) is parsed with NER too, and a person NER or the name gazetteer names
+            there is masked when the head's p(private) reaches this ("is Tomasz still angry about
+            the dent?"): most names in such a question are public figures asked about, so it is
+            stricter than the head's own threshold. None: such a question is not parsed and its
+            names are left alone.
         min_digits: per entity type, the fewest digits a span must hold to be reported (a
             4-digit year is no phone number, whatever a lenient phone parser says).
         phone_max_tries: rejected phone-number candidates python-phonenumbers may try per
@@ -203,6 +211,7 @@ class PiiDetectorConfig(BaseModel):
     address_blocks: bool = True
     name_gazetteer: bool = True
     name_gazetteer_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    question_name_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     min_digits: dict[str, int] = Field(default_factory=dict)
     phone_max_tries: int = Field(default=patterns.PHONE_MAX_TRIES, ge=1)
     ner_gate: bool = True
@@ -390,6 +399,8 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
+#: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
+_INNER_WORD = re.compile(r"(?<=[^\s.!?])\s+[\"'“‘(]?([^\W\d_][\w'’-]*)")
 
 
 class PiiDetector:
@@ -451,6 +462,11 @@ class PiiDetector:
 
         #: Name words matched only as written by the coreference pass ("Will", "May", "Bill").
         self._stop_words = frozenset(STOP_WORDS)
+        #: The dictionary words a general question's capitalised words are looked up in
+        #: (``question_name_threshold``, :meth:`_judges_question_names`); empty when that is off.
+        self._question_words: frozenset[str] = frozenset()
+        if self.person_head is not None and config.question_name_threshold is not None:
+            self._question_words = english_words(first.analyzer_engine.nlp_engine.get_nlp(config.language))
         self.version = (
             f"presidio-analyzer {metadata.version('presidio-analyzer')} + "
             f"{model_meta['lang']}_{model_meta['name']} {model_meta['version']}"
@@ -564,7 +580,23 @@ class PiiDetector:
         :func:`~.privacy_context.text_mood`'s first test, which needs no parse) and it holds no
         personal cue. Regular expressions only."""
         return (self._ner_gate and self._lemma_bound is not None and _LETTER.search(piece) is not None
-                and piece.rstrip().endswith("?") and not self._keeps_contextual(piece, [], "question"))
+                and piece.rstrip().endswith("?") and not self._keeps_contextual(piece, [], "question")
+                and not self._judges_question_names(piece))
+
+    def _judges_question_names(self, piece: str) -> bool:
+        """A general question whose names the head judges (``question_name_threshold``): a
+        capitalised word after another word of its sentence (possessive aside) is no dictionary
+        word, plural of one, stop word or acronym (a possible name; "France", "Americans", "US"
+        are not)."""
+        words = self._question_words
+        if not words:
+            return False
+        for word in _inner_capitals(piece):
+            folded = re.sub(r"['’]s?$", "", word).casefold()
+            if (not word.isupper() and folded not in words and folded not in self._stop_words
+                    and not (folded.endswith("s") and folded[:-1] in words)):
+                return True
+        return False
 
     def _general_question(self, piece: str) -> list[PiiSpan] | None:
         """``[]`` when the context rule would drop every span of a general question ``piece``
@@ -602,7 +634,8 @@ class PiiDetector:
         the decision looks at every span before overlaps are resolved, so NER spans could not
         have changed it."""
         for piece, artifacts, mood, pending in self._nlp_artifacts(pieces):
-            if pending and self._keeps_contextual(piece, [], mood):
+            if pending and (self._keeps_contextual(piece, [], mood)
+                            or mood == "question" and self._judges_question_names(piece)):
                 artifacts, pending = self._with_ner(artifacts), False
             spans = self._raw_spans(piece, artifacts)
             if pending and self._keeps_contextual(piece, spans, mood):
@@ -620,7 +653,9 @@ class PiiDetector:
         - each person named (by NER or by a name-slot pattern), when the head judges them a private
           individual: the mean of p(private) over that person's mentions in the piece (mentions
           sharing a name word, :func:`~.privacy_person.person_groups`) reaches the head's
-          threshold, whatever the mood;
+          threshold, whatever the mood; in a general question parsed for its names
+          (``question_name_threshold``), a person NER or the name gazetteer names needs that
+          threshold;
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
           when the piece names a private person; in a piece naming nobody, those the context rule
@@ -631,6 +666,9 @@ class PiiDetector:
         if not persons:
             return kept if any(rule._always(s) for s in spans) else [s for s in kept if rule._always(s)]
         cues = rule.personal_cues(piece)
+        # a person NER (or the gazetteer over its parse) names in a general question: the stricter threshold
+        asked = (mood == "question" and not cues and not any(rule._always(s) for s in spans)
+                 and self._judges_question_names(piece))
         (sentence,) = embed([piece])  # the message's own embedding: Safety's and Compliance's pass, cached
         p = self.person_head.probability(np.stack([mention_features(doc, s.start, s.end, cues, mood, sentence)
                                                    for s in persons]))
@@ -639,6 +677,8 @@ class PiiDetector:
             threshold = self.person_head.threshold
             if all(persons[i].recognizer == NameGazetteerRecognizer.NAME for i in group):
                 threshold = max(threshold, self.config.name_gazetteer_threshold)
+            if asked and all(persons[i].recognizer in _PARSED_NAMES for i in group):
+                threshold = max(threshold, self.config.question_name_threshold or 0.0)
             private = bool(p[group].mean() >= threshold)
             judged.update({id(persons[i]): private for i in group})
         personal = any(judged.values()) or any(rule._always(s) for s in spans)
@@ -724,6 +764,11 @@ class PiiDetector:
         return self.analyze_batch(texts)
 
 
+def _inner_capitals(text: str) -> list[str]:
+    """The capitalised words of ``text`` after another word of their sentence ("I" aside)."""
+    return [w for w in (m.group(1) for m in _INNER_WORD.finditer(text)) if w[0].isupper() and w != "I"]
+
+
 def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
     """:func:`resolve_overlaps` of ``first``, plus the spans of ``then`` that overlap none of them;
     sorted by start."""
@@ -732,6 +777,8 @@ def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
     return sorted([*kept, *rest], key=lambda s: s.start)
 
 
+#: Recognizers whose names a general question shows only when parsed with NER (``question_name_threshold``).
+_PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME})
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
 
 

@@ -13,6 +13,14 @@ organisation. This presidio recognizer reads the parse presidio already made and
   name of the gazetteer;
 - a proper noun joined to a ``PERSON`` (NER's or one above) in a list ("Hedda, Greta and Olav":
   either is the other's ``conj`` or ``appos``);
+- a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
+  "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
+  nor a dictionary word stands;
+- a first name or surname **glued to punctuation** that spaCy's tokenizer left in one token
+  (``Elena:"I'm``): the name word alone;
+- in a lower-case text, the word after a slot English introduces a name with ("call me",
+  "my name is", "named", "called") when it is no dictionary word ("just call me jagódka"), and
+  two or more proper nouns in a row that no list holds and no dictionary has ("obinwa ekwueme");
 
 each only where a name can stand: no determiner before it ("the Prince Regent"), no number
 after it ("Kaplanova 12") and no place or organisation word in or right after it ("Ivana
@@ -51,6 +59,22 @@ _NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _CALENDAR = frozenset({"january", "february", "march", "april", "may", "june", "july", "august", "september",
                        "october", "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday",
                        "saturday", "sunday"})
+#: Diminutive suffixes of first names (Slavic, Germanic, Romance, English), longest first: a word
+#: ending in one is a diminutive when its stem, as is or with a vowel or a letter less, is a
+#: first name (:func:`diminutive_of`).
+DIMINUTIVE_SUFFIXES = ("ushka", "ochka", "echka", "uschka", "chen", "lein", "enka", "inka", "onka", "uška", "ička",
+                       "ečka", "ito", "ita", "ino", "ina", "illo", "illa", "etta", "etto", "ette", "uccia",
+                       "uccio", "ka", "ko", "ek", "ik", "ke", "ie", "y")
+_STEM_VOWELS = ("", "a", "e", "o", "i")
+#: Shortest stem a diminutive suffix may leave.
+_MIN_STEM = 3
+#: A name word glued to punctuation in one token: ``Elena:"I'm``.
+_GLUED = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+#: Punctuation inside an address, a file name or a number, never between a name and its turn
+#: ("files.example.org", "a/b", "x@y", "v2"): such a token holds no glued name.
+_ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
+#: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
+_LOWER_SLOTS = (("call", "me"), ("name", "is"), ("named",), ("called",))
 #: Dependencies that join the items of a list ("Hedda, Greta and Olav").
 _LIST = ("conj", "appos")
 #: Words that make the proper nouns beside them a place or an organisation, not a person.
@@ -74,6 +98,23 @@ def english_words(nlp) -> frozenset[str]:
     except (KeyError, AttributeError):
         return frozenset()
     return frozenset(w for words in index.values() for w in words)
+
+
+def diminutive_of(word: str, first: frozenset[str]) -> str | None:
+    """The first name of ``first`` (case-folded) that ``word`` is a diminutive of, or None: its
+    stem before a :data:`DIMINUTIVE_SUFFIXES` suffix, as is, with a vowel added or with a doubled
+    last letter undone, is a first name ("marzenka" → "marzena", "juanito" → "juan", "freddy" →
+    "fred"); the stem keeps at least :data:`_MIN_STEM` letters."""
+    folded = word.casefold()
+    for suffix in DIMINUTIVE_SUFFIXES:
+        stem = folded.removesuffix(suffix)
+        if stem == folded or len(stem) < _MIN_STEM:
+            continue
+        stems = [stem, stem[:-1]] if len(stem) > _MIN_STEM and stem[-1] == stem[-2] else [stem]
+        for base in (s + vowel for s in stems for vowel in _STEM_VOWELS):
+            if base in first:
+                return base
+    return None
 
 
 @functools.cache
@@ -124,11 +165,80 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 or not doc.has_annotation("ENT_IOB")):
             return []
         lower = not any(c.isupper() for c in text)
-        found = self._names(doc, lower)
-        return [RecognizerResult("PERSON", doc[a].idx, doc[b - 1].idx + len(doc[b - 1]), self.score,
+        names = self._names(doc, lower)
+        if lower:
+            covered = {i for a, b in names for i in range(a, b)}
+            names += [(a, b) for a, b in self._slotted(doc) if not covered & set(range(a, b))]
+        spans = [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in names] + self._glued(doc)
+        return [RecognizerResult("PERSON", start, end, self.score,
                                  recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,  # type: ignore[has-type]
                                                        RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
-                for a, b in found]
+                for start, end in sorted(set(spans))]
+
+    def _known(self, word: str) -> bool:
+        """``word`` (case-folded) is a gazetteer first name or surname, or a diminutive of a first
+        name that is no dictionary word."""
+        return (word in self._first or word in self._last
+                or word not in self._words and diminutive_of(word, self._first) is not None)
+
+    def _glued(self, doc) -> list[tuple[int, int]]:
+        """Character ``[start, end)`` of the first names and surnames glued to punctuation inside one
+        token (``Elena:"I'm``): a capitalised name-shaped word of the gazetteer, in a token NER did
+        not call a person and that is no address, file name or number (:data:`_ADDRESS_GLUE`); no
+        dictionary word, unless a first name before a colon (a speaker's turn in a transcript:
+        ``Victoria:"Yes"``)."""
+        found = []
+        for token in doc:
+            text = token.text
+            if (token.ent_type_ == "PERSON" or _NAME_WORD.match(text) or not any(c.isalpha() for c in text)
+                    or token.like_url or token.like_email or _ADDRESS_GLUE.search(text)):
+                continue
+            for match in _GLUED.finditer(text):
+                word = match.group()
+                folded = word.casefold()
+                speaker = text[match.end():match.end() + 1] == ":" and folded in self._first
+                if (len(word) >= 2 and word[0].isupper() and not word.isupper()
+                        and folded not in self._skip and (folded not in self._words or speaker)
+                        and (folded in self._first or folded in self._last)):
+                    found.append((token.idx + match.start(), token.idx + match.end()))
+        return found
+
+    def _slotted(self, doc) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the words after a name slot of a lower-case text ("call me X",
+        "my name is X"): one word, or two when the second is no dictionary word either; letters
+        only, no stop word, no dictionary word."""
+        def free(j: int) -> bool:
+            return (j < len(doc) and doc[j].is_alpha and len(doc[j]) >= 2 and doc[j].lower_ not in self._skip
+                    and doc[j].lower_ not in self._words)
+
+        found = []
+        for slot in _LOWER_SLOTS:
+            n = len(slot)
+            for i in range(len(doc) - n):
+                if tuple(t.lower_ for t in doc[i:i + n]) == slot and free(i + n):
+                    end = i + n + 1
+                    if end < len(doc) and free(end) and doc[end - 1].whitespace_:
+                        end += 1
+                    found.append((i + n, end))
+        return found
+
+    def _unknown_runs(self, doc, lower: bool, blocked: set[int]) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of each run of two to :data:`MAX_TOKENS` name-shaped proper nouns
+        that are no dictionary word, outside ``blocked``, joined by spaces ("obinwa ekwueme")."""
+        runs: list[tuple[int, int]] = []
+        start = None
+        for token in [*doc, None]:
+            fits = (token is not None and token.i not in blocked and token.pos_ == "PROPN"
+                    and self._shaped(token, lower) and token.lower_ not in self._words)
+            joined = fits and start is not None and token.i - start < MAX_TOKENS and doc[token.i - 1].whitespace_
+            if joined:
+                continue
+            if start is not None and token is not None and token.i - start >= 2:
+                runs.append((start, token.i))
+            elif start is not None and token is None and len(doc) - start >= 2:
+                runs.append((start, len(doc)))
+            start = token.i if fits else None
+        return runs
 
     def _shaped(self, token, lower: bool) -> bool:
         """A word that may be part of a name (module docstring)."""
@@ -183,20 +293,26 @@ class NameGazetteerRecognizer(EntityRecognizer):
             taken.update(range(start, end))
 
         for entity in doc.ents:  # an organisation that is a first name and a name-shaped word or two
-            if (entity.label_ == "ORG" and len(entity) <= MAX_TOKENS and entity[0].lower_ in self._first
+            first = entity[0].lower_
+            if (entity.label_ == "ORG" and len(entity) <= MAX_TOKENS
+                    and (first in self._first or first not in self._words and diminutive_of(first, self._first))
                     and all(self._shaped(t, lower) for t in entity) and self._fits(doc, entity.start, entity.end)):
                 add(entity.start, entity.end)
         seen: set[int] = set()
-        for token in doc:  # a first name or surname, with the proper nouns and initials around it
+        for token in doc:  # a first name, surname or diminutive, with the proper nouns and initials around it
             i = token.i
             if (i in seen or i in taken or i in orgs or token.pos_ != "PROPN" or not self._shaped(token, lower)
-                    or token.lower_ not in self._first and token.lower_ not in self._last
+                    or not self._known(token.lower_)
                     or token.lower_ in self._words and (lower or self._opens(doc, i))):
                 continue
             start, end = self._extent(doc, i, lower, taken | orgs)
             seen.update(range(start, end))  # a run that is no name ("the Prince Regent") gives no name either
             if self._fits(doc, start, end):
                 add(start, end)
+        if lower:  # a full name of words no list holds: two or more unknown proper nouns in a row
+            for a, b in self._unknown_runs(doc, lower, taken | orgs):
+                if self._fits(doc, a, b):
+                    add(a, b)
         names = {i for a, b in found for i in range(a, b)}
         names.update(t.i for e in doc.ents if e.label_ == "PERSON" and self._fits(doc, e.start, e.end) for t in e)
         for token in doc:  # a proper noun in a list with a name

@@ -6,7 +6,9 @@ the same spans as NER on every window, on the
 presidio sample (tests/data/presidio, every text also lower-cased and turned into a general
 question), the TruthfulQA sample's questions and hand-written cases; general requests skip NER,
 personal texts do not. With the person head on, the gate still keeps NER off a general question
-(its names are left, the head never judges them): that is the one place the two differ.
+without a capitalised word after its first, and off every general question when
+``question_name_threshold`` is unset (its names are left, the head never judges them): that is
+where the two differ.
 """
 
 from __future__ import annotations
@@ -69,10 +71,10 @@ def ungated() -> PiiDetector:
     return _rule_only(ner_gate=False)
 
 
-def test_with_the_person_head_a_general_question_names_nobody() -> None:
-    head = _detector()
+def test_with_the_person_head_a_general_question_names_nobody_without_the_question_threshold() -> None:
+    head = _detector(question_name_threshold=None)
     before = head.ner_windows_skipped
-    assert head.analyze("Why is Katrine Holm so impulsive?") == []  # no NER, so nothing for the head to judge
+    assert head.analyze("Is Tomasz Wrona still angry about the dent in the door?") == []  # no NER: nothing judged
     assert head.ner_windows_skipped == before + 1
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
-from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, english_words, gazetteer
+from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, diminutive_of, english_words, gazetteer
 from tests.unit.guardrails.detectors.test_privacy_context import _block, _found
 
 
@@ -48,11 +48,37 @@ def test_a_private_name_ner_misses_is_masked(detector, text, name):
     assert _found(detector, text).get(name) == "PERSON"
 
 
+@pytest.mark.parametrize("word, base", [
+    ("marzenka", "marzena"),  # a suffix and a vowel
+    ("stefanek", "stefan"),  # the stem as is
+    ("olly", "olle"),  # another suffix, another vowel
+])
+def test_a_diminutive_is_traced_to_its_first_name(word, base):
+    first, _ = gazetteer()
+    assert word not in first and base in first
+    assert diminutive_of(word, first) == base
+    assert diminutive_of("vodka", first) is None and diminutive_of("ika", first) is None  # stem too short
+
+
+@pytest.mark.parametrize("text, name", [
+    ("Marzenka borrowed my bike and has not brought it back.", "Marzenka"),  # a diminutive
+    ('Agent:"How can I help?"\nGrzegorz:"My card was charged twice."', "Grzegorz"),  # glued to punctuation
+    ("my neighbour said: call me jarosław when you need the ladder", "jarosław"),  # a slot, lower case
+    ("my landlord obinwa ekwueme wants the rent early", "obinwa ekwueme"),  # unknown words, lower case
+])
+def test_diminutives_glued_names_and_lower_case_slots_are_found(detector, text, name):
+    assert name in _recognized(detector, text)
+
+
 @pytest.mark.parametrize("text", [
     "Chance is what my whole plan depends on.",  # a dictionary word opening a sentence
     "I met the Prince Regent at a charity dinner last year.",  # a determiner before: a title
     "My flat is at Kaplanova 12, so drop the keys there.",  # a number after: a street
     "We met outside Ivana Station at noon.",  # a place word after
+    "We danced a Polka at my cousin's wedding.",  # a dictionary word that looks like a diminutive
+    "i called mom after lunch and we talked for ages",  # a slot before a dictionary word
+    "i watched netflix with my wife and the kids last night",  # one unknown word, lower case
+    "get the logs from ftp://nowak.example.org/files before Monday",  # names glued inside an address
 ])
 def test_words_that_only_look_like_names_are_not_reported(detector, text):
     assert _recognized(detector, text) == []
@@ -88,3 +114,21 @@ def test_a_person_only_the_gazetteer_names_needs_the_higher_threshold():
     assert found.get("Maria Gonzalez") == "PERSON" and "Leocadia" not in found
     detector.person_head = _FlatHead(0.75)  # type: ignore[assignment]
     assert _found(detector, text).get("Leocadia") == "PERSON"
+
+
+def test_a_name_in_a_general_question_needs_the_question_threshold():
+    detector = PiiDetector(PiiDetectorConfig(**_block(question_name_threshold=0.85)))
+    text = "Is Tomasz Wrona still angry about the dent in the door?"
+    detector.person_head = _FlatHead(0.8)  # type: ignore[assignment]
+    assert _found(detector, text) == {}
+    detector.person_head = _FlatHead(0.9)  # type: ignore[assignment]
+    assert _found(detector, text) == {"Tomasz Wrona": "PERSON"}
+    skipped = detector.parses_skipped
+    assert _found(detector, "what is the tallest mountain on earth?") == {}  # no capitalised word: no parse
+    assert _found(detector, "Is France bigger than the US and Americans think?") == {}  # dictionary words, an acronym
+    assert detector.parses_skipped == skipped + 2
+
+
+def test_a_public_figure_asked_about_is_left_with_the_shipped_head(detector):
+    for text in ("How old is Barack Obama?", "What did Marie Curie discover about radium?"):
+        assert "PERSON" not in _found(detector, text).values()
