@@ -43,7 +43,9 @@ embedding cache answers):
   each large input, and ``--settle`` quiet seconds after the last);
 - sonate and sonate-wN: the proportional set size after start (PSS, MB, /proc/PID/smaps_rollup:
   a page shared by k processes counts 1/k in each, where RSS counts it in each), of all the
-  processes and of each worker; sonate-wN's ready time is until every worker answered ``/readyz``.
+  processes and of each worker, and again after c=1, c=32 and the streams (what the traffic made
+  the workers copy of the pages they share); sonate-wN's ready time is until every worker
+  answered ``/readyz``.
 
 Prints a Markdown table (with the ratios of the performance targets) and writes every
 figure as JSON (``--out``). Latency is measured by an aiohttp client in this process; the stub
@@ -568,6 +570,10 @@ async def measure(target: Target, args: argparse.Namespace, results: dict[str, A
         print(f"  {target.name}: streams ...", flush=True)
         results["stream"] = await streams(session, target, args.streams)
         rss_after("stream")
+        if target.process is not None:  # what the traffic copied of the pages workers share (copy-on-write)
+            pss = pss_by_process(target.process.pid)
+            results["pss_stream_mb"] = pss["total"]
+            results["pss_workers_stream_mb"] = pss["children"] if pss["children"] else [pss["first"]]
         if target.name in ("sonate", "baseline"):
             results["idle"] = await sequential(session, target, args.requests // 2)
             for name, text in (("large_12k", PATHOLOGICAL), ("large_150k", MEDIUM), ("large_1m", LARGE)):
@@ -621,6 +627,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         ("PSS after start: all processes (each worker)",
          lambda n: "" if get(n, 'pss_start_mb') is None else
          f"{get(n, 'pss_start_mb'):.0f} MB ({' + '.join(f'{v:.0f}' for v in get(n, 'pss_workers_start_mb') or [])})"),
+        ("PSS after c=1, c=32 and streams: all processes (each worker)",
+         lambda n: "" if get(n, 'pss_stream_mb') is None else
+         f"{get(n, 'pss_stream_mb'):.0f} MB ({' + '.join(f'{v:.0f}' for v in get(n, 'pss_workers_stream_mb') or [])})"),
         ("ready after start", lambda n: "" if get(n, 'ready_s') is None else f"{get(n, 'ready_s'):.1f} s"),
     ]
     lines = ["| measure | " + " | ".join(heads[n] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
@@ -691,6 +700,9 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
             out.append(f"{name}: PSS after start of the {w.get('workers')} workers {many:.0f} MB = "
                        f"{_div(many, one):.2f}x one worker's {one:.0f} MB (goal <= 1.3x); all processes "
                        f"(the supervisor included) {w.get('pss_start_mb', 0):.0f} MB; ready {w.get('ready_s', 0):.1f} s")
+            one, many = sum(s.get("pss_workers_stream_mb") or []), sum(w.get("pss_workers_stream_mb") or [])
+            out.append(f"{name}: PSS after the load (c=1, c=32, streams) of the workers {many:.0f} MB = "
+                       f"{_div(many, one):.2f}x one worker's {one:.0f} MB")
     if s and d:
         out.append(f"stream TTFT overhead over direct: "
                    f"{_sub(_dig(s, ('stream', 'ttft_p50_ms')), _dig(d, ('stream', 'ttft_p50_ms'))) or 0:.1f} ms "

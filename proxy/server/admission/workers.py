@@ -39,7 +39,10 @@ program: the socket's descriptor number in ``$SONATE_WORKER_FD``, the index in
   a forked worker whose supervisor died before that was set exits at once).
 - A forked worker starts with the default SIGTERM, SIGINT and SIGHUP handling (the supervisor's
   handlers are not inherited), closes the other workers' sockets, and leaves the process with
-  ``os._exit`` (the supervisor's objects, inherited, are never finalised in a worker).
+  ``os._exit`` once its target returned (for ``sonate serve``: after aiohttp's shutdown closed
+  the ledger, the receipt sink and the spool), so the supervisor's objects and exit handlers,
+  inherited, are never run in a worker (a temporary directory of the supervisor's is not removed
+  by a worker's exit).
 - Every response of a worker carries ``x-sonate-worker: <index>`` (0..N-1), so an operator can see
   the spread.
 """
