@@ -7,7 +7,8 @@ counts stay in the totals; a Responses and a Messages conversation continue afte
 whichever worker answers (the refused turn is known by the proxy's reply the client sends back,
 not by one process's memory). The workers are forks of the supervisor, which loaded the models:
 their PSS sum stays under :data:`SHARED_PSS_BOUND` times one worker's RSS, and so it does once a
-killed worker was forked again. On a SQLite ledger: concurrent requests through both workers keep one
+killed worker was forked again; a worker forked after a policy reload serves the reloaded files.
+On a SQLite ledger: concurrent requests through both workers keep one
 chain, and SIGTERM to the supervisor stops every worker gracefully (exit 0, nothing left running).
 """
 
@@ -281,9 +282,9 @@ def memory_mb(pid: int) -> dict[str, float]:
 
 #: Bound of the two workers' PSS sum, as a multiple of the largest worker's RSS (every page it maps:
 #: about what one worker alone takes). The two workers fork from the supervisor after it loaded
-#: the models, whose pages all three then share: measured 464 MB of PSS against 521 MB of RSS
-#: (0.89x) on a 2-core machine; each loading its own models, as before, 2 x 500 = 1,001 MB
-#: against 561 (1.78x).
+#: the models, whose pages all three then share: measured 391 MB of PSS against 518 MB of RSS
+#: after start (0.75x; 417 MB, 0.80x, after bench/gateway.py's load) on a 2-core machine; two
+#: workers that each loaded their own models took 997 MB against 561 (1.78x).
 SHARED_PSS_BOUND = 1.3
 
 
@@ -310,6 +311,36 @@ def test_workers_share_the_models_their_supervisor_loaded_and_a_dead_one_is_fork
     replaced = time.monotonic() - killed  # the restart delay (1 s) and the new fork's start-up
     assert replaced < 60, replaced
     assert victim not in check_sharing()  # the new worker is a fork of the supervisor too
+
+
+def policy_version(proxy: RunningProxy) -> tuple[str, str]:
+    """``GET /v1/admin/policies`` on a new connection: (worker index, the policy version it serves)."""
+    request = urllib.request.Request(proxy.v1 + "/admin/policies", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.headers["x-sonate-worker"], json.loads(response.read())["policy_version"]
+
+
+def test_a_policy_reload_holds_in_a_worker_forked_after_it(served: RunningProxy) -> None:
+    # A replacement worker is forked from the supervisor, which loaded the policies at start: it
+    # must read the files again, not serve the version the supervisor holds.
+    (first,) = set(on_both_workers(lambda: policy_version(served)))
+    policy = served.config_path.parent / "policies" / "continuity.yaml"
+    policy.write_text(policy.read_text().replace("description: ", "description: (edited) ", 1))
+    os.kill(served.process.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 120
+    while True:
+        versions = set(on_both_workers(lambda: policy_version(served)))
+        if len(versions) == 1 and versions != {first}:
+            break
+        assert time.monotonic() < deadline, versions
+        time.sleep(0.5)
+    (edited,) = versions
+    victim = min(worker_pids(served.process.pid))
+    os.kill(victim, signal.SIGKILL)
+    while victim in worker_pids(served.process.pid) or len(worker_pids(served.process.pid)) < 2:
+        assert time.monotonic() < deadline, served.log()[-3000:]
+        time.sleep(0.2)
+    assert set(on_both_workers(lambda: policy_version(served))) == {edited}
 
 
 def test_sqlite_ledger_keeps_one_chain_and_sigterm_stops_every_worker(tmp_path: Path, stub) -> None:
