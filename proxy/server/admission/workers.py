@@ -37,12 +37,13 @@ program: the socket's descriptor number in ``$SONATE_WORKER_FD``, the index in
   configuration or key) stops the whole server with that code, as restarting cannot fix it. A
   worker is sent SIGTERM by the kernel if the supervisor itself dies (Linux ``PR_SET_PDEATHSIG``;
   a forked worker whose supervisor died before that was set exits at once).
-- A forked worker starts with the default SIGTERM, SIGINT and SIGHUP handling (the supervisor's
-  handlers are not inherited), closes the other workers' sockets, and leaves the process with
-  ``os._exit`` once its target returned (for ``sonate serve``: after aiohttp's shutdown closed
-  the ledger, the receipt sink and the spool), so the supervisor's objects and exit handlers,
-  inherited, are never run in a worker (a temporary directory of the supervisor's is not removed
-  by a worker's exit).
+- A forked worker starts with the default SIGTERM and SIGINT handling and ignores SIGHUP until
+  its app installs the reload handler (it reads the policy files as they are while it starts);
+  the supervisor's handlers are never run in it (those signals are held from the fork until
+  then). It closes the other workers' sockets, and leaves the process with ``os._exit`` once its
+  target returned (for ``sonate serve``: after aiohttp's shutdown closed the ledger, the receipt
+  sink and the spool), so the supervisor's objects and exit handlers, inherited, are never run in
+  a worker (a temporary directory of the supervisor's is not removed by a worker's exit).
 - Every response of a worker carries ``x-sonate-worker: <index>`` (0..N-1), so an operator can see
   the spread.
 """
@@ -82,6 +83,8 @@ CRASH_LOOP_S = 10.0
 #: Restart delays in seconds: first, and the ceiling of the doubling.
 RESTART_DELAY_S, MAX_RESTART_DELAY_S = 1.0, 30.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+#: The signals the supervisor handles (and a worker gets the default handling of).
+_FORWARDED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 #: prometheus_client's multiprocess directory variable (:data:`proxy.server.telemetry.metrics.MULTIPROC_DIR_ENV`,
 #: not imported here: that module imports prometheus_client, which reads the variable at import).
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -287,12 +290,20 @@ class Supervisor:
         gc.freeze()  # what the supervisor allocated since: never walked (so never written) by a worker's collector
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        pid = os.fork()
+        # Held until the new worker has the default handling: not run by the supervisor's handlers in it.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
         if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             return _Forked(pid)
         code = 1  # pragma: no cover  (the rest runs in the worker; tests/e2e/test_workers.py covers it)
         try:
             self._become_worker(index, supervisor)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             assert self.target is not None
             code = self.target(index, self.socks[index])
         except SystemExit as exc:
@@ -309,13 +320,13 @@ class Supervisor:
             os._exit(code)
 
     def _become_worker(self, index: int, supervisor: int) -> None:  # pragma: no cover  (in the worker)
-        """In a new fork: die with the supervisor, default signal handling, only this worker's socket,
-        the worker's environment (index, metrics directory)."""
+        """In a new fork: die with the supervisor, the worker's signal handling (module docstring), only
+        this worker's socket, the worker's environment (index, metrics directory)."""
         _die_with_parent()
         if os.getppid() != supervisor:  # the supervisor died before the request above took effect
             os._exit(0)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's reload handler: not a reason to die
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for i, sock in enumerate(self.socks):
             if i != index:
