@@ -40,7 +40,12 @@ embedding cache answers):
   (``--requests / 2`` sequential ones just before), and the large requests' latency and status;
 - sonate only: seconds from spawn to ``/readyz`` 200, and the resident set size (RSS, MB; the
   process and its children, from /proc) after start and after each phase (c=1, c=32, streams,
-  each large input, and ``--settle`` quiet seconds after the last).
+  each large input, and ``--settle`` quiet seconds after the last);
+- sonate and sonate-wN: the proportional set size after start (PSS, MB, /proc/PID/smaps_rollup:
+  a page shared by k processes counts 1/k in each, where RSS counts it in each), of all the
+  processes and of each worker, and again after c=1, c=32 and the streams (what the traffic made
+  the workers copy of the pages they share); sonate-wN's ready time is until every worker
+  answered ``/readyz``.
 
 Prints a Markdown table (with the ratios of the performance targets) and writes every
 figure as JSON (``--out``). Latency is measured by an aiohttp client in this process; the stub
@@ -155,6 +160,27 @@ def wait_http(url: str, process: subprocess.Popen, timeout: float) -> float:
     raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
 
 
+def wait_workers(url: str, workers: int, process: subprocess.Popen, timeout: float) -> float:
+    """Poll ``GET url/readyz`` on new connections until ``workers`` distinct workers answered 200
+    (``x-sonate-worker``); returns the seconds waited. RuntimeError if ``process`` exits or on timeout."""
+    import urllib.request
+
+    seen: set[str] = set()
+    started = time.monotonic()
+    while len(seen) < workers:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode}")
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"only workers {sorted(seen)} ready after {timeout:.0f} s")
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=5) as response:
+                if response.status == 200:
+                    seen.add(response.headers.get("x-sonate-worker", ""))
+        except OSError:
+            time.sleep(0.05)
+    return time.monotonic() - started
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and all its live descendants, from /proc."""
     children: dict[int, list[int]] = {}
@@ -180,6 +206,26 @@ def rss_mb(pid: int) -> float:
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
     return total / 1024
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional set size in MB of ``pid`` alone, from /proc/PID/smaps_rollup: each page it maps
+    divided by the number of processes that map it (RSS counts a shared page in each, so the RSS of
+    workers forked from one supervisor adds their shared models up once per process); 0 when gone."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        for line in (Path("/proc") / str(pid) / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pss_by_process(pid: int) -> dict[str, Any]:
+    """PSS in MB of ``pid`` and its descendants: ``total``, ``first`` (``pid`` itself: the proxy,
+    or the supervisor of ``server.workers`` > 1) and ``children`` (the workers', in pid order)."""
+    tree = process_tree(pid)
+    children = [pss_mb(child) for child in sorted(tree[1:])]
+    first = pss_mb(pid)
+    return {"total": first + sum(children), "first": first, "children": children}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -316,8 +362,13 @@ def sonate_target(stub_v1: str, workdir: Path, policies: Path | None = None, wor
                                + "\n".join(proxy.log().splitlines()[-30:])) from None
         name = ("baseline" if baseline is not None else "bare" if bare
                 else "sonate" if workers == 1 else f"sonate-w{workers}")
+        if workers > 1:  # /readyz answered by one worker: wait for the others too
+            ready += wait_workers(proxy.url, workers, proxy.process, 300)
+        time.sleep(SETTLE_S / 5)  # start-up's last allocations settled before the memory readings
+        pss = pss_by_process(proxy.process.pid)
         info = {"ready_s": ready, "rss_start_mb": rss_mb(proxy.process.pid), "log": str(proxy.log_path),
-                "workers": workers}
+                "workers": workers, "pss_start_mb": pss["total"],
+                "pss_workers_start_mb": pss["children"] if workers > 1 else [pss["first"]]}
         if baseline is not None:
             info["commit"] = _commit(baseline)
         yield Target(name, proxy.v1, CLIENT_KEY, "stub", proxy.process, info)
@@ -519,6 +570,10 @@ async def measure(target: Target, args: argparse.Namespace, results: dict[str, A
         print(f"  {target.name}: streams ...", flush=True)
         results["stream"] = await streams(session, target, args.streams)
         rss_after("stream")
+        if target.process is not None:  # what the traffic copied of the pages workers share (copy-on-write)
+            pss = pss_by_process(target.process.pid)
+            results["pss_stream_mb"] = pss["total"]
+            results["pss_workers_stream_mb"] = pss["children"] if pss["children"] else [pss["first"]]
         if target.name in ("sonate", "baseline"):
             results["idle"] = await sequential(session, target, args.requests // 2)
             for name, text in (("large_12k", PATHOLOGICAL), ("large_150k", MEDIUM), ("large_1m", LARGE)):
@@ -569,6 +624,12 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         ("RSS by phase: start / c=1 / c=32 / streams / 12 KB / 150 KB / 1 MB / settled",
          lambda n: " / ".join(f"{v:.0f}" for v in (get(n, 'rss_phases_mb') or {}).values() if v is not None)
          + (" MB" if get(n, 'rss_phases_mb', 'start') is not None else "")),
+        ("PSS after start: all processes (each worker)",
+         lambda n: "" if get(n, 'pss_start_mb') is None else
+         f"{get(n, 'pss_start_mb'):.0f} MB ({' + '.join(f'{v:.0f}' for v in get(n, 'pss_workers_start_mb') or [])})"),
+        ("PSS after c=1, c=32 and streams: all processes (each worker)",
+         lambda n: "" if get(n, 'pss_stream_mb') is None else
+         f"{get(n, 'pss_stream_mb'):.0f} MB ({' + '.join(f'{v:.0f}' for v in get(n, 'pss_workers_stream_mb') or [])})"),
         ("ready after start", lambda n: "" if get(n, 'ready_s') is None else f"{get(n, 'ready_s'):.1f} s"),
     ]
     lines = ["| measure | " + " | ".join(heads[n] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
@@ -635,6 +696,13 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
             out.append(f"{name}: c=32 throughput / one worker = "
                        f"{_div(_dig(w, ('c32', 'req_per_s')), _dig(s, ('c32', 'req_per_s'))):.2f}x; RSS after start "
                        f"{w.get('rss_start_mb', 0):.0f} MB for {w.get('workers')} workers and the supervisor")
+            one, many = sum(s.get("pss_workers_start_mb") or []), sum(w.get("pss_workers_start_mb") or [])
+            out.append(f"{name}: PSS after start of the {w.get('workers')} workers {many:.0f} MB = "
+                       f"{_div(many, one):.2f}x one worker's {one:.0f} MB (goal <= 1.3x); all processes "
+                       f"(the supervisor included) {w.get('pss_start_mb', 0):.0f} MB; ready {w.get('ready_s', 0):.1f} s")
+            one, many = sum(s.get("pss_workers_stream_mb") or []), sum(w.get("pss_workers_stream_mb") or [])
+            out.append(f"{name}: PSS after the load (c=1, c=32, streams) of the workers {many:.0f} MB = "
+                       f"{_div(many, one):.2f}x one worker's {one:.0f} MB")
     if s and d:
         out.append(f"stream TTFT overhead over direct: "
                    f"{_sub(_dig(s, ('stream', 'ttft_p50_ms')), _dig(d, ('stream', 'ttft_p50_ms'))) or 0:.1f} ms "

@@ -5,18 +5,25 @@ message naming the file and the key, no traceback, printed by :func:`proxy.cli.m
 non-loopback ``--host``/``server.host`` while a demo key of the example config.yaml is configured
 (:func:`proxy.config.check_exposure`; docs/security.md "Safe defaults").
 
-``server.workers`` > 1: this process becomes the supervisor of that many worker processes, each
-running this command again on a socket the supervisor bound (:mod:`proxy.server.admission.workers`).
+``server.workers`` > 1: this process becomes the supervisor of that many worker processes: it
+binds the sockets, loads the models once, then forks the workers, which share them
+(:mod:`proxy.server.admission.workers`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from pathlib import Path
+import shutil
+import socket
+import time
+from typing import TYPE_CHECKING
 
-from proxy.cli.common import EXIT_OK, UsageError
+from proxy.cli.common import EXIT_OK, UsageError, report_usage_error
+
+if TYPE_CHECKING:
+    from proxy.config import Config
+    from proxy.server.http.app import Preloaded
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -36,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     Raises ``ConfigError`` for an invalid config.yaml or a demo key on a non-loopback host, and :class:`UsageError` (``cannot start:``)
     when the services cannot be built: an unusable signing key, an invalid setting.
     """
-    from proxy.config import ConfigError, check_exposure, load_config
+    from proxy.config import check_exposure, load_config
 
     config = load_config(args.config)  # before the heavy imports: a bad config fails fast
     host = args.host or config.server.host
@@ -48,27 +55,38 @@ def run(args: argparse.Namespace) -> int:
 
     from proxy.server.admission import workers
 
-    sock = workers.inherited_socket()  # set in a worker of a supervisor
+    sock = workers.inherited_socket()  # set in a worker started as a command by a supervisor
     if sock is None and config.server.workers > 1:
-        return _supervise(args, config.server.workers, host, port)
+        return _supervise(config, config.server.workers, host, port)
+    return _serve(config, host, port, sock, workers.worker_index() if sock is not None else None)
 
+
+def _serve(config: Config, host: str, port: int, sock: socket.socket | None, index: int | None,
+           preloaded: Preloaded | None = None) -> int:
+    """Serve on ``sock`` (a worker's) or ``host``:``port`` until SIGTERM/SIGINT; :data:`EXIT_OK`.
+    ``index``: the worker's (its responses are labelled); ``preloaded``: the models a supervisor loaded.
+
+    Raises :class:`UsageError` when the services cannot be built.
+    """
     from aiohttp import web
 
     from proxy import __version__, offline
+    from proxy.config import ConfigError
+    from proxy.server.admission import workers
 
     offline.keep_torch_out_of_presidio()  # before anything imports presidio/spaCy: no torch in the server
     from proxy.receipts.signing import KeyFileError
     from proxy.server.http.app import build_services, create_app
 
     async def make_app() -> web.Application:
-        app = create_app(await build_services(config))
-        if sock is not None:
-            workers.label_responses(app, workers.worker_index() or 0)
+        app = create_app(await build_services(config, preloaded))
+        if index is not None:
+            workers.label_responses(app, index)
         return app
 
     def announce(_: str) -> None:
-        logging.getLogger("sonate").info("Sonate Trust Proxy %s listening on http://%s:%s/v1",
-                                         __version__, host, port)
+        logging.getLogger("sonate").info("Sonate Trust Proxy %s listening on http://%s:%s/v1%s", __version__, host,
+                                         port, "" if index is None else f" (worker {index})")
 
     offline.configure_tldextract()
     try:
@@ -79,12 +97,15 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _supervise(args: argparse.Namespace, count: int, host: str, port: int) -> int:
-    """Bind ``host``:``port`` and run ``count`` workers on it until SIGTERM/SIGINT; the supervisor's exit code.
+def _supervise(config: Config, count: int, host: str, port: int) -> int:
+    """Bind ``host``:``port``, load the models once, and run ``count`` workers forked from this
+    process on it until SIGTERM/SIGINT; the supervisor's exit code.
 
-    Raises :class:`UsageError` when the address cannot be bound.
+    Raises :class:`UsageError` when the address cannot be bound or the models cannot be loaded
+    (configuration, signing key).
     """
-    from proxy import __version__
+    from proxy import __version__, offline
+    from proxy.config import ConfigError
     from proxy.server.admission import workers
 
     try:
@@ -92,14 +113,31 @@ def _supervise(args: argparse.Namespace, count: int, host: str, port: int) -> in
     except OSError as exc:
         raise UsageError(f"cannot start: cannot listen on {host}:{port}: {exc}") from None
     bound = socks[0].getsockname()[1]
-    command = [sys.executable, "-m", "proxy", "--log-level", getattr(args, "log_level", None) or "INFO", "serve",
-               "--host", host, "--port", str(bound)]
-    if args.config:
-        command += ["--config", str(Path(args.config).resolve())]
-    logging.getLogger("sonate").info("Sonate Trust Proxy %s: %d workers listening on http://%s:%s/v1",
-                                     __version__, count, host, bound)
+    metrics_dir = workers.metrics_directory()  # before the models' modules import prometheus_client
+    log = logging.getLogger("sonate")
     try:
-        return workers.Supervisor(command, socks).run()
+        offline.keep_torch_out_of_presidio()
+        from proxy.receipts.signing import KeyFileError
+        from proxy.server.http.app import preload
+
+        started = time.monotonic()
+        try:
+            preloaded = preload(config)
+        except (ConfigError, KeyFileError, ValueError) as exc:
+            raise UsageError(f"cannot start:\n{exc}") from None
+        log.info("models loaded in %.1f s, shared by %d workers", time.monotonic() - started, count)
+
+        def serve_worker(index: int, sock: socket.socket) -> int:  # in a forked worker
+            try:
+                return _serve(config, host, bound, sock, index, preloaded)
+            except ConfigError as exc:
+                return report_usage_error(f"configuration error:\n{exc}")
+            except (UsageError, KeyFileError) as exc:
+                return report_usage_error(exc)
+
+        log.info("Sonate Trust Proxy %s: %d workers listening on http://%s:%s/v1", __version__, count, host, bound)
+        return workers.Supervisor(serve_worker, socks, metrics_dir=metrics_dir).run()
     finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
         for sock in socks:
             sock.close()

@@ -15,6 +15,7 @@ allow decides what the client sees.
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections import Counter
 from collections.abc import Set as AbstractSet
@@ -66,7 +67,7 @@ from proxy.guardrails.registry import DetectorRegistry, default_registry
 from proxy.guardrails.schema import Policy, SafetyPolicy
 
 __all__ = ["GuardrailEngine", "Decision", "decisive_action", "fmt_score", "GENERAL_DOMAIN", "input_texts",
-           "InputScreen", "OutputScreen", "ContinuityPlan", "SummaryResult", "DomainRoute"]
+           "InputScreen", "OutputScreen", "ContinuityPlan", "SummaryResult", "DomainRoute", "stop_side_threads"]
 
 log = logging.getLogger("sonate.guardrails")
 
@@ -94,8 +95,20 @@ SIDE_THREADS = 4
 
 @lru_cache(maxsize=1)
 def _side_pool() -> ThreadPoolExecutor:
-    """The process's side threads (created on the first parallel screen)."""
+    """The process's side threads (created on the first parallel screen; a forked child makes its own)."""
     return ThreadPoolExecutor(SIDE_THREADS, thread_name_prefix="guardrails-side")
+
+
+def stop_side_threads() -> None:
+    """Stop the side threads, waiting for their screens; the next parallel screen starts new ones.
+    Before a fork (the child has none of the parent's threads, :mod:`proxy.server.admission.workers`)."""
+    if _side_pool.cache_info().currsize:
+        _side_pool().shutdown(wait=True)
+        _side_pool.cache_clear()
+
+
+if hasattr(os, "register_at_fork"):  # a child never submits to the parent's pool, whose threads it lacks
+    os.register_at_fork(after_in_child=_side_pool.cache_clear)
 
 
 def _pausing_with(hook: Callable[[], None] | None, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -5,12 +5,16 @@ their receipts form one chain that ``sonate verify --ledger`` accepts, ``/metric
 either worker shows the totals of both, and a worker killed with SIGKILL is restarted while its
 counts stay in the totals; a Responses and a Messages conversation continue after a refusal
 whichever worker answers (the refused turn is known by the proxy's reply the client sends back,
-not by one process's memory). On a SQLite ledger: concurrent requests through both workers keep one
+not by one process's memory). The workers are forks of the supervisor, which loaded the models:
+their PSS sum stays under :data:`SHARED_PSS_BOUND` times one worker's RSS, and so it does once a
+killed worker was forked again; a worker forked after a policy reload serves the reloaded files.
+On a SQLite ledger: concurrent requests through both workers keep one
 chain, and SIGTERM to the supervisor stops every worker gracefully (exit 0, nothing left running).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -270,6 +274,75 @@ def test_a_killed_worker_is_restarted_and_its_counts_stay(served: RunningProxy) 
     verify_ledger(served)
 
 
+def memory_mb(pid: int) -> dict[str, float]:
+    """``Rss``, ``Pss``, ``Private_Clean``, ``Private_Dirty``... of ``pid`` in MB (/proc/PID/smaps_rollup)."""
+    lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+    return {line.split(":")[0]: int(line.split()[1]) / 1024 for line in lines}
+
+
+#: Bound of the two workers' PSS sum, as a multiple of the largest worker's RSS (every page it maps:
+#: about what one worker alone takes). The two workers fork from the supervisor after it loaded
+#: the models, whose pages all three then share: measured 391 MB of PSS against 518 MB of RSS
+#: after start (0.75x; 417 MB, 0.80x, after bench/gateway.py's load) on a 2-core machine; two
+#: workers that each loaded their own models took 997 MB against 561 (1.78x).
+SHARED_PSS_BOUND = 1.3
+
+
+def test_workers_share_the_models_their_supervisor_loaded_and_a_dead_one_is_forked_again(served) -> None:
+    on_both_workers(lambda: chat(served, "Which models do you share?"))
+    supervisor = served.process.pid
+
+    def check_sharing() -> set[int]:
+        pids = worker_pids(supervisor)
+        assert len(pids) == 2
+        memory = [memory_mb(pid) for pid in pids]
+        pss, rss = sum(m["Pss"] for m in memory), max(m["Rss"] for m in memory)
+        assert pss <= SHARED_PSS_BOUND * rss, f"workers' PSS {pss:.0f} MB, a worker's RSS {rss:.0f} MB"
+        return pids
+
+    victim = min(check_sharing())
+    os.kill(victim, signal.SIGKILL)
+    killed, deadline = time.monotonic(), time.monotonic() + 120
+    answered: set[str] = set()
+    while answered != {"0", "1"} or victim in worker_pids(supervisor):
+        assert time.monotonic() < deadline and served.process.poll() is None, served.log()[-3000:]
+        with contextlib.suppress(OSError, openai.APIError):
+            answered.add(chat(served, f"Still there {len(answered)}?")[0])
+    replaced = time.monotonic() - killed  # the restart delay (1 s) and the new fork's start-up
+    assert replaced < 60, replaced
+    assert victim not in check_sharing()  # the new worker is a fork of the supervisor too
+
+
+def policy_version(proxy: RunningProxy) -> tuple[str, str]:
+    """``GET /v1/admin/policies`` on a new connection: (worker index, the policy version it serves)."""
+    request = urllib.request.Request(proxy.v1 + "/admin/policies", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.headers["x-sonate-worker"], json.loads(response.read())["policy_version"]
+
+
+def test_a_policy_reload_holds_in_a_worker_forked_after_it(served: RunningProxy) -> None:
+    # A replacement worker is forked from the supervisor, which loaded the policies at start: it
+    # must read the files again, not serve the version the supervisor holds.
+    (first,) = set(on_both_workers(lambda: policy_version(served)))
+    policy = served.config_path.parent / "policies" / "continuity.yaml"
+    policy.write_text(policy.read_text().replace("description: ", "description: (edited) ", 1))
+    os.kill(served.process.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 120
+    while True:
+        versions = set(on_both_workers(lambda: policy_version(served)))
+        if len(versions) == 1 and versions != {first}:
+            break
+        assert time.monotonic() < deadline, versions
+        time.sleep(0.5)
+    (edited,) = versions
+    victim = min(worker_pids(served.process.pid))
+    os.kill(victim, signal.SIGKILL)
+    while victim in worker_pids(served.process.pid) or len(worker_pids(served.process.pid)) < 2:
+        assert time.monotonic() < deadline, served.log()[-3000:]
+        time.sleep(0.2)
+    assert set(on_both_workers(lambda: policy_version(served))) == {edited}
+
+
 def test_sqlite_ledger_keeps_one_chain_and_sigterm_stops_every_worker(tmp_path: Path, stub) -> None:
     running = start_workers(tmp_path / "proxy", stub.url, f"sqlite:///{tmp_path / 'ledger.db'}")
     try:
@@ -287,6 +360,21 @@ def test_sqlite_ledger_keeps_one_chain_and_sigterm_stops_every_worker(tmp_path: 
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()
                 and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
     assert "all workers stopped" in running.log()
+
+
+def test_a_bad_signing_key_stops_the_supervisor_with_exit_code_2_before_the_models_load(tmp_path: Path) -> None:
+    server = {"host": "127.0.0.1", "port": free_port(), "workers": 2}
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", f"sqlite:///{tmp_path / 'ledger.db'}", server["port"],
+                          overrides={"server": server})
+    key_file = tmp_path / "keys" / "signing-key.json"
+    key_file.parent.mkdir()
+    key_file.write_text("not a key")
+    key_file.chmod(0o600)
+    done = subprocess.run([sys.executable, "-m", "proxy", "serve", "--config", str(config)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "sonate: cannot start:" in done.stderr and str(key_file) in done.stderr
+    assert "models loaded" not in done.stderr and "worker 0 started" not in done.stderr
 
 
 def test_supervisor_restarts_a_dying_worker_with_the_socket_and_metrics_dir(tmp_path: Path, caplog) -> None:

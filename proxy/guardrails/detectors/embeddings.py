@@ -25,7 +25,9 @@ sentence-transformers to cosine >= 0.9999, the int8 graph the float32 one to cos
 (tests/unit/guardrails/detectors/test_embeddings.py).
 
 ONNX Runtime sessions are thread-safe and release the GIL while running, so concurrent callers
-(the detector threads of every lane) embed in parallel; only the text cache takes a lock.
+(the detector threads of every lane) embed in parallel; only the text cache takes a lock. A
+process forked after loading (``server.workers``) runs the session it inherited: one ONNX Runtime
+thread per call means no thread pool to lose in the fork (:func:`_after_fork`).
 When onnxruntime is not installed the float32 weights run through transformers (torch),
 logged as a warning (the classifiers then warn that they were trained on the int8 graph).
 """
@@ -366,6 +368,26 @@ def _model() -> OnnxEncoder | _TorchEncoder:
         return _TorchEncoder(source_dir())
     graph, _ = shipped_graph()
     return OnnxEncoder(graph, SHIPPED_DIR, batch=1)  # int8: one text per call (OnnxEncoder)
+
+
+#: Encoders a forked child inherited but cannot run (:func:`_after_fork`), kept so they are never finalised.
+_inherited: list[OnnxEncoder | _TorchEncoder] = []
+
+
+def _after_fork() -> None:
+    """In a forked child: keep the loaded encoder when its sessions run on the calling thread alone
+    (:data:`INTRA_OP_THREADS` 1, sequential execution: ONNX Runtime then has no thread pool, so
+    nothing of the session was lost in the fork, and its weights' pages stay shared with the
+    parent); otherwise load a new one on first use, since the old session's pool threads are gone
+    (it is kept, never destroyed: its destructor would join threads of the parent). The torch
+    fallback is always loaded again (torch's own thread pools do not survive a fork)."""
+    if _model.cache_info().currsize and (INTRA_OP_THREADS != 1 or not isinstance(_model(), OnnxEncoder)):
+        _inherited.append(_model())
+        _model.cache_clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def model_version() -> str:

@@ -485,6 +485,23 @@ class PiiDetector:
             self._local.batch = batch
         return batch
 
+    def prepare(self, threads: int) -> None:
+        """Keep an analyzer ready for each of ``threads`` threads that have not asked yet: the calling
+        thread's own goes back to the pool, and more are built (each analysing one text, so what
+        they load on first use is loaded too) until the pool holds ``threads``.
+        For a process that forks workers after loading (their threads take these, sharing their
+        pages with it, instead of building their own: :func:`proxy.server.http.app.preload`)."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:
+            del self._local.batch
+            self._spare.append(batch)
+        while len(self._spare) < threads:
+            self._local.batch = _analyzer(self.config)
+            self.analyzers_built += 1
+            self.detect([f"Hello, my name is Ada ({len(self._spare)}). Call me at 555-0100."])  # lazy state loaded now
+            self._spare.append(self._local.batch)
+            del self._local.batch
+
     def windows(self, text: str) -> list[tuple[int, int]]:
         """``[start, end)`` windows of ``text`` analysed separately, each at most ``analysis_window_chars``."""
         return patterns.windows(text, self.config.analysis_window_chars, self.config.analysis_overlap_chars)

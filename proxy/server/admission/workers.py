@@ -1,29 +1,49 @@
 """``server.workers``: several serving processes on one port (docs/operations.md "Workers").
 
-The pre-fork model of gunicorn, without forking a loaded interpreter: ``sonate serve`` with
-``server.workers: N`` > 1 becomes a small *supervisor* that loads no model. It opens N listening
-sockets on the one address with ``SO_REUSEPORT`` (Linux spreads new connections over them by a
-hash of the connection's addresses and ports), then starts N worker processes (``python -m proxy
-serve``, the same command), worker *i* inheriting socket *i* (its descriptor number in
-``$SONATE_WORKER_FD``); each loads its own detectors. The supervisor keeps every socket open, so
-connections that reach a worker still loading, or being restarted, wait in its socket's backlog
-instead of being refused. (One shared socket would not spread load: asyncio accepts up to its
-backlog of waiting connections in one go, so one worker would take a whole burst.)
-``SO_REUSEPORT`` lets another process of the same user bind the same port too: run the proxy under
-its own user.
+The pre-fork model of gunicorn with ``preload_app``: ``sonate serve`` with ``server.workers: N`` > 1
+becomes a *supervisor*. It opens N listening sockets on the one address with ``SO_REUSEPORT``
+(Linux spreads new connections over them by a hash of the connection's addresses and ports),
+loads the configuration's models once (:func:`proxy.server.http.app.preload`: the detectors, the
+ONNX encoder, spaCy pipelines for every detector thread; no event loop, no thread left running),
+then forks N workers from itself: worker *i* serves on socket *i*, in an event loop of its own,
+with the loaded models it inherited. Their memory pages stay shared between the supervisor and
+every worker until one of them writes to a page (copy-on-write; :func:`gc.freeze` before each
+fork keeps the collector from writing to every object it inherited), so N workers take far less
+than N times one worker's memory (docs/operations.md "Workers" gives the figures). The
+supervisor keeps every socket open, so connections that reach a worker still starting, or being
+restarted, wait in its socket's backlog instead of being refused. (One shared socket would not
+spread load: asyncio accepts up to its backlog of waiting connections in one go, so one worker
+would take a whole burst.) ``SO_REUSEPORT`` lets another process of the same user bind the same
+port too: run the proxy under its own user.
+
+:class:`Supervisor` also runs a command per socket instead (``python -m proxy serve`` or any
+program: the socket's descriptor number in ``$SONATE_WORKER_FD``, the index in
+``$SONATE_WORKER_INDEX``); ``sonate serve`` forks.
 
 - Ledger: every worker appends to the configured store; the stores' compare-and-set appends keep one
   chain across processes (Redis: the group-commit turn; SQLite: ``BEGIN IMMEDIATE`` on the file).
-- Metrics: the supervisor creates a per-run ``$PROMETHEUS_MULTIPROC_DIR`` (removed when it stops);
-  any worker's ``/metrics`` shows the totals of all (:mod:`proxy.server.telemetry.metrics`). A dead worker's
-  live-gauge files are dropped (``mark_process_dead``); its counters stay in the totals.
-- Signals: SIGHUP to the supervisor is forwarded to every worker (each reloads its policies);
-  SIGTERM or SIGINT to the supervisor sends SIGTERM to every worker (aiohttp's graceful
-  shutdown: in-flight requests finish, receipts are appended) and waits up to ``grace_s`` before
-  SIGKILL. A worker that exits on its own is logged and restarted (after 1 s, doubling up to 30 s
-  while it keeps dying within 10 s of its start); one that exits with the usage-error code (2: bad
+  Each worker opens its own connections after the fork.
+- Metrics: the supervisor creates a per-run ``$PROMETHEUS_MULTIPROC_DIR`` (removed when it stops)
+  before anything imports prometheus_client; any worker's ``/metrics`` shows the totals of all
+  (:mod:`proxy.server.telemetry.metrics`). A dead worker's live-gauge files are dropped
+  (``mark_process_dead``); its counters stay in the totals.
+- Signals: SIGHUP to the supervisor is forwarded to every worker (each reloads its policies; the
+  supervisor keeps the models it loaded); SIGTERM or SIGINT to the supervisor sends SIGTERM to
+  every worker (aiohttp's graceful shutdown: in-flight requests finish, receipts are appended)
+  and waits up to ``grace_s`` before SIGKILL. A worker that exits on its own is logged and
+  replaced by a new fork of the supervisor (after 1 s, doubling up to 30 s while it keeps dying
+  within 10 s of its start); the new worker reads the policy files again, so a policy reload
+  made before its predecessor died holds. One that exits with the usage-error code (2: bad
   configuration or key) stops the whole server with that code, as restarting cannot fix it. A
-  worker is sent SIGTERM by the kernel if the supervisor itself dies (Linux ``PR_SET_PDEATHSIG``).
+  worker is sent SIGTERM by the kernel if the supervisor itself dies (Linux ``PR_SET_PDEATHSIG``;
+  a forked worker whose supervisor died before that was set exits at once).
+- A forked worker starts with the default SIGTERM and SIGINT handling and ignores SIGHUP until
+  its app installs the reload handler (it reads the policy files as they are while it starts);
+  the supervisor's handlers are never run in it (those signals are held from the fork until
+  then). It closes the other workers' sockets, and leaves the process with ``os._exit`` once its
+  target returned (for ``sonate serve``: after aiohttp's shutdown closed the ledger, the receipt
+  sink and the spool), so the supervisor's objects and exit handlers, inherited, are never run in
+  a worker (a temporary directory of the supervisor's is not removed by a worker's exit).
 - Every response of a worker carries ``x-sonate-worker: <index>`` (0..N-1), so an operator can see
   the spread.
 """
@@ -31,19 +51,22 @@ its own user.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["FD_ENV", "INDEX_ENV", "WORKER_HEADER", "Supervisor", "bind", "inherited_socket", "label_responses",
-           "worker_index"]
+__all__ = ["FD_ENV", "INDEX_ENV", "METRICS_DIR_ENV", "WORKER_HEADER", "Supervisor", "WorkerTarget", "bind",
+           "inherited_socket", "label_responses", "metrics_directory", "worker_index"]
 
 log = logging.getLogger("sonate.workers")
 
@@ -60,6 +83,13 @@ CRASH_LOOP_S = 10.0
 #: Restart delays in seconds: first, and the ceiling of the doubling.
 RESTART_DELAY_S, MAX_RESTART_DELAY_S = 1.0, 30.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+#: The signals the supervisor handles (and a worker gets the default handling of).
+_FORWARDED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+#: prometheus_client's multiprocess directory variable (:data:`proxy.server.telemetry.metrics.MULTIPROC_DIR_ENV`,
+#: not imported here: that module imports prometheus_client, which reads the variable at import).
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: What a forked worker runs: ``(index, listening socket) -> exit code``.
+WorkerTarget = Callable[[int, socket.socket], int]
 
 
 def bind(host: str, port: int, count: int, backlog: int = 1024) -> list[socket.socket]:
@@ -91,7 +121,8 @@ def bind(host: str, port: int, count: int, backlog: int = 1024) -> list[socket.s
 
 
 def inherited_socket() -> socket.socket | None:
-    """In a worker: its listening socket from the supervisor (``$SONATE_WORKER_FD``); None otherwise."""
+    """In a worker started as a command: its listening socket from the supervisor (``$SONATE_WORKER_FD``);
+    None otherwise."""
     fd = os.environ.get(FD_ENV)
     return None if not fd else socket.socket(fileno=int(fd))
 
@@ -112,8 +143,8 @@ def label_responses(app: Any, index: int) -> None:
     app.on_response_prepare.append(label)
 
 
-def _die_with_parent() -> None:  # pragma: no cover  (runs in the child between fork and exec)
-    """In the child before exec: ask Linux for SIGTERM when the supervisor dies (no-op elsewhere)."""
+def _die_with_parent() -> None:  # pragma: no cover  (runs in the child after the fork)
+    """In a new worker: ask Linux for SIGTERM when the supervisor dies (no-op elsewhere)."""
     try:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
@@ -127,39 +158,87 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
+class _Forked:
+    """A forked worker process, with the part of ``subprocess.Popen``'s interface the supervisor uses
+    (``pid``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``; ``returncode`` negative
+    for a signal, as Popen's)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = 1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.05)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 @dataclass
 class _Worker:
     index: int
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | _Forked | None = None
     started: float = 0.0
     delay: float = 0.0
     restart_at: float | None = None
 
 
 class Supervisor:
-    """Runs one copy of ``command`` per socket of ``socks`` until SIGTERM/SIGINT (module docstring).
+    """Runs one worker per socket of ``socks`` until SIGTERM/SIGINT (module docstring).
 
-    ``command``: the worker's argv (``python -m proxy serve ...``); ``socks``: the listening sockets
-    of :func:`bind`, one per worker; ``env``: extra environment for the workers; ``grace_s``:
-    seconds a worker gets to finish after SIGTERM before SIGKILL.
+    ``worker``: a :data:`WorkerTarget` (each worker is a fork of this process that calls it with its
+    index and socket, then exits with the code it returns), or a command's argv (each worker runs it:
+    ``$SONATE_WORKER_FD``, ``$SONATE_WORKER_INDEX``); ``socks``: the listening sockets of
+    :func:`bind`, one per worker; ``env``: extra environment for commands; ``grace_s``: seconds a
+    worker gets to finish after SIGTERM before SIGKILL; ``metrics_dir``: the run's
+    ``$PROMETHEUS_MULTIPROC_DIR`` when the caller made it (a fork's target may have imported
+    prometheus_client before the fork: :func:`metrics_directory`), else one is made by :meth:`run`;
+    either is removed when :meth:`run` returns.
     """
 
-    def __init__(self, command: list[str], socks: list[socket.socket], *, env: dict[str, str] | None = None,
-                 grace_s: float = 70.0) -> None:
+    def __init__(self, worker: WorkerTarget | list[str], socks: list[socket.socket], *,
+                 env: dict[str, str] | None = None, grace_s: float = 70.0, metrics_dir: str | None = None) -> None:
         """Configure; nothing starts until :meth:`run`. Raises ValueError without sockets."""
         if not socks:
             raise ValueError("at least one listening socket is needed")
-        self.command = command
+        self.target: WorkerTarget | None = None if isinstance(worker, list) else worker
+        self.command: list[str] | None = worker if isinstance(worker, list) else None
         self.socks = socks
         self.env = dict(env or {})
         self.grace_s = grace_s
         self.workers = [_Worker(i) for i in range(len(socks))]
         self._stopping = False  # a plain flag: set from signal handlers (an Event's lock could deadlock there)
-        self.metrics_dir: str | None = None
+        self._stopped_by: int | None = None
+        self.metrics_dir: str | None = metrics_dir
 
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop every worker and return (safe from a signal handler)."""
-        self._stopping = True
+    def stop(self, sig: int | None = None) -> None:
+        """Ask :meth:`run` to stop every worker and return (safe from a signal handler; ``sig``: the
+        signal that asked, logged by :meth:`run`)."""
+        self._stopping, self._stopped_by = True, sig
 
     def forward(self, sig: int) -> None:
         """Send ``sig`` to every running worker (SIGHUP: each reloads its policies,
@@ -171,8 +250,9 @@ class Supervisor:
     def run(self) -> int:
         """Start the workers, keep them running, stop them on SIGTERM/SIGINT; return the exit code
         (0, or :data:`EXIT_USAGE` when a worker reported a usage error). Call from the main thread."""
-        self.metrics_dir = tempfile.mkdtemp(prefix="sonate-metrics-")
-        handlers = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        if self.metrics_dir is None:
+            self.metrics_dir = tempfile.mkdtemp(prefix="sonate-metrics-")
+        handlers = {sig: signal.signal(sig, lambda number, _: self.stop(number)) for sig in (signal.SIGTERM, signal.SIGINT)}
         handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: self.forward(signal.SIGHUP))
         code = 0
         try:
@@ -183,6 +263,8 @@ class Supervisor:
                 code = 0 if self._stopping else self._tend()
                 if self._stopping or code:
                     break
+            if self._stopped_by is not None:
+                log.info("%s received: stopping the workers", _signal_name(self._stopped_by))
         finally:
             self._shutdown()
             for sig, handler in handlers.items():
@@ -191,14 +273,66 @@ class Supervisor:
         return code
 
     def _spawn(self, worker: _Worker) -> None:
-        from proxy.server.telemetry.metrics import MULTIPROC_DIR_ENV
-
-        fd = self.socks[worker.index].fileno()
-        env = {**os.environ, **self.env, FD_ENV: str(fd), INDEX_ENV: str(worker.index),
-               MULTIPROC_DIR_ENV: str(self.metrics_dir)}
-        worker.process = subprocess.Popen(self.command, env=env, pass_fds=(fd,), preexec_fn=_die_with_parent)
+        if self.target is not None:
+            worker.process = self._fork(worker.index)
+        else:
+            assert self.command is not None
+            fd = self.socks[worker.index].fileno()
+            env = {**os.environ, **self.env, FD_ENV: str(fd), INDEX_ENV: str(worker.index),
+                   METRICS_DIR_ENV: str(self.metrics_dir)}
+            worker.process = subprocess.Popen(self.command, env=env, pass_fds=(fd,), preexec_fn=_die_with_parent)
         worker.started, worker.restart_at = time.monotonic(), None
         log.info("worker %d started (pid %d)", worker.index, worker.process.pid)
+
+    def _fork(self, index: int) -> _Forked:
+        """Fork a worker that runs :attr:`target` (index, its socket) and exits with its code."""
+        supervisor = os.getpid()
+        gc.freeze()  # what the supervisor allocated since: never walked (so never written) by a worker's collector
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        # Held until the new worker has the default handling: not run by the supervisor's handlers in it.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
+        if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            return _Forked(pid)
+        code = 1  # pragma: no cover  (the rest runs in the worker; tests/e2e/test_workers.py covers it)
+        try:
+            self._become_worker(index, supervisor)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            assert self.target is not None
+            code = self.target(index, self.socks[index])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            logging.shutdown()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+
+    def _become_worker(self, index: int, supervisor: int) -> None:  # pragma: no cover  (in the worker)
+        """In a new fork: die with the supervisor, the worker's signal handling (module docstring), only
+        this worker's socket, the worker's environment (index, metrics directory)."""
+        _die_with_parent()
+        if os.getppid() != supervisor:  # the supervisor died before the request above took effect
+            os._exit(0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's reload handler: not a reason to die
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for i, sock in enumerate(self.socks):
+            if i != index:
+                sock.close()
+        os.environ[INDEX_ENV] = str(index)
+        os.environ[METRICS_DIR_ENV] = str(self.metrics_dir)
 
     def _tend(self) -> int:
         """Restart workers that exited (after their delay); a non-zero return stops the supervisor."""
@@ -248,3 +382,15 @@ class Supervisor:
         for worker in self.workers:
             worker.process = None
         log.info("all workers stopped")
+
+
+def metrics_directory() -> str:
+    """A new per-run ``$PROMETHEUS_MULTIPROC_DIR``, also set in this process's environment: call it
+    before anything imports prometheus_client (which reads the variable at import) when workers are
+    forked from this process; hand it to :class:`Supervisor` (``metrics_dir``), which removes it."""
+    if "prometheus_client" in sys.modules:
+        log.warning("prometheus_client was imported before %s was set: /metrics shows one worker's counts",
+                    METRICS_DIR_ENV)
+    directory = tempfile.mkdtemp(prefix="sonate-metrics-")
+    os.environ[METRICS_DIR_ENV] = directory
+    return directory

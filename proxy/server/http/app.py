@@ -27,6 +27,7 @@ import itertools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -39,7 +40,7 @@ from proxy.receipts.ledgers import Ledgers, ledger_names
 from proxy.server.admission.limits import KeyLimiter, ScreenLanes, lower_thread_priority, pin_mmap_threshold, trim_heap
 from proxy.server.admission.sink import build_sink
 from proxy.server.flow.pipeline import Gateway
-from proxy.server.flow.policy_runtime import PolicyRuntime, SnapshotBuilder
+from proxy.server.flow.policy_runtime import PolicyRuntime, PolicySnapshot, SnapshotBuilder
 from proxy.server.flow.upstream import Upstream
 from proxy.server.http import tasks
 from proxy.server.http.auth import Authenticator
@@ -65,27 +66,93 @@ from proxy.server.telemetry import tracing
 from proxy.server.telemetry.metrics import Metrics
 from proxy.storage import open_store
 
-__all__ = ["build_services", "create_app"]
+__all__ = ["Preloaded", "build_services", "create_app", "preload"]
 
 log = logging.getLogger("sonate.server")
 
 
-async def build_services(config: Config) -> Services:
+@dataclass
+class Preloaded:
+    """The models of a configuration, loaded before any event loop or thread by :func:`preload`
+    (``sonate serve``'s supervisor, whose forked workers share them): ``upstream`` (litellm's
+    router, whose token counter the engines use), ``builder`` (its detector pool, reused by policy
+    reloads) and the ``snapshot`` of the policy files as they were read."""
+
+    upstream: Upstream
+    builder: SnapshotBuilder
+    snapshot: PolicySnapshot
+
+
+def preload(config: Config) -> Preloaded:
+    """Load ``config``'s models for processes forked afterwards (:mod:`proxy.server.admission.workers`):
+    what :func:`build_services` loads first, in the calling thread, plus a ready spaCy pipeline for
+    each thread a worker screens in (:func:`prepare_threads`), with every thread it started
+    stopped again (a fork copies only the calling thread). Checks the signing key first, so a key
+    error stops the start before the models load. Ends with :func:`settle_heap` (``gc.freeze``:
+    the workers' collectors never write to the pages of these objects).
+
+    Raises ConfigError / KeyFileError / ValueError as :func:`build_services` does.
+    """
+    from proxy import offline
+    from proxy.guardrails.detectors.apology import ApologyDetector
+    from proxy.guardrails.engine import stop_side_threads
+
+    pin_mmap_threshold()  # as build_services
+    offline.keep_torch_out_of_presidio()
+    _load_keyring(config)
+    upstream = Upstream(config)
+    builder = SnapshotBuilder(upstream.count_tokens, apology_detector=ApologyDetector())
+    snapshot = _load_snapshot(config, builder)
+    warm_up_counters(upstream)
+    for engine in snapshot.engines():
+        prepare_threads(engine, config.server.detector_threads + config.server.limits.large_input_threads)
+    stop_side_threads()
+    settle_heap()
+    return Preloaded(upstream, builder, snapshot)
+
+
+def prepare_threads(engine: GuardrailEngine, threads: int) -> None:
+    """Keep per-thread models ready for ``threads`` threads yet to screen with ``engine`` (each PII
+    detector's presidio analyzer with its spaCy pipeline: :meth:`~proxy.guardrails.detectors.pii.PiiDetector.prepare`)."""
+    from proxy.guardrails.detectors.pii import PiiDetector
+
+    for detector in engine.detectors.values():
+        if isinstance(detector, PiiDetector):
+            detector.prepare(threads)
+
+
+def _load_keyring(config: Config) -> Keyring:
+    keyring_file = config.signing.keyring_file
+    return Keyring(config.path(config.signing.key_file),
+                   config.path(keyring_file) if keyring_file else None).load()  # 0600 enforced here
+
+
+def _load_snapshot(config: Config, builder: SnapshotBuilder, preloaded: PolicySnapshot | None = None) -> PolicySnapshot:
+    """The snapshot of the policy files: ``preloaded`` when they are unchanged since it was read,
+    else built now (``builder`` reuses the detectors it holds: after a fork, a policy reload made
+    in the process a worker replaces holds). Call in a worker thread, or before any thread starts."""
+    from proxy.guardrails.detectors.embeddings import warm_up
+
+    bundle = load_policy_bundle(config, builder.registry)  # invalid policies or sets: fail before any model loads
+    if preloaded is not None and bundle.version == preloaded.version:
+        return preloaded
+    warm_up()
+    return builder.build(bundle)  # every set's engine; detectors built once per distinct detector block
+
+
+async def build_services(config: Config, preloaded: Preloaded | None = None) -> Services:
     """Load the signing key, open the ledger store and load every policy's models (slow: the
-    NER, embedding and toxicity models load here, once, never at request time).
+    NER, embedding and toxicity models load here, once, never at request time), or take them
+    from ``preloaded`` (:func:`preload`, in the process this one was forked from).
 
     Raises ConfigError / KeyFileError / ValueError with a clear message on bad configuration.
     """
     from proxy import offline
+    from proxy.guardrails.detectors.apology import ApologyDetector
 
     pin_mmap_threshold()  # before the models load: large buffers mapped, given back when freed
     offline.keep_torch_out_of_presidio()  # before presidio/spaCy load: no torch in the serving process
-    from proxy.guardrails.detectors.apology import ApologyDetector
-    from proxy.guardrails.detectors.embeddings import warm_up
-
-    keyring_file = config.signing.keyring_file
-    keyring = Keyring(config.path(config.signing.key_file),
-                      config.path(keyring_file) if keyring_file else None).load()  # 0600 enforced here
+    keyring = _load_keyring(config)
     signer = keyring.current()
     log.info("signing key %s (%s; keyring %s)", signer.key_id, keyring.key_file, keyring.keyring_file)
     ledger_options = config.ledger
@@ -97,19 +164,15 @@ async def build_services(config: Config) -> Services:
                       team_of={k.actor: k.team for k in config.auth.keys if k.team},
                       opener=open_store)
     store = ledgers.store
-    upstream = Upstream(config)
+    if preloaded is not None:
+        upstream, builder = preloaded.upstream, preloaded.builder
+    else:
+        upstream = Upstream(config)
+        builder = SnapshotBuilder(upstream.count_tokens, apology_detector=ApologyDetector())
     executor = ThreadPoolExecutor(config.server.detector_threads, thread_name_prefix="guardrails")
     loop = asyncio.get_running_loop()
-
-    builder = SnapshotBuilder(upstream.count_tokens, apology_detector=ApologyDetector())
-
-    bundle = load_policy_bundle(config, builder.registry)  # invalid policies or sets: fail before any model loads
-
-    def load_snapshot():  # every policy set's engine; detectors built once per distinct detector block
-        warm_up()
-        return builder.build(bundle)
-
-    snapshot = await loop.run_in_executor(executor, load_snapshot)
+    snapshot = await loop.run_in_executor(executor, _load_snapshot, config, builder,
+                                          preloaded.snapshot if preloaded is not None else None)
     for engine in snapshot.engines():
         await loop.run_in_executor(None, warm_threads, executor, config.server.detector_threads, engine, "small")
     engine = snapshot.default.engine
@@ -148,18 +211,26 @@ def settle_heap() -> None:
     trim_heap()
 
 
-async def warm_up_upstream(upstream: Upstream) -> None:
-    """Run each route's litellm code path once with a mocked answer (no provider is called), so the
-    first real request does not pay litellm's lazy imports, provider set-up and price-map lookups
-    and the OpenAI SDK's resource modules (without it the first request held the
-    event loop for 1.5 s importing them). Failures are
-    logged and ignored: a route that cannot be warmed still works, only its first call is slower."""
+def warm_up_counters(upstream: Upstream) -> None:
+    """The synchronous part of :func:`warm_up_upstream` (also run before a fork, :func:`preload`):
+    the OpenAI SDK's resource modules imported, each route's tokenizer loaded."""
     import openai.resources  # noqa: F401  (imported by litellm's first real provider call: ~1.5 s of pydantic models)
 
     messages = [{"role": "user", "content": "warm up"}]
     for name in list(upstream.routes):
         with contextlib.suppress(Exception):  # its tokenizer loaded now (continuity plans count on the loop)
             upstream.count_tokens(name, messages)
+
+
+async def warm_up_upstream(upstream: Upstream) -> None:
+    """Run each route's litellm code path once with a mocked answer (no provider is called), so the
+    first real request does not pay litellm's lazy imports, provider set-up and price-map lookups
+    and the OpenAI SDK's resource modules (without it the first request held the
+    event loop for 1.5 s importing them). Failures are
+    logged and ignored: a route that cannot be warmed still works, only its first call is slower."""
+    warm_up_counters(upstream)
+    messages = [{"role": "user", "content": "warm up"}]
+    for name in list(upstream.routes):
         try:
             await upstream.complete(name, messages, {"mock_response": "ok"})
             stream = await upstream.open_stream(name, messages, {"mock_response": "ok"})

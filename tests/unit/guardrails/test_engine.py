@@ -463,3 +463,19 @@ def test_count_pieces_is_what_privacy_reads(rig):
     assert rig.engine.count_pieces(messages, definitions) == 1 + 1 + 1 + 3 + 2  # hi, f, a, 1 2 3, p q
     rig.engine.screen_input(messages, definitions, side_by_side=False)
     assert len(rig.pii.calls[0]) == 8
+
+
+def test_a_forked_child_starts_its_own_side_threads_and_the_parent_can_stop_its_own():
+    import os
+
+    pool = engine_module._side_pool()
+    assert pool.submit(lambda: 1).result() == 1
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's pool (whose threads it lacks) forgotten, a new one works
+        ok = engine_module._side_pool.cache_info().currsize == 0 and engine_module._side_pool().submit(
+            lambda: 2).result(timeout=30) == 2
+        os._exit(0 if ok else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    engine_module.stop_side_threads()  # before a fork: the threads stopped, a later screen starts new ones
+    assert engine_module._side_pool.cache_info().currsize == 0 and pool._shutdown
+    assert engine_module._side_pool().submit(lambda: 3).result() == 3

@@ -255,3 +255,15 @@ def test_a_changed_shipped_graph_or_tokenizer_is_refused(tmp_path):
     _flip_a_byte(tmp_path / "minilm" / "tokenizer.json")
     with pytest.raises(embeddings.EmbeddingModelError, match="tokenizer does not match"):
         embeddings.shipped_graph(tmp_path / "minilm")
+
+
+def test_a_forked_child_keeps_a_single_threaded_session_and_reloads_any_other(monkeypatch):
+    # proxy.server.admission.workers forks after loading: one ONNX Runtime thread per call means
+    # no thread pool was lost, so the child runs the parent's session; otherwise it loads its own.
+    loaded = embeddings._model()
+    embeddings._after_fork()
+    assert embeddings._model() is loaded
+    monkeypatch.setattr(embeddings, "INTRA_OP_THREADS", 2)
+    monkeypatch.setattr(embeddings, "_inherited", [])
+    embeddings._after_fork()
+    assert embeddings._model.cache_info().currsize == 0 and embeddings._inherited == [loaded]  # never finalised

@@ -140,6 +140,22 @@ def test_threads_use_distinct_analyzers_without_a_shared_lock(detector):
     assert not hasattr(detector, "_lock")
 
 
+def test_prepared_analyzers_go_to_the_threads_that_ask_first(detector):
+    # A process about to fork workers keeps one ready per thread (proxy.server.http.app.preload);
+    # the calling thread's own goes back to the pool.
+    mine = detector.analyzer()
+    detector.prepare(2)
+    assert len(detector._spare) == 2 and mine in detector._spare
+    built = detector.analyzers_built
+    taken: list[object] = []
+    threads = [threading.Thread(target=lambda: taken.append(detector.analyzer())) for _ in range(2)]
+    for t in threads:
+        t.start()
+        t.join()
+    assert len({id(a) for a in taken}) == 2 and mine in taken
+    assert detector.analyzers_built == built and not detector._spare
+
+
 def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector):
     # batch_windows bounds the windows spaCy holds at once; the spans do not depend on it
     text = " ".join(f"Note {i}: write to Maria Lopez at maria{i}@example.com or call 212-555-{1000 + i:04d} "

@@ -220,6 +220,26 @@ def test_sets_share_detectors_and_identical_sets_share_an_engine(tmp_path):
     assert {s.version for s in engines.values()} == {snapshot.version}
 
 
+def test_a_forked_worker_takes_the_preloaded_snapshot_unless_the_files_changed(tmp_path, monkeypatch):
+    # proxy.server.http.app.preload: a worker forked after a reload in its predecessor must serve the files
+    from proxy.guardrails.detectors import embeddings
+    from proxy.server.http.app import _load_snapshot
+
+    monkeypatch.setattr(embeddings, "warm_up", lambda: None)  # fake detectors: no encoder to load
+    path = write_config(tmp_path, policy_sets=SETS)
+    fakes = CountingFakes()
+    builder = builder_for(fakes)
+    preloaded = _load_snapshot(load_config(path), builder)
+    assert _load_snapshot(load_config(path), builder, preloaded) is preloaded
+    edited = yaml.safe_load(path.read_text())
+    edited["policy_sets"]["strict"]["policies"]["safety"]["thresholds"]["toxicity"] = "0.2"
+    path.write_text(yaml.safe_dump(edited))
+    now = _load_snapshot(load_config(path), builder, preloaded)
+    assert now.version != preloaded.version
+    assert str(now.sets["strict"].policies["safety"].thresholds["toxicity"]) == "0.2"
+    assert sorted(fakes.built) == ["compliance", "privacy", "safety"]  # the preloaded detectors, reused
+
+
 async def test_reload_applies_rejects_and_keeps_in_flight_requests_on_their_version(tmp_path):
     path = write_config(tmp_path, policy_sets=SETS, auth=keys_with(bob={"policy_set": "strict"}))
     config = load_config(path)
