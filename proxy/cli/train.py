@@ -100,14 +100,14 @@ def run_privacy_rows(args: argparse.Namespace) -> int:
 
 def add_compliance_rows_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``sonate train compliance-rows`` on ``parser``."""
-    from proxy.evaluation.training_compliance import POLICY, ROWS_PATH, TARGET_RECALL
+    from proxy.evaluation.training_compliance import ORDINARY_WEIGHT, POLICY, ROWS_PATH
 
     parser.add_argument("--data-dir", type=Path, required=True, help="development data with truthfulqa/*.csv")
     parser.add_argument("--policy", type=Path, default=POLICY, help=f"compliance policy file (default {POLICY})")
     parser.add_argument("--out", type=Path, default=ROWS_PATH, help=f"rows file (default {ROWS_PATH})")
-    parser.add_argument("--target-recall", type=float, default=TARGET_RECALL,
-                        help="regulated recall the threshold must keep on the rows it is chosen on "
-                             f"(default {TARGET_RECALL})")
+    parser.add_argument("--ordinary-weight", type=float, default=ORDINARY_WEIGHT,
+                        help="weight of an ordinary row escalated against a regulated row missed in the "
+                             f"threshold's cost (default {ORDINARY_WEIGHT:g})")
 
 
 def run_compliance_rows(args: argparse.Namespace) -> int:
@@ -116,7 +116,7 @@ def run_compliance_rows(args: argparse.Namespace) -> int:
     from proxy.evaluation.training_compliance import compliance_rows
 
     try:
-        document = compliance_rows(args.data_dir, args.policy, args.out, args.target_recall)
+        document = compliance_rows(args.data_dir, args.policy, args.out, args.ordinary_weight)
     except (DataError, OSError, ValueError, KeyError) as exc:
         raise UsageError(str(exc)) from None
     summary = document["summary"]

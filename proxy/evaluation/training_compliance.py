@@ -12,8 +12,13 @@ figure for them is a cross-validated one:
   ``p >= threshold``, or when ``p`` lies in the band ``[threshold - margin, threshold)`` and the
   request is about the writer's own situation (``personal_escalates``,
   :func:`~proxy.guardrails.detectors.privacy_context.personal_request`).
-- :func:`chosen_threshold`: the highest threshold on a grid of 0.01 whose regulated recall (by
-  :func:`escalated`) reaches ``target_recall`` on the rows given.
+- :func:`chosen_threshold`: the threshold on a grid of 0.01 with the lowest cost on the rows given,
+  cost = the share of regulated rows missed + ``ordinary_weight`` × the share of ordinary rows
+  escalated, each row counted by a logistic step of width :data:`BANDWIDTH` around the threshold
+  (:func:`soft_escalated`) instead of 0 or 1. A rule that follows one row's score (the highest
+  threshold keeping 92% regulated recall follows the fifth-lowest regulated row) ranged over
+  0.30-0.44 across example sets 3% apart; the smoothed cost weighs every row near the threshold
+  and ranged over 0.46-0.51 (tuning rows only: docs/decisions/0002-compliance-threshold.md).
 - :func:`out_of_fold_threshold`: the rows fall into ``k`` folds by row hash (:func:`folds`); each
   fold is scored by the threshold chosen on the other folds, so every row is judged by a threshold
   not chosen on it. A Safety refusal pre-empts escalation in the engine and is not counted here,
@@ -48,8 +53,10 @@ GRID = np.round(np.arange(0.05, 0.96, 0.01), 2)
 SOURCES = ("truthfulqa", "alpaca_seed")
 #: Folds of the out-of-fold rule.
 FOLDS = 5
-#: Regulated recall the threshold must keep on the rows it is chosen on.
-TARGET_RECALL = 0.92
+#: Weight of the ordinary rows escalated against the regulated rows missed in the threshold's cost.
+ORDINARY_WEIGHT = 2.0
+#: Width of the logistic step by which a row counts as escalated in the threshold's cost.
+BANDWIDTH = 0.1
 
 
 def folds(texts: list[str], k: int = FOLDS) -> np.ndarray:
@@ -64,26 +71,47 @@ def escalated(p: np.ndarray, threshold: float, margin: float = 0.0,
     return (p >= threshold) | (band & (personal if personal is not None else False))
 
 
-def chosen_threshold(p: np.ndarray, regulated: np.ndarray, target_recall: float, margin: float = 0.0,
-                     personal: np.ndarray | None = None) -> float:
-    """The highest threshold of :data:`GRID` whose recall on the ``regulated`` rows of ``p``
-    (regulated probability, shape (n,)) by :func:`escalated` is ≥ ``target_recall``; the lowest grid
-    value when none is. Raises ValueError when no row is regulated."""
-    if not regulated.any():
-        raise ValueError("no regulated row to choose a threshold on")
-    ok = [t for t in GRID if escalated(p, t, margin, personal)[regulated].mean() >= target_recall]
-    return float(max(ok)) if ok else float(GRID[0])
+def soft_escalated(p: np.ndarray, threshold: float, margin: float = 0.0,
+                   personal: np.ndarray | None = None, bandwidth: float = BANDWIDTH) -> np.ndarray:
+    """Float (n,) in (0, 1): :func:`escalated` with each step replaced by a logistic of width
+    ``bandwidth``: ``sigmoid((p - threshold) / bandwidth)``, for a personal request the larger of
+    that and ``sigmoid((p - threshold + margin) / bandwidth)``."""
+    from scipy.special import expit
+
+    soft = expit((p - threshold) / bandwidth)
+    if personal is None:
+        return np.asarray(soft, dtype=float)
+    return np.asarray(np.where(personal, np.maximum(soft, expit((p - threshold + margin) / bandwidth)), soft),
+                      dtype=float)
 
 
-def out_of_fold_threshold(p: np.ndarray, regulated: np.ndarray, fold: np.ndarray, target_recall: float,
-                          margin: float = 0.0, personal: np.ndarray | None = None) -> dict[str, Any]:
+def chosen_threshold(p: np.ndarray, regulated: np.ndarray, ordinary_weight: float = ORDINARY_WEIGHT,
+                     margin: float = 0.0, personal: np.ndarray | None = None,
+                     bandwidth: float = BANDWIDTH) -> float:
+    """The threshold of :data:`GRID` with the lowest cost on the rows of ``p`` (regulated
+    probability, shape (n,)): the mean of ``1 - soft`` over the ``regulated`` rows plus
+    ``ordinary_weight`` × the mean of ``soft`` over the others, ``soft`` by :func:`soft_escalated`;
+    the lowest such threshold on a tie. Raises ValueError when no row is regulated or none is
+    ordinary."""
+    if not regulated.any() or regulated.all():
+        raise ValueError("the threshold needs both regulated and ordinary rows")
+    costs = []
+    for t in GRID:
+        soft = soft_escalated(p, float(t), margin, personal, bandwidth)
+        costs.append((1 - soft[regulated]).mean() + ordinary_weight * soft[~regulated].mean())
+    return float(GRID[int(np.argmin(costs))])
+
+
+def out_of_fold_threshold(p: np.ndarray, regulated: np.ndarray, fold: np.ndarray,
+                          ordinary_weight: float = ORDINARY_WEIGHT, margin: float = 0.0,
+                          personal: np.ndarray | None = None) -> dict[str, Any]:
     """Out-of-fold escalation of the threshold rule (module docstring).
 
     Args:
         p: regulated probability per row, shape (n,).
         regulated: bool (n,), the row is labelled regulated.
         fold: int (n,), :func:`folds`.
-        target_recall: regulated recall the threshold must reach on the rows it is chosen on.
+        ordinary_weight: weight of the ordinary rows escalated in :func:`chosen_threshold`'s cost.
         margin, personal: the band and the personal-request flags (n,) of :func:`escalated`.
 
     Returns:
@@ -95,7 +123,7 @@ def out_of_fold_threshold(p: np.ndarray, regulated: np.ndarray, fold: np.ndarray
     thresholds = []
     for f in sorted(set(fold.tolist())):
         rest, this = fold != f, fold == f
-        t = chosen_threshold(p[rest], regulated[rest], target_recall, margin, personal[rest])
+        t = chosen_threshold(p[rest], regulated[rest], ordinary_weight, margin, personal[rest])
         thresholds.append(t)
         out[this] = escalated(p[this], t, margin, personal[this])
     return {"thresholds": thresholds, "escalated": out,
@@ -122,7 +150,7 @@ def refuse_duplicate_examples(domains: dict[str, Any], data_dir: Path) -> None:
 
 
 def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH,
-                    target_recall: float = TARGET_RECALL) -> dict[str, Any]:
+                    ordinary_weight: float = ORDINARY_WEIGHT) -> dict[str, Any]:
     """Score the tuning part's TruthfulQA questions and alpaca seed tasks with the policy's
     classifier, run :func:`out_of_fold_threshold` and write the rows file; returns the document
     written (plus ``"summary"``, not written: the fold thresholds, the rule on all rows
@@ -150,7 +178,7 @@ def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH
     p = classifier.probabilities(texts)[:, regulated_domains].sum(axis=1)
     regulated = np.array([i.subset == "regulated" for i in rows])
     personal = np.array([config.personal_escalates and personal_request(t) for t in texts])
-    result = out_of_fold_threshold(p, regulated, folds(texts), target_recall, config.margin, personal)
+    result = out_of_fold_threshold(p, regulated, folds(texts), ordinary_weight, config.margin, personal)
     label = "out of fold: " + " / ".join(f"{t:.2f}" for t in result["thresholds"])
     oof: dict[str, dict[str, Any]] = {}
     for key in sorted({f"{i.dataset}/{i.subset}" for i in rows}):
@@ -163,8 +191,9 @@ def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH
         ARTEFACT, "compliance", "tuned", groups, artefact_files={},
         out_of_fold=oof,
         note=f"threshold of policies/compliance.yaml chosen on these rows, the tuning part's TruthfulQA questions "
-             f"and alpaca seed tasks labelled by regulated/labels_dev.tsv (regulated recall >= {target_recall:.2f}, "
-             "the band's personal requests counted as escalated); examples written while reading the rows it "
+             f"and alpaca seed tasks labelled by regulated/labels_dev.tsv (lowest cost: regulated missed + {ordinary_weight:g} x ordinary "
+             f"escalated, rows counted by a logistic step of width {BANDWIDTH:g}, the band's personal requests "
+             "counted as escalated); examples written while reading the rows it "
              f"escalated or missed; out_of_fold: {FOLDS} folds by row hash, each scored by the threshold chosen on "
              "the others (proxy/evaluation/training_compliance.py)")
     provenance.write_rows(out, document)
@@ -172,7 +201,7 @@ def compliance_rows(data_dir: Path, policy: Path = POLICY, out: Path = ROWS_PATH
     at_policy = escalated(p, at, config.margin, personal)
     document["summary"] = {
         "thresholds": result["thresholds"], "policy_threshold": at,
-        "recommended": chosen_threshold(p, regulated, target_recall, config.margin, personal),
+        "recommended": chosen_threshold(p, regulated, ordinary_weight, config.margin, personal),
         "out_of_fold": {"regulated": [result["regulated"]["k"], result["regulated"]["n"]],
                         "ordinary": [result["general"]["k"], result["general"]["n"]]},
         "in_sample": {"regulated": [int(at_policy[regulated].sum()), int(regulated.sum())],

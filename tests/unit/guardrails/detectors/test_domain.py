@@ -255,34 +255,51 @@ def test_shipped_artefact_matches_the_shipped_policy(classifier):
 
 # --- operating point: the threshold rule and its out-of-fold figures (proxy/evaluation/training_compliance.py) ---
 
-def test_threshold_rule_keeps_the_target_recall_on_the_rows_it_is_chosen_on():
-    from proxy.evaluation.training_compliance import chosen_threshold, out_of_fold_threshold
+def test_threshold_rule_takes_the_lowest_smoothed_cost_on_the_rows_it_is_chosen_on():
+    from proxy.evaluation.training_compliance import chosen_threshold, out_of_fold_threshold, soft_escalated
 
     p = np.array([0.95, 0.9, 0.7, 0.4, 0.8, 0.3, 0.1, 0.2])
     regulated = np.array([True, True, True, True, False, False, False, False])
-    assert chosen_threshold(p, regulated, 0.75) == 0.7  # 3 of 4 regulated rows at >= 0.70
-    assert chosen_threshold(p, regulated, 1.0) == 0.4
+    assert soft_escalated(np.array([0.5]), 0.5).tolist() == [0.5]  # a row at the threshold counts half
+    # a costly ordinary row moves the threshold up, a cheap one lets it fall to keep recall
+    high, low = chosen_threshold(p, regulated, 8.0), chosen_threshold(p, regulated, 0.25)
+    assert low < high and 0.4 <= high <= 0.95
+    # a near step: 0.3 < t <= 0.4 costs one ordinary row (0.8), twice; the middle of the gap wins
+    assert chosen_threshold(p, regulated, 2.0, bandwidth=0.01) == 0.35
     with pytest.raises(ValueError):
-        chosen_threshold(p, np.zeros(8, dtype=bool), 0.9)
+        chosen_threshold(p, np.zeros(8, dtype=bool))
+    with pytest.raises(ValueError):
+        chosen_threshold(p, np.ones(8, dtype=bool))
     fold = np.array([0, 1, 0, 1, 0, 1, 0, 1])
-    result = out_of_fold_threshold(p, regulated, fold, 1.0)
-    # fold 0 is judged by the threshold chosen on fold 1 (0.9, 0.4 regulated -> 0.40), fold 1 by
-    # the one chosen on fold 0 (0.95, 0.7 -> 0.70)
-    assert result["thresholds"] == [0.4, 0.7]
-    assert result["escalated"].tolist() == [True, True, True, False, True, False, False, False]
-    assert result["regulated"] == {"k": 3, "n": 4} and result["general"] == {"k": 1, "n": 4}
+    result = out_of_fold_threshold(p, regulated, fold)
+    # each fold is judged by the threshold chosen on the other
+    assert result["thresholds"] == [chosen_threshold(p[fold == 1], regulated[fold == 1]),
+                                    chosen_threshold(p[fold == 0], regulated[fold == 0])]
+    assert result["regulated"]["n"] == 4 and result["general"]["n"] == 4
+
+
+def test_threshold_rule_barely_moves_when_one_score_moves():
+    """The rule weighs every row near the threshold: the lowest regulated score falling from 0.45
+    to 0.05 moves the threshold by at most 0.05 (a recall target would follow that row)."""
+    from proxy.evaluation.training_compliance import chosen_threshold
+
+    rng = np.random.default_rng(0)
+    p = np.concatenate([rng.uniform(0.45, 1.0, 40), rng.uniform(0.0, 0.6, 200)])
+    regulated = np.arange(240) < 40
+    moved = p.copy()
+    moved[int(np.argmin(np.where(regulated, p, 2.0)))] = 0.05
+    assert abs(chosen_threshold(p, regulated) - chosen_threshold(moved, regulated)) <= 0.05
 
 
 def test_threshold_rule_counts_a_personal_request_in_the_band_as_escalated():
-    from proxy.evaluation.training_compliance import chosen_threshold, escalated
+    from proxy.evaluation.training_compliance import escalated, soft_escalated
 
     p = np.array([0.9, 0.55, 0.55, 0.2])
     personal = np.array([False, True, False, True])
     assert escalated(p, 0.6, 0.1, personal).tolist() == [True, True, False, False]
-    regulated = np.array([True, True, False, False])
-    # without the band 0.55 is needed for full recall; with it 0.65 (0.55 lies in [0.55, 0.65), personal)
-    assert chosen_threshold(p, regulated, 1.0) == 0.55
-    assert chosen_threshold(p, regulated, 1.0, 0.1, personal) == 0.65
+    soft = soft_escalated(p, 0.6, 0.1, personal)
+    assert soft[1] > 0.5 > soft[2]  # the personal request in the band counts as escalated
+    assert soft[3] < 0.05
 
 
 def test_shipped_threshold_rows_file_gives_out_of_fold_figures():
