@@ -53,12 +53,9 @@ def run(args: argparse.Namespace) -> int:
     tracing.setup(config.observability)  # JSON log lines; OTLP traces when configured (docs/operations.md)
     port = args.port if args.port is not None else config.server.port
 
-    from proxy.server.admission import workers
-
-    sock = workers.inherited_socket()  # set in a worker started as a command by a supervisor
-    if sock is None and config.server.workers > 1:
+    if config.server.workers > 1:
         return _supervise(config, config.server.workers, host, port)
-    return _serve(config, host, port, sock, workers.worker_index() if sock is not None else None)
+    return _serve(config, host, port, None, None)
 
 
 def _serve(config: Config, host: str, port: int, sock: socket.socket | None, index: int | None,

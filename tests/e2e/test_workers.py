@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -378,12 +379,16 @@ def test_a_bad_signing_key_stops_the_supervisor_with_exit_code_2_before_the_mode
 
 
 def test_supervisor_restarts_a_dying_worker_with_the_socket_and_metrics_dir(tmp_path: Path, caplog) -> None:
-    # A worker that records what it inherited, then dies at once (exit 1): restarted, same socket.
-    script = ("import json, os, pathlib, sys; fd = int(os.environ['SONATE_WORKER_FD']); os.fstat(fd); "
-              f"pathlib.Path({str(tmp_path)!r}, str(os.getpid())).write_text(json.dumps(dict(os.environ))); "
-              "sys.exit(1)")
+    # A forked worker that records what it inherited, then dies at once (exit 1): re-forked, same socket.
     socks = bind("127.0.0.1", 0, 1)
-    supervisor = Supervisor([sys.executable, "-c", script], socks)
+
+    def record_and_die(index: int, sock: socket.socket) -> int:  # in the forked worker
+        os.fstat(sock.fileno())
+        (tmp_path / str(os.getpid())).write_text(json.dumps({"index": index, "port": sock.getsockname()[1],
+                                                             "metrics": os.environ["PROMETHEUS_MULTIPROC_DIR"]}))
+        return 1
+
+    supervisor = Supervisor(record_and_die, socks)
 
     def stop_after_two_runs() -> None:
         deadline = time.monotonic() + 120
@@ -395,32 +400,36 @@ def test_supervisor_restarts_a_dying_worker_with_the_socket_and_metrics_dir(tmp_
     with caplog.at_level("INFO", logger="sonate.workers"):
         try:
             assert supervisor.run() == 0
+            port = socks[0].getsockname()[1]
         finally:
             socks[0].close()
     runs = [json.loads(path.read_text()) for path in tmp_path.iterdir()]
     assert len(runs) >= 2
-    assert {run["SONATE_WORKER_INDEX"] for run in runs} == {"0"}
-    assert len({run["PROMETHEUS_MULTIPROC_DIR"] for run in runs}) == 1
-    assert not Path(runs[0]["PROMETHEUS_MULTIPROC_DIR"]).exists()  # the per-run directory is removed
+    assert {run["index"] for run in runs} == {0} and {run["port"] for run in runs} == {port}
+    assert len({run["metrics"] for run in runs}) == 1
+    assert not Path(runs[0]["metrics"]).exists()  # the per-run directory is removed
     assert "exited with code 1; restarting in 1 s" in caplog.text
 
 
 def test_a_worker_usage_error_stops_the_supervisor_with_exit_code_2() -> None:
     socks = bind("127.0.0.1", 0, 2)
     try:
-        assert Supervisor([sys.executable, "-c", "raise SystemExit(2)"], socks).run() == 2
+        assert Supervisor(lambda index, sock: sys.exit(2), socks).run() == 2
     finally:
         for sock in socks:
             sock.close()
 
 
 def test_sighup_to_the_supervisor_reaches_every_worker(tmp_path: Path) -> None:
-    # Each worker marks itself ready, then records a SIGHUP (a real worker reloads its policies on it).
-    script = ("import os, pathlib, signal, time; d = pathlib.Path(%r); i = os.environ['SONATE_WORKER_INDEX']; "
-              "signal.signal(signal.SIGHUP, lambda *_: (d / ('hup-' + i)).write_text('1')); "
-              "(d / ('ready-' + i)).write_text('1'); time.sleep(120)") % str(tmp_path)
+    # Each forked worker marks itself ready, then records a SIGHUP (a real worker reloads its policies on it).
+    def wait_for_hup(index: int, sock: socket.socket) -> int:  # in the forked worker
+        signal.signal(signal.SIGHUP, lambda *_: (tmp_path / f"hup-{index}").write_text("1"))
+        (tmp_path / f"ready-{index}").write_text("1")
+        time.sleep(120)
+        return 0
+
     socks = bind("127.0.0.1", 0, 2)
-    supervisor = Supervisor([sys.executable, "-c", script], socks, grace_s=5)
+    supervisor = Supervisor(wait_for_hup, socks, grace_s=5)
 
     def hup_then_stop() -> None:
         deadline = time.monotonic() + 120

@@ -16,10 +16,6 @@ spread load: asyncio accepts up to its backlog of waiting connections in one go,
 would take a whole burst.) ``SO_REUSEPORT`` lets another process of the same user bind the same
 port too: run the proxy under its own user.
 
-:class:`Supervisor` also runs a command per socket instead (``python -m proxy serve`` or any
-program: the socket's descriptor number in ``$SONATE_WORKER_FD``, the index in
-``$SONATE_WORKER_INDEX``); ``sonate serve`` forks.
-
 - Ledger: every worker appends to the configured store; the stores' compare-and-set appends keep one
   chain across processes (Redis: the group-commit turn; SQLite: ``BEGIN IMMEDIATE`` on the file).
   Each worker opens its own connections after the fork.
@@ -65,15 +61,11 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["FD_ENV", "INDEX_ENV", "METRICS_DIR_ENV", "WORKER_HEADER", "Supervisor", "WorkerTarget", "bind",
-           "inherited_socket", "label_responses", "metrics_directory", "worker_index"]
+__all__ = ["METRICS_DIR_ENV", "WORKER_HEADER", "Supervisor", "WorkerTarget", "bind", "label_responses",
+           "metrics_directory"]
 
 log = logging.getLogger("sonate.workers")
 
-#: The listening socket's descriptor number in a worker.
-FD_ENV = "SONATE_WORKER_FD"
-#: The worker's index, 0..N-1 (a restarted worker keeps its predecessor's).
-INDEX_ENV = "SONATE_WORKER_INDEX"
 #: The response header naming the worker that answered.
 WORKER_HEADER = "x-sonate-worker"
 #: A worker exit code that stops the supervisor instead of a restart (proxy.cli.common.EXIT_USAGE).
@@ -118,19 +110,6 @@ def bind(host: str, port: int, count: int, backlog: int = 1024) -> list[socket.s
             sock.close()
         raise
     return socks
-
-
-def inherited_socket() -> socket.socket | None:
-    """In a worker started as a command: its listening socket from the supervisor (``$SONATE_WORKER_FD``);
-    None otherwise."""
-    fd = os.environ.get(FD_ENV)
-    return None if not fd else socket.socket(fileno=int(fd))
-
-
-def worker_index() -> int | None:
-    """In a worker: its index (``$SONATE_WORKER_INDEX``); None otherwise."""
-    index = os.environ.get(INDEX_ENV)
-    return None if index is None else int(index)
 
 
 def label_responses(app: Any, index: int) -> None:
@@ -201,7 +180,7 @@ class _Forked:
 @dataclass
 class _Worker:
     index: int
-    process: subprocess.Popen | _Forked | None = None
+    process: _Forked | None = None
     started: float = 0.0
     delay: float = 0.0
     restart_at: float | None = None
@@ -210,25 +189,22 @@ class _Worker:
 class Supervisor:
     """Runs one worker per socket of ``socks`` until SIGTERM/SIGINT (module docstring).
 
-    ``worker``: a :data:`WorkerTarget` (each worker is a fork of this process that calls it with its
-    index and socket, then exits with the code it returns), or a command's argv (each worker runs it:
-    ``$SONATE_WORKER_FD``, ``$SONATE_WORKER_INDEX``); ``socks``: the listening sockets of
-    :func:`bind`, one per worker; ``env``: extra environment for commands; ``grace_s``: seconds a
+    ``target``: what each worker runs (a :data:`WorkerTarget`: each worker is a fork of this process
+    that calls it with its index and socket, then exits with the code it returns); ``socks``: the
+    listening sockets of :func:`bind`, one per worker; ``grace_s``: seconds a
     worker gets to finish after SIGTERM before SIGKILL; ``metrics_dir``: the run's
     ``$PROMETHEUS_MULTIPROC_DIR`` when the caller made it (a fork's target may have imported
     prometheus_client before the fork: :func:`metrics_directory`), else one is made by :meth:`run`;
     either is removed when :meth:`run` returns.
     """
 
-    def __init__(self, worker: WorkerTarget | list[str], socks: list[socket.socket], *,
-                 env: dict[str, str] | None = None, grace_s: float = 70.0, metrics_dir: str | None = None) -> None:
+    def __init__(self, target: WorkerTarget, socks: list[socket.socket], *, grace_s: float = 70.0,
+                 metrics_dir: str | None = None) -> None:
         """Configure; nothing starts until :meth:`run`. Raises ValueError without sockets."""
         if not socks:
             raise ValueError("at least one listening socket is needed")
-        self.target: WorkerTarget | None = None if isinstance(worker, list) else worker
-        self.command: list[str] | None = worker if isinstance(worker, list) else None
+        self.target = target
         self.socks = socks
-        self.env = dict(env or {})
         self.grace_s = grace_s
         self.workers = [_Worker(i) for i in range(len(socks))]
         self._stopping = False  # a plain flag: set from signal handlers (an Event's lock could deadlock there)
@@ -273,14 +249,7 @@ class Supervisor:
         return code
 
     def _spawn(self, worker: _Worker) -> None:
-        if self.target is not None:
-            worker.process = self._fork(worker.index)
-        else:
-            assert self.command is not None
-            fd = self.socks[worker.index].fileno()
-            env = {**os.environ, **self.env, FD_ENV: str(fd), INDEX_ENV: str(worker.index),
-                   METRICS_DIR_ENV: str(self.metrics_dir)}
-            worker.process = subprocess.Popen(self.command, env=env, pass_fds=(fd,), preexec_fn=_die_with_parent)
+        worker.process = self._fork(worker.index)
         worker.started, worker.restart_at = time.monotonic(), None
         log.info("worker %d started (pid %d)", worker.index, worker.process.pid)
 
@@ -304,7 +273,6 @@ class Supervisor:
         try:
             self._become_worker(index, supervisor)
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            assert self.target is not None
             code = self.target(index, self.socks[index])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
@@ -321,7 +289,7 @@ class Supervisor:
 
     def _become_worker(self, index: int, supervisor: int) -> None:  # pragma: no cover  (in the worker)
         """In a new fork: die with the supervisor, the worker's signal handling (module docstring), only
-        this worker's socket, the worker's environment (index, metrics directory)."""
+        this worker's socket, the run's metrics directory."""
         _die_with_parent()
         if os.getppid() != supervisor:  # the supervisor died before the request above took effect
             os._exit(0)
@@ -331,7 +299,6 @@ class Supervisor:
         for i, sock in enumerate(self.socks):
             if i != index:
                 sock.close()
-        os.environ[INDEX_ENV] = str(index)
         os.environ[METRICS_DIR_ENV] = str(self.metrics_dir)
 
     def _tend(self) -> int:
