@@ -241,13 +241,17 @@ def _split_samples(target: Path) -> dict[str, list[dict[str, str]]]:
 
 def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
     """The training code's classifier, trained without a third of the AdvBench/XSTest samples, on
-    exactly those held-out rows (its rows file must not list them) and on benign questions."""
+    exactly those held-out rows (its rows file must not list them) and on benign questions.
+
+    One framed copy per trained row instead of the shipped two: the copies' embeddings and the
+    larger SVM fits are most of the training time (the shipped recipe, two copies, is trained end
+    to end by test_training_end_to_end_on_samples)."""
     from proxy.evaluation.provenance import read_rows_file
     from proxy.evaluation.training import train_harm_classifier
 
     held = _split_samples(tmp_path / "data")
     meta = train_harm_classifier(tmp_path / "data", tmp_path / "out", seed=0, progress=False, folds=3, repeats=1,
-                                 pair_holdout=False)  # recall of the shipped recipe; the hold-out is reported only
+                                 pair_holdout=False, framed_copies=1)  # the type-pair hold-out is reported only
     assert "xstest_type_pair_holdout" not in meta["cv"]
     harm = load_harm_classifier(tmp_path / "out" / f"{ARTEFACT_VERSION}")
     rows = read_rows_file(tmp_path / "out" / f"{ARTEFACT_VERSION}.rows.json")
@@ -262,7 +266,7 @@ def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
     def flagged(texts):
         return float((harm.predict_proba(texts) >= threshold).mean())
 
-    # measured: 19/20, 6/10, 1/10, 1/90
+    # measured: 20/20, 10/10, 1/10, 2/90 (two copies: 19/20, 6/10, 1/10, 1/90)
     assert flagged(advbench) >= 0.85
     assert flagged(unsafe) - flagged(safe) >= 0.3
     assert flagged(safe) <= 0.3
