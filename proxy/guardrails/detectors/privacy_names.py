@@ -13,6 +13,12 @@ organisation. This presidio recognizer reads the parse presidio already made and
   name of the gazetteer;
 - a proper noun joined to a ``PERSON`` (NER's or one above) in a list ("Hedda, Greta and Olav":
   either is the other's ``conj`` or ``appos``);
+- a **person by its role**: a short entity NER calls an organisation, a place or a group
+  (rare names often are: "Ingvild" as ``ORG``, "Carrow" as ``GPE``) standing where the parse
+  says a person stands — the possessor of a kin or relation noun ("Ingvild's nephew"), a name
+  in apposition to one ("my neighbour Carrow", "Carrow, my neighbour"), or the subject of its
+  clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
+  (an organisation is "it" or "they");
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
@@ -52,6 +58,8 @@ from typing import Iterable
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
+from proxy.guardrails.detectors.privacy_context import RELATIONS
+
 #: Longest name reported (tokens), and longest ORG entity read as a name.
 MAX_TOKENS = 4
 _INITIAL = re.compile(r"^[^\W\d_]\.?$")
@@ -85,6 +93,21 @@ _PLACE_WORDS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "lane",
                           "strasse", "straße", "company", "corporation", "corp", "inc", "ltd", "llc", "plc",
                           "gmbh", "group", "foundation",
                           "river", "lake", "mountain", "mount", "island", "county", "city", "village", "valley"})
+#: NER labels a rare name is often given instead of ``PERSON``: read as a person by its role.
+_ROLE_LABELS = frozenset({"ORG", "GPE", "LOC", "NORP", "FAC"})
+#: Nouns of a person seen through a relation, beside the context rule's relation words: a name that is
+#: their possessor or in apposition to them is a person ("Ingvild's nephew", "my neighbour Carrow").
+_PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kid", "kids", "baby", "fiance", "fiancee",
+                           "mate", "buddy", "pal", "classmate", "stepson", "stepdaughter", "stepmother",
+                           "stepfather", "granddaughter", "grandson", "godmother", "godfather", "sibling",
+                           "wife", "husband", "ex", "nanny", "babysitter", "tutor", "coach", "dentist",
+                           "vet", "mentor", "intern", "assistant", "secretary", "housemate", "lodger",
+                           "guest", "host", "driver", "cleaner", "carer", "caregiver", "godson", "goddaughter"})
+#: Pronouns that refer to a person, never to an organisation or a place.
+_GENDERED = frozenset({"he", "him", "his", "himself", "she", "her", "hers", "herself"})
+#: Dependencies of a noun that is an argument of a clause: a noun between a subject and a pronoun
+#: that the pronoun could refer to instead.
+_ARGUMENTS = frozenset({"nsubj", "nsubjpass", "dobj", "attr", "appos", "pobj", "dative", "conj"})
 #: NER labels whose words are never a missed name (a place, a date, a nationality, a number...).
 _OTHER_ENTITY = frozenset({"GPE", "LOC", "FAC", "NORP", "DATE", "TIME", "EVENT", "LANGUAGE", "LAW", "MONEY",
                            "ORDINAL", "CARDINAL", "PERCENT", "PRODUCT", "QUANTITY", "WORK_OF_ART"})
@@ -148,6 +171,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
         from spacy.lang.en.stop_words import STOP_WORDS
 
         self.score = score
+        #: Score of a person read by its role (above NER's 0.85: the role wins over NER's place label).
+        self.role_score = max(score, 0.86)
         self._words = frozenset(words)
         self._skip = frozenset(STOP_WORDS) | _CALENDAR
         self._first, self._last = gazetteer()
@@ -165,12 +190,13 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 or not doc.has_annotation("ENT_IOB")):
             return []
         lower = not any(c.isupper() for c in text)
-        names = self._names(doc, lower)
+        names, role_names = self._names(doc, lower)
         if lower:
             covered = {i for a, b in names for i in range(a, b)}
             names += [(a, b) for a, b in self._slotted(doc) if not covered & set(range(a, b))]
         spans = [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in names] + self._glued(doc)
-        return [RecognizerResult("PERSON", start, end, self.score,
+        roles = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in role_names}
+        return [RecognizerResult("PERSON", start, end, self.role_score if (start, end) in roles else self.score,
                                  recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,  # type: ignore[has-type]
                                                        RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
                 for start, end in sorted(set(spans))]
@@ -281,12 +307,42 @@ class NameGazetteerRecognizer(EntityRecognizer):
             return False
         return not any(t.lower_.rstrip(".") in _PLACE_WORDS for t in doc[start:end + 1])
 
-    def _names(self, doc, lower: bool) -> list[tuple[int, int]]:
-        """[start, end) token ranges of the missed names of ``doc``, in order, disjoint."""
+    def _person_role(self, doc, entity) -> bool:
+        """The entity ``entity`` (a span of ``doc``) stands where a person stands (module docstring):
+        possessor of a person noun, in apposition to one (either way), or subject of its clause with
+        a gendered pronoun after it in the same or the next sentence and no noun argument between."""
+        root = entity.root
+        head = root.head
+        if root.dep_ == "poss" and head.lower_ in _PERSON_NOUNS:
+            return True
+        if root.dep_ in ("appos", "compound", "npadvmod") and head.lower_ in _PERSON_NOUNS and head.pos_ != "VERB":
+            return True
+        if any(c.dep_ == "appos" and c.lower_ in _PERSON_NOUNS for c in root.children):
+            return True
+        if entity.start and doc[entity.start - 1].lower_ in _PERSON_NOUNS and doc[entity.start - 1].pos_ != "VERB":
+            return True
+        if root.dep_ not in ("nsubj", "nsubjpass"):
+            return False
+        sentences = 0
+        for token in doc[entity.end:]:
+            if token.is_sent_start:
+                sentences += 1
+                if sentences > 1:
+                    return False
+            if token.lower_ in _GENDERED and token.pos_ == "PRON":
+                return True
+            if token.pos_ in ("NOUN", "PROPN") and token.dep_ in _ARGUMENTS or token.ent_type_ == "PERSON":
+                return False
+        return False
+
+    def _names(self, doc, lower: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """[start, end) token ranges of the missed names of ``doc``, in order, disjoint; and those
+        of them read as a person by their role (:meth:`_person_role`)."""
         persons = {t.i for e in doc.ents if e.label_ == "PERSON" for t in e}
         orgs = {t.i for e in doc.ents if e.label_ == "ORG" for t in e}
         taken = persons | {t.i for e in doc.ents if e.label_ in _OTHER_ENTITY for t in e}
         found: list[tuple[int, int]] = []
+        roles: list[tuple[int, int]] = []
 
         def add(start: int, end: int) -> None:
             found.append((start, end))
@@ -298,6 +354,15 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and (first in self._first or first not in self._words and diminutive_of(first, self._first))
                     and all(self._shaped(t, lower) for t in entity) and self._fits(doc, entity.start, entity.end)):
                 add(entity.start, entity.end)
+        for entity in doc.ents:  # a rare name NER calls an organisation or a place, standing as a person
+            if (entity.label_ in _ROLE_LABELS and len(entity) < MAX_TOKENS
+                    and not (persons | {i for a, b in found for i in range(a, b)}) & set(range(entity.start, entity.end))
+                    and all(_NAME_WORD.match(t.text) and t.text[0].isupper() and not t.text.isupper()
+                            and t.lower_ not in self._skip for t in entity)
+                    and not (len(entity) == 1 and entity[0].lower_ in self._words)
+                    and self._fits(doc, entity.start, entity.end) and self._person_role(doc, entity)):
+                add(entity.start, entity.end)
+                roles.append((entity.start, entity.end))
         seen: set[int] = set()
         for token in doc:  # a first name, surname or diminutive, with the proper nouns and initials around it
             i = token.i
@@ -321,4 +386,4 @@ class NameGazetteerRecognizer(EntityRecognizer):
             if (listed and token.i not in taken and token.pos_ == "PROPN" and self._shaped(token, lower)
                     and self._fits(doc, token.i, token.i + 1)):
                 add(token.i, token.i + 1)
-        return sorted(found)
+        return sorted(found), roles

@@ -97,6 +97,12 @@ def test_address_block_names_addressee_and_places(detector):
     assert found.get("Wrocław") == "LOCATION" and found.get("Poland") == "LOCATION"
 
 
+def test_numbers_in_a_decimal_or_a_thousand_are_no_street_address(detector):
+    text = "The rate rose from 10.3 per 100,000 in 1999 to 12 per 100,000 in 2017, with 109 people per day."
+    assert "LOCATION" not in _found(detector, text).values()
+    assert _found(detector, "Send the parcel to 1593 Pagari 18.").get("1593 Pagari 18") == "LOCATION"
+
+
 def test_address_block_recognizer_needs_a_street_line():
     recognizer = AddressBlockRecognizer()
     assert recognizer.analyze("Apples\nPears\nPlums", ["PERSON", "LOCATION"]) == []

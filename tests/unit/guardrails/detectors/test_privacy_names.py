@@ -84,6 +84,31 @@ def test_words_that_only_look_like_names_are_not_reported(detector, text):
     assert _recognized(detector, text) == []
 
 
+@pytest.mark.parametrize("text, name", [
+    ("Yesterday Zebulona's nephew broke the kitchen window.", "Zebulona"),  # NER: a place; possessor of a kin noun
+    ("My flatmate Okwuosa left the oven on again.", "Okwuosa"),  # NER: a group; after a relation noun
+    ("I am taking my kid Brontavy to the zoo.", "Brontavy"),  # NER: a group; in apposition
+    ("Kestrova always pays late, and she never says sorry.", "Kestrova"),  # NER: an organisation; "she" after it
+])
+def test_a_rare_name_ner_calls_a_place_or_organisation_is_a_person_by_its_role(detector, text, name):
+    assert name in _recognized(detector, text)
+
+
+def test_a_person_by_its_role_wins_over_ner_s_place_and_is_masked(detector):
+    text = "Yesterday Zebulona's nephew broke the kitchen window."
+    assert _found(detector, text).get("Zebulona") == "PERSON"  # NER's GPE span loses to the person
+
+
+@pytest.mark.parametrize("text", [
+    "Microsoft hired a new chief, and he starts Monday.",  # the pronoun refers to the noun between
+    "Paris is lovely in spring; she says the food is great.",  # a noun argument between
+    "Toyota is recalling cars. Its chief said he was sorry.",  # an organisation is "it"
+    "Google's customers complained about the outage.",  # possessor of a noun that is no relation
+])
+def test_an_organisation_or_place_in_no_person_s_role_stays_what_ner_says(detector, text):
+    assert _recognized(detector, text) == []
+
+
 def test_nothing_is_reported_without_ner_s_parse(detector):
     text = "Leocadia forgot her umbrella in my car again."
     assert _recognized(detector, text) == ["Leocadia"]
