@@ -556,3 +556,19 @@ async def test_sighup_reloads_the_policies(tmp_path):
         assert "safety" not in runtime.current().default.policies
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
+
+
+def test_the_first_load_checks_detector_blocks_before_building_any_detector(tmp_path):
+    """PolicyRuntime.load validates with the builder's registry: a bad ``detector:`` block stops the
+    start with the registry's message, before any detector (model) is built."""
+    from proxy.guardrails.detectors.pii import PiiDetectorConfig
+
+    path = write_config(tmp_path)
+    privacy = tmp_path / "policies" / "1-privacy.yaml"
+    privacy.write_text(privacy.read_text().replace("detector: {}", "detector: {entities: [PERSON], score_threshold: 3}"))
+    fakes = CountingFakes()
+    fakes.registry.register("privacy", fakes._fresh(type(fakes.pii)), config=lambda: PiiDetectorConfig)
+    with pytest.raises(ConfigError) as error:
+        PolicyRuntime.load(load_config(path), builder_for(fakes), None)
+    assert str(error.value) == f"{privacy}: detector.score_threshold: Input should be less than or equal to 1 (got 3)"
+    assert fakes.built == []
