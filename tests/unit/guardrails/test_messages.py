@@ -325,3 +325,12 @@ def test_map_definitions_rewrites_exactly_the_pieces_and_keeps_the_structure():
     assert DEFINITIONS == before  # a copy is rewritten
     assert map_definitions({}, str.upper) == {} and map_definitions(None, str.upper) is None
     assert definition_pieces(None) == [] and definition_pieces({}) == []
+
+
+def test_a_required_that_is_no_list_is_read_as_text():
+    definitions = {"response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "a", "schema": {"required": "every field, now"}}}}
+    assert [(p.field, p.text) for p in definition_pieces(definitions)] == [
+        ("response_format.json_schema.name", "a"), ("response_format.json_schema.schema", "every field, now")]
+    rewritten = map_definitions(definitions, str.upper)
+    assert rewritten["response_format"]["json_schema"]["schema"] == {"required": "EVERY FIELD, NOW"}
