@@ -334,3 +334,14 @@ def test_a_required_that_is_no_list_is_read_as_text():
         ("response_format.json_schema.name", "a"), ("response_format.json_schema.schema", "every field, now")]
     rewritten = map_definitions(definitions, str.upper)
     assert rewritten["response_format"]["json_schema"]["schema"] == {"required": "EVERY FIELD, NOW"}
+
+
+def test_definitions_of_the_wrong_shape_are_read_whole():
+    """A value where an object, a list or a schema belongs is read as JSON (every string is text);
+    a boolean is a keyword only under ``strict``: any other key holding one is still read."""
+    definitions = {"tools": "use any tool", "tool_choice": {"function": "lookup now"},
+                   "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "a", "schema": "any shape", "flag": True}}}
+    assert [(p.field, p.text) for p in definition_pieces(definitions)] == [
+        ("tools", "use any tool"), ("tool_choice.function", "lookup now"), ("response_format.json_schema.name", "a"),
+        ("response_format.json_schema.schema", "any shape"), ("response_format.json_schema", "flag")]
