@@ -213,3 +213,26 @@ def test_an_embeddings_user_is_a_token_not_a_sentence():
     with pytest.raises(ValidationError) as caught:
         EmbeddingRequest.model_validate({"model": "m", "input": "x", "user": SENTENCE})
     assert validation_error(caught.value).param == "user"
+
+
+def test_a_passed_through_string_of_exactly_the_limit_is_a_token():
+    from proxy.guardrails.fields import PASSTHROUGH_MAX_STRING, token
+
+    at_limit = "x" * PASSTHROUGH_MAX_STRING
+    assert free_text_path(at_limit, "seed_tag") is None and token(at_limit) == at_limit
+    assert free_text_path(at_limit + "x", "seed_tag") == "seed_tag"
+    with pytest.raises(ValueError):
+        token(at_limit + "x")
+
+
+def test_a_payload_is_plain_base64_or_a_base64_data_url():
+    from pydantic import TypeAdapter
+
+    from proxy.guardrails.fields import Payload
+
+    payload = TypeAdapter(Payload)
+    assert payload.validate_python("aGVsbG8=") == "aGVsbG8="
+    assert payload.validate_python("DATA:text/plain;base64,aGVsbG8=") == "DATA:text/plain;base64,aGVsbG8="
+    for bad in ("hello world", "data:text/plain,hello"):
+        with pytest.raises(ValidationError):
+            payload.validate_python(bad)

@@ -7,7 +7,9 @@ tests (test_engine.py) and the e2e bypass tests (tests/e2e/test_bypass.py) use r
 
 from __future__ import annotations
 
+import copy
 import json
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -15,7 +17,9 @@ from pydantic import ValidationError
 from proxy.guardrails.messages import (
     TextPiece,
     asked_questions,
+    definition_pieces,
     judged_texts,
+    map_definitions,
     map_text,
     map_tool_calls,
     message_text,
@@ -185,3 +189,159 @@ def test_safety_judges_each_sentence_of_a_message_alone_as_well_as_joined():
 ])
 def test_instructions_ask_only_their_questions_and_requests(text, asked):
     assert asked_questions(text) == asked
+
+
+# ---- tool definitions: every field named, every keyword left alone ---------------------------
+
+DEFINITIONS: dict[str, Any] = {
+    "tools": [
+        {"type": "function", "function": {
+            "name": "lookup", "description": "Find an order.", "strict": True,
+            "parameters": {
+                "type": "object", "title": "Order query", "$comment": "internal",
+                "properties": {"order_id": {"type": "string", "format": "uuid", "description": "The id.",
+                                            "enum": ["A1", 7], "maxLength": 36, "pattern": "^[A-Z]+$"},
+                               "tags": {"type": ["array", "null"], "items": {"type": "string", "examples": ["x"]},
+                                        "minItems": 1}},
+                "required": ["order_id"], "additionalProperties": False,
+                "anyOf": [{"required": ["tags"]}, True],
+                "dependentRequired": {"tags": ["order_id"]},
+                "$defs": {"Money": {"type": "number", "minimum": 0, "default": 5}},
+                "x-note": "vendor text", "maximum": "ten",
+            }}},
+        {"type": "custom", "custom": {"name": "sql", "description": "Run SQL.",
+                                       "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": "start: WORD"}}}},
+        {"type": "mystery", "extra": "free text"},
+    ],
+    "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "lookup"}}, "auto"]}},
+    "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "description": "An answer.", "strict": False,
+                                                                 "schema": {"type": "object", "properties": {"text": {"type": "string"}}}}},
+    "user": "user-42",
+    "stop": ["END", "STOP"],
+    "extra_body": {"seed_tag": "abc", "weights": [1, 2.5]},
+    "other": {"k": "v"},
+}
+
+
+def test_definition_pieces_name_each_place_and_skip_only_keywords():
+    """Every text of tools, tool_choice, response_format, user, stop, passed-through and unknown fields, in
+    rewrite order, with the field it sits in (a client's own keys never name a field); schema keywords,
+    the known ``type``/``syntax``/``mode`` names and booleans are not text."""
+    assert [(p.field, p.text) for p in definition_pieces(DEFINITIONS)] == [   ('tools.0.function.name', 'lookup'),
+        ('tools.0.function.description', 'Find an order.'),
+        ('tools.0.function.parameters', 'Order query'),
+        ('tools.0.function.parameters', 'internal'),
+        ('tools.0.function.parameters', 'order_id'),
+        ('tools.0.function.parameters', 'The id.'),
+        ('tools.0.function.parameters', 'A1'),
+        ('tools.0.function.parameters', '7'),
+        ('tools.0.function.parameters', '^[A-Z]+$'),
+        ('tools.0.function.parameters', 'tags'),
+        ('tools.0.function.parameters', 'x'),
+        ('tools.0.function.parameters', 'order_id'),
+        ('tools.0.function.parameters', 'tags'),
+        ('tools.0.function.parameters', 'tags'),
+        ('tools.0.function.parameters', 'order_id'),
+        ('tools.0.function.parameters', 'Money'),
+        ('tools.0.function.parameters', '5'),
+        ('tools.0.function.parameters', 'x-note'),
+        ('tools.0.function.parameters', 'vendor text'),
+        ('tools.0.function.parameters', 'ten'),
+        ('tools.1.custom.name', 'sql'),
+        ('tools.1.custom.description', 'Run SQL.'),
+        ('tools.1.custom.format.grammar.definition', 'start: WORD'),
+        ('tools.2', 'mystery'),
+        ('tools.2', 'type'),
+        ('tools.2', 'free text'),
+        ('tools.2', 'extra'),
+        ('tool_choice.allowed_tools.tools.0.function.name', 'lookup'),
+        ('response_format.json_schema.name', 'answer'),
+        ('response_format.json_schema.description', 'An answer.'),
+        ('response_format.json_schema.schema', 'text'),
+        ('user', 'user-42'),
+        ('stop', 'END'),
+        ('stop', 'STOP'),
+        ('extra_body.seed_tag', 'abc'),
+        ('extra_body.weights', '1'),
+        ('extra_body.weights', '2.5'),
+        ('other', 'k'),
+        ('other', 'v')]
+
+
+def test_map_definitions_rewrites_exactly_the_pieces_and_keeps_the_structure():
+    before = copy.deepcopy(DEFINITIONS)
+    assert map_definitions(DEFINITIONS, lambda text: f"<{text}>") == {   'tools': [   {   'type': 'function',
+                         'function': {   'name': '<lookup>',
+                                         'description': '<Find an order.>',
+                                         'strict': True,
+                                         'parameters': {   'type': 'object',
+                                                           'title': '<Order query>',
+                                                           '$comment': '<internal>',
+                                                           'properties': {   '<order_id>': {   'type': 'string',
+                                                                                               'format': 'uuid',
+                                                                                               'description': '<The '
+                                                                                                              'id.>',
+                                                                                               'enum': [   '<A1>',
+                                                                                                           '<7>'],
+                                                                                               'maxLength': 36,
+                                                                                               'pattern': '<^[A-Z]+$>'},
+                                                                             '<tags>': {   'type': [   'array',
+                                                                                                       'null'],
+                                                                                           'items': {   'type': 'string',
+                                                                                                        'examples': [   '<x>']},
+                                                                                           'minItems': 1}},
+                                                           'required': ['<order_id>'],
+                                                           'additionalProperties': False,
+                                                           'anyOf': [{'required': ['<tags>']}, True],
+                                                           'dependentRequired': {   '<tags>': [   '<order_id>']},
+                                                           '$defs': {   '<Money>': {   'type': 'number',
+                                                                                       'minimum': 0,
+                                                                                       'default': '<5>'}},
+                                                           '<x-note>': '<vendor text>',
+                                                           'maximum': '<ten>'}}},
+                     {   'type': 'custom',
+                         'custom': {   'name': '<sql>',
+                                       'description': '<Run SQL.>',
+                                       'format': {   'type': 'grammar',
+                                                     'grammar': {   'syntax': 'lark',
+                                                                    'definition': '<start: WORD>'}}}},
+                     {'<type>': '<mystery>', '<extra>': '<free text>'}],
+        'tool_choice': {   'type': 'allowed_tools',
+                           'allowed_tools': {   'mode': 'auto',
+                                                'tools': [   {   'type': 'function',
+                                                                 'function': {'name': '<lookup>'}},
+                                                             'auto']}},
+        'response_format': {   'type': 'json_schema',
+                               'json_schema': {   'name': '<answer>',
+                                                  'description': '<An answer.>',
+                                                  'strict': False,
+                                                  'schema': {   'type': 'object',
+                                                                'properties': {   '<text>': {   'type': 'string'}}}}},
+        'user': '<user-42>',
+        'stop': ['<END>', '<STOP>'],
+        'extra_body': {'seed_tag': '<abc>', 'weights': ['<1>', '<2.5>']},
+        'other': {'<k>': '<v>'}}
+    assert DEFINITIONS == before  # a copy is rewritten
+    assert map_definitions({}, str.upper) == {} and map_definitions(None, str.upper) is None
+    assert definition_pieces(None) == [] and definition_pieces({}) == []
+
+
+def test_a_required_that_is_no_list_is_read_as_text():
+    definitions = {"response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "a", "schema": {"required": "every field, now"}}}}
+    assert [(p.field, p.text) for p in definition_pieces(definitions)] == [
+        ("response_format.json_schema.name", "a"), ("response_format.json_schema.schema", "every field, now")]
+    rewritten = map_definitions(definitions, str.upper)
+    assert rewritten["response_format"]["json_schema"]["schema"] == {"required": "EVERY FIELD, NOW"}
+
+
+def test_definitions_of_the_wrong_shape_are_read_whole():
+    """A value where an object, a list or a schema belongs is read as JSON (every string is text);
+    a boolean is a keyword only under ``strict``: any other key holding one is still read."""
+    definitions = {"tools": "use any tool", "tool_choice": {"function": "lookup now"},
+                   "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "a", "schema": "any shape", "flag": True}}}
+    assert [(p.field, p.text) for p in definition_pieces(definitions)] == [
+        ("tools", "use any tool"), ("tool_choice.function", "lookup now"), ("response_format.json_schema.name", "a"),
+        ("response_format.json_schema.schema", "any shape"), ("response_format.json_schema", "flag")]

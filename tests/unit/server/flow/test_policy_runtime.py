@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -368,3 +370,205 @@ async def test_a_reload_checks_detector_blocks_before_building_any_detector(tmp_
     assert (outcome.result, outcome.version) == ("rejected", version)
     assert outcome.error == f"{privacy}: detector.score_threshold: Input should be less than or equal to 1 (got 3)"
     assert fakes.built == built  # nothing was built for the rejected edit
+
+
+# ---- what the admin API shows and what a reload reports ---------------------------------------
+
+RFC3339_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
+
+
+def test_describe_lists_sets_policies_detectors_teams_and_assignments(tmp_path):
+    config = load_config(write_config(tmp_path, policy_sets={"support": SETS["support"]},
+                                      teams={"ops": {"policy_set": "support"}},
+                                      auth=keys_with(bob={"policy_set": "support"}, carol={"team": "ops"})))
+    fakes = FakeDetectors()
+    snapshot = builder_for(fakes).build(load_policy_bundle(config, fakes.registry))
+    safety = {"id": "safety", "kind": "safety", "stages": ["input", "output"], "detector": "fake-safety"}
+    privacy = {"id": "privacy", "kind": "privacy", "stages": ["input", "output"], "detector": "fake-pii"}
+    compliance = {"id": "compliance", "kind": "compliance", "stages": ["input"], "detector": "fake-domain"}
+    continuity = {"id": "continuity", "kind": "continuity", "stages": ["input"], "detector": None}
+    assert snapshot.describe() == {
+        "policy_version": snapshot.version, "loaded_at": snapshot.loaded_at,
+        "directory": str(tmp_path / "policies"),
+        "policy_sets": {"default": {"description": "", "policies": [safety, privacy, compliance, continuity]},
+                        "support": {"description": "no escalation", "policies": [safety, privacy, continuity]}},
+        "teams": {"ops": "support"},
+        "assignments": {"alice": "default", "bob": "support", "carol": "support"}}
+    assert list(snapshot.describe()["policy_sets"]) == ["default", "support"]
+    assert len(snapshot.engines()) == 2 and snapshot.engines()[0] is snapshot.sets["default"].engine
+
+
+def test_a_fixed_engine_describes_itself_without_files_and_has_its_files_version(tmp_path):
+    from proxy.guardrails.engine import GuardrailEngine
+
+    engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
+    snapshot = PolicyRuntime.fixed(engine).current()
+    assert snapshot.version == policy_version(load_policy_documents(write_policies(tmp_path)), None)
+    assert snapshot.default.name == "default" and snapshot.default.version == snapshot.version
+    assert snapshot.for_actor("anyone") is snapshot.default
+    described = snapshot.describe()
+    assert (described["directory"], described["teams"], described["assignments"]) == (None, {}, {})
+    assert described["policy_sets"]["default"]["description"] == ""
+    assert re.fullmatch(RFC3339_UTC, described["loaded_at"])
+    other = GuardrailEngine(POLICIES[:2], count_tokens=count_words, registry=FakeDetectors().registry)
+    assert PolicyRuntime.fixed(other).current().version != snapshot.version
+
+
+def test_a_reload_outcome_body_names_result_versions_and_the_error():
+    from proxy.server.flow.policy_runtime import ReloadOutcome
+
+    assert ReloadOutcome("applied", "v2", "v1").body() == {
+        "result": "applied", "policy_version": "v2", "previous_version": "v1"}
+    assert ReloadOutcome("rejected", "v1", "v1", "bad key").body() == {
+        "result": "rejected", "policy_version": "v1", "previous_version": "v1", "error": "bad key"}
+
+
+async def test_every_reload_outcome_carries_both_versions(tmp_path):
+    from proxy.guardrails.engine import GuardrailEngine
+
+    engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
+    fixed = PolicyRuntime.fixed(engine)
+    version = fixed.current().version
+    outcome = await fixed.reload("api")
+    assert (outcome.result, outcome.version, outcome.previous) == ("rejected", version, version)
+    assert outcome.error == "this proxy serves a fixed engine; nothing to reload"
+
+    path = write_config(tmp_path, policy_sets=SETS)
+    metrics = Metrics()
+    runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), metrics)
+    first = runtime.current().version
+    loaded = metrics.registry.get_sample_value("sonate_policy_loaded_timestamp_seconds")
+    assert (await runtime.reload("api")).body() == {
+        "result": "unchanged", "policy_version": first, "previous_version": first}
+    edited = yaml.safe_load(path.read_text())
+    edited["policy_sets"]["strict"]["policies"]["safety"]["thresholds"]["toxicity"] = "0.2"
+    path.write_text(yaml.safe_dump(edited))
+    time.sleep(0.01)
+    applied = await runtime.reload("api")
+    assert (applied.result, applied.version, applied.previous) == ("applied", runtime.current().version, first)
+    assert metrics.registry.get_sample_value("sonate_policy_loaded_timestamp_seconds") > loaded
+    edited["policy_sets"]["strict"]["policies"]["safety"]["thresholds"]["toxicity"] = "two"
+    path.write_text(yaml.safe_dump(edited))
+    rejected = await runtime.reload("api")
+    assert (rejected.result, rejected.version, rejected.previous) == ("rejected", applied.version, applied.version)
+
+
+async def test_a_detector_that_fails_to_build_rejects_the_reload_with_its_error(tmp_path):
+    path = write_config(tmp_path, policy_sets=SETS)
+    fakes = CountingFakes()
+    runtime = PolicyRuntime.load(load_config(path), builder_for(fakes), None)
+
+    def broken(policy: Any) -> Any:
+        raise RuntimeError("model file missing")
+
+    fakes.registry.register("compliance", broken)
+    edited = yaml.safe_load(path.read_text())
+    edited["policy_sets"]["domains"] = {"policies": {"compliance": {"detector": {"extra": 1}}}}
+    path.write_text(yaml.safe_dump(edited))
+    outcome = await runtime.reload("watch")
+    assert outcome.result == "rejected"
+    assert outcome.error == "the new policy version could not be loaded: RuntimeError: model file missing"
+
+
+def test_a_builder_warms_new_engines_and_reuses_them_across_builds(tmp_path):
+    config = load_config(write_config(tmp_path))
+    fakes = FakeDetectors()
+    apology = FakeApology()
+    builder = SnapshotBuilder(count_words, registry=fakes.registry, apology_detector=apology)
+    first = builder.build(load_policy_bundle(config, fakes.registry))
+    assert any("Hello, my name is Ada" in text for call in fakes.safety.calls for text in call)  # warmed
+    assert first.default.engine.apology_detector is apology
+    assert re.fullmatch(RFC3339_UTC, first.loaded_at)
+    calls = len(fakes.safety.calls)
+    again = builder.build(load_policy_bundle(config, fakes.registry))
+    assert again.default.engine is first.default.engine and len(fakes.safety.calls) == calls  # reused, not warmed
+    cold = FakeDetectors()
+    SnapshotBuilder(count_words, registry=cold.registry, warm=False).build(load_policy_bundle(config, cold.registry))
+    assert cold.safety.calls == []
+
+
+def test_watched_files_are_the_config_and_the_policy_files(tmp_path):
+    from proxy.guardrails.engine import GuardrailEngine
+    from proxy.server.flow.policy_runtime import file_signature
+
+    path = write_config(tmp_path)
+    (tmp_path / "policies" / "notes.txt").write_text("not a policy")
+    runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
+    directory = tmp_path / "policies"
+    files = sorted(directory.glob("*.yaml"))
+    assert runtime.watched_files() == [path, *files] and len(files) == len(POLICIES)
+    engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
+    assert PolicyRuntime.fixed(engine).watched_files() == []
+
+    before = file_signature(runtime.watched_files(), directory)
+    listing, stats = before
+    assert listing == tuple(f.name for f in files)
+    assert stats[0] == (str(path), path.stat().st_mtime_ns, path.stat().st_size)
+    assert file_signature([tmp_path / "gone.yaml"], None) == ((), ((str(tmp_path / "gone.yaml"), None, None),))
+    assert file_signature([], tmp_path / "absent") == ((), ())
+    (directory / "9-extra.yml").write_text("x: 1")
+    assert file_signature(runtime.watched_files(), directory)[0] == (*listing, "9-extra.yml")
+    edited = file_signature([files[0]], None)
+    files[0].write_text(files[0].read_text() + "\n# edited\n")
+    assert file_signature([files[0]], None) != edited  # the size changed
+
+
+async def test_an_edited_policy_file_is_reloaded_by_the_watcher(tmp_path):
+    from proxy.server.flow.policy_runtime import watch_files
+
+    path = write_config(tmp_path, policy_sets=SETS)
+    runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
+    first = runtime.current().version
+    watcher = asyncio.create_task(watch_files(runtime, 0.01))
+    try:
+        await asyncio.sleep(0.05)
+        assert runtime.current().version == first  # nothing changed: no reload
+        safety = tmp_path / "policies" / "0-safety.yaml"
+        safety.write_text(safety.read_text().replace("enabled: true", "enabled: false"))  # dropped from the set
+        for _ in range(500):
+            if runtime.current().version != first:
+                break
+            await asyncio.sleep(0.01)
+        assert "safety" not in runtime.current().default.policies
+    finally:
+        watcher.cancel()
+
+
+async def test_sighup_reloads_the_policies(tmp_path):
+    import os
+    import signal
+
+    from proxy.server.flow.policy_runtime import install_sighup
+
+    path = write_config(tmp_path)
+    runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
+    first = runtime.current().version
+    loop = asyncio.get_running_loop()
+    assert install_sighup(runtime, loop) is True
+    try:
+        safety = tmp_path / "policies" / "0-safety.yaml"
+        safety.write_text(safety.read_text().replace("enabled: true", "enabled: false"))  # dropped from the set
+        os.kill(os.getpid(), signal.SIGHUP)
+        for _ in range(500):
+            if runtime.current().version != first:
+                break
+            await asyncio.sleep(0.01)
+        assert "safety" not in runtime.current().default.policies
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+
+def test_the_first_load_checks_detector_blocks_before_building_any_detector(tmp_path):
+    """PolicyRuntime.load validates with the builder's registry: a bad ``detector:`` block stops the
+    start with the registry's message, before any detector (model) is built."""
+    from proxy.guardrails.detectors.pii import PiiDetectorConfig
+
+    path = write_config(tmp_path)
+    privacy = tmp_path / "policies" / "1-privacy.yaml"
+    privacy.write_text(privacy.read_text().replace("detector: {}", "detector: {entities: [PERSON], score_threshold: 3}"))
+    fakes = CountingFakes()
+    fakes.registry.register("privacy", fakes._fresh(type(fakes.pii)), config=lambda: PiiDetectorConfig)
+    with pytest.raises(ConfigError) as error:
+        PolicyRuntime.load(load_config(path), builder_for(fakes), None)
+    assert str(error.value) == f"{privacy}: detector.score_threshold: Input should be less than or equal to 1 (got 3)"
+    assert fakes.built == []
