@@ -408,12 +408,16 @@ def harm_arrays(svc, platt_a: float, platt_b: float) -> dict:
             "intercept": svc.intercept_[0], "platt_a": np.float64(platt_a), "platt_b": np.float64(platt_b)}
 
 
-def test_rbf_svm_scoring_matches_libsvm():
-    """The numpy scorer reproduces scikit-learn/libsvm's SVC decision function and the Platt link."""
+@pytest.mark.parametrize("product, rtol, atol", [("float32", 1e-6, 1e-9), ("int8x2", 0.0, 1e-4)])
+def test_rbf_svm_scoring_matches_libsvm(monkeypatch, product, rtol, atol):
+    """The numpy scorer reproduces scikit-learn/libsvm's SVC decision function and the Platt link:
+    to float32 rounding with float32 dot products, within 1e-4 with two int8 levels (kernels.py)."""
     from sklearn.svm import SVC
 
     from proxy.guardrails.detectors.harm import HarmClassifier
+    from proxy.guardrails.detectors.kernels import PRODUCT_ENV
 
+    monkeypatch.setenv(PRODUCT_ENV, product)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(80, 384))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
@@ -421,9 +425,10 @@ def test_rbf_svm_scoring_matches_libsvm():
     svc = SVC(C=3.0, kernel="rbf", gamma="scale").fit(x, y)
     harm = HarmClassifier(harm_arrays(svc, 2.0, -0.5), {"name": "t", "version": "t-v0"})
     probe = x[:10] + 0.05 * rng.normal(size=(10, 384))
-    np.testing.assert_allclose(harm.views[0].decision(probe), svc.decision_function(probe), rtol=1e-6, atol=1e-9)
+    assert harm.views[0]._sv.kind == product
+    np.testing.assert_allclose(harm.views[0].decision(probe), svc.decision_function(probe), rtol=rtol, atol=atol)
     p_last = 1 / (1 + np.exp(-(2.0 * svc.decision_function(probe) - 0.5)))
-    np.testing.assert_allclose(harm.predict_proba_embeddings(probe), p_last, rtol=1e-6)
+    np.testing.assert_allclose(harm.predict_proba_embeddings(probe), p_last, rtol=rtol, atol=atol)
     assert harm.layers == 1
     # v7: a second SVM over another view (keys prefixed layer5_); the probability is the geometric mean
     x5 = rng.normal(size=(80, 384))
@@ -436,7 +441,7 @@ def test_rbf_svm_scoring_matches_libsvm():
     p5 = 1 / (1 + np.exp(-(1.5 * svc5.decision_function(probe5) + 0.2)))
     assert both.layers == 2
     np.testing.assert_allclose(both.predict_proba_embeddings(np.stack([probe, probe5], axis=1)),
-                               np.sqrt(p_last * p5), rtol=1e-6)
+                               np.sqrt(p_last * p5), rtol=rtol, atol=atol)
     with pytest.raises(ValueError, match="shape"):
         both.predict_proba_embeddings(probe)  # one view given, two needed
     with pytest.raises(ArtefactError, match="support vectors"):
