@@ -38,6 +38,11 @@ embedding cache answers):
   150 KB prompt of prose (screened: within the default budget), then a 1 MB one (over the default
   ``server.limits.max_screen_chars``: refused with 413); small requests' p50/p99 during vs idle
   (``--requests / 2`` sequential ones just before), and the large requests' latency and status;
+- multi-turn (LiteLLM, sonate, and the gateway alone with ``--bare``): ``--conversations`` chat
+  conversations of ``--turns`` turns, each turn a fresh user message sent with the whole history
+  before it (the stub's answers as assistant turns), as a chat app resends it; p50 latency at
+  turn 1, at the middle turn and at the last, over the conversations (turn-major order: every
+  conversation's turn t, then t + 1), and the last turn's over the first's;
 - sonate only: seconds from spawn to ``/readyz`` 200, and the resident set size (RSS, MB; the
   process and its children, from /proc) after start and after each phase (c=1, c=32, streams,
   each large input, and ``--settle`` quiet seconds after the last);
@@ -414,9 +419,9 @@ def summary(latencies: list[float], errors: int, seconds: float | None = None) -
     return out
 
 
-async def chat(session, target: Target, text: str) -> tuple[float, int]:
-    """One non-streamed completion of ``text``: (seconds, HTTP status)."""
-    body = {"model": target.model, "messages": [{"role": "user", "content": text}]}
+async def chat(session, target: Target, text: str, history: list[dict[str, str]] | None = None) -> tuple[float, int]:
+    """One non-streamed completion of ``text`` (after the messages of ``history``): (seconds, HTTP status)."""
+    body = {"model": target.model, "messages": [*(history or []), {"role": "user", "content": text}]}
     started = time.perf_counter()
     async with session.post(target.v1 + "/chat/completions", json=body,
                             headers={"Authorization": f"Bearer {target.key}"}) as response:
@@ -434,6 +439,27 @@ async def sequential(session, target: Target, count: int, text: str = SMALL,
         latencies.append(seconds) if status == 200 else None
         errors += status != 200
     return summary(latencies[mark:], errors)
+
+
+async def multi_turn(session, target: Target, conversations: int, turns: int) -> dict[str, Any]:
+    """``conversations`` conversations of ``turns`` turns sent turn-major, every turn with the whole
+    history: p50 (ms) at turn 1, ``turns // 2`` and ``turns``, their ratio, errors."""
+    histories: list[list[dict[str, str]]] = [[] for _ in range(conversations)]
+    latencies: dict[int, list[float]] = {t: [] for t in range(1, turns + 1)}
+    errors = 0
+    for turn in range(1, turns + 1):
+        for history in histories:
+            text = fresh(f"Turn {turn}: {SMALL}")
+            seconds, status = await chat(session, target, text, history)
+            latencies[turn].append(seconds) if status == 200 else None
+            errors += status != 200
+            history += [{"role": "user", "content": text}, {"role": "assistant", "content": ANSWER}]
+    middle = max(1, turns // 2)
+    out = {"turns": turns, "conversations": conversations, "errors": errors,
+           "turn_1_p50_ms": pct(latencies[1], 0.5), "turn_mid": middle,
+           "turn_mid_p50_ms": pct(latencies[middle], 0.5), "turn_last_p50_ms": pct(latencies[turns], 0.5)}
+    out["last_over_first"] = _div(out["turn_last_p50_ms"], out["turn_1_p50_ms"])
+    return out
 
 
 async def concurrent(session, target: Target, clients: int, seconds: float,
@@ -567,6 +593,11 @@ async def measure(target: Target, args: argparse.Namespace, results: dict[str, A
             if target.process is not None:
                 phases[phase] = results["rss_after_mb"] = rss_mb(target.process.pid)
 
+        if args.turns and target.name in ("litellm", "sonate", "bare"):
+            print(f"  {target.name}: {args.conversations} conversations of {args.turns} turns ...", flush=True)
+            results["multi_turn"] = await multi_turn(session, target, args.conversations, args.turns)
+        if args.multi_turn_only:
+            return results
         print(f"  {target.name}: streams ...", flush=True)
         results["stream"] = await streams(session, target, args.streams)
         rss_after("stream")
@@ -631,6 +662,12 @@ def table(results: dict[str, dict[str, Any]]) -> str:
          lambda n: "" if get(n, 'pss_stream_mb') is None else
          f"{get(n, 'pss_stream_mb'):.0f} MB ({' + '.join(f'{v:.0f}' for v in get(n, 'pss_workers_stream_mb') or [])})"),
         ("ready after start", lambda n: "" if get(n, 'ready_s') is None else f"{get(n, 'ready_s'):.1f} s"),
+        ("multi-turn p50: turn 1 / middle / last (last ÷ first)",
+         lambda n: "" if get(n, 'multi_turn') is None else
+         f"{_ms(get(n, 'multi_turn', 'turn_1_p50_ms'))} / {_ms(get(n, 'multi_turn', 'turn_mid_p50_ms'))} / "
+         f"{_ms(get(n, 'multi_turn', 'turn_last_p50_ms'))} ({get(n, 'multi_turn', 'last_over_first'):.2f}×; "
+         f"turns 1 / {get(n, 'multi_turn', 'turn_mid')} / {get(n, 'multi_turn', 'turns')}, "
+         f"{get(n, 'multi_turn', 'conversations')} conversations)"),
     ]
     lines = ["| measure | " + " | ".join(heads[n] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
@@ -662,6 +699,14 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
     out = []
     d, lite, s = (results.get(n, {}) for n in ("direct", "litellm", "sonate"))
     over = lambda r: _sub(_dig(r, ("c1", "p50_ms")), _dig(d, ("c1", "p50_ms")))  # noqa: E731
+    for name in ("sonate", "bare", "litellm"):
+        turns = _dig(results.get(name, {}), ("multi_turn",))
+        if turns:
+            out.append(f"{name}, multi-turn: turn {turns['turns']} / turn 1 p50 = {turns['last_over_first']:.2f}x "
+                       f"({_ms(turns['turn_1_p50_ms'])} → {_ms(turns['turn_last_p50_ms'])}; goal <= 1.3x and no "
+                       f"worse than LiteLLM's)")
+    if not _dig(s, ("c1",)):  # the multi-turn case alone
+        return out
     if s and lite:
         rounds_c1, rounds_c32 = round_ratios(d, lite, s)
         out.append(f"p50 overhead at c=1: this proxy {over(s):.2f} ms vs LiteLLM {over(lite):.2f} ms "
@@ -787,8 +832,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             (work / "sonate-workers").mkdir()
             targets.append(stack.enter_context(sonate_target(stub_v1, work / "sonate-workers", args.policies,
                                                              args.workers)))
-        print(f"c=1 and c=32, {args.rounds} interleaved rounds ...", flush=True)
-        results = await interleaved(targets, args)
+        if args.multi_turn_only:
+            results: dict[str, dict[str, Any]] = {t.name: {"rss_phases_mb": {}} for t in targets}
+        else:
+            print(f"c=1 and c=32, {args.rounds} interleaved rounds ...", flush=True)
+            results = await interleaved(targets, args)
         for target in targets:
             print(f"{target.name} ...", flush=True)
             results[target.name] = await measure(target, args, results[target.name])
@@ -819,6 +867,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure this proxy with server.workers: N (default 2; 1: leave the column out)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sonate-bench",
                         help="where the LiteLLM virtualenv is kept (default ~/.cache/sonate-bench)")
+    parser.add_argument("--conversations", type=int, default=8, help="multi-turn conversations (default 8)")
+    parser.add_argument("--turns", type=int, default=50, help="turns per multi-turn conversation (default 50; 0: skip)")
+    parser.add_argument("--multi-turn-only", action="store_true",
+                        help="measure the multi-turn case alone (no c=1, c=32, streams or large inputs)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench" / "gateway.json", help="JSON results")
     args = parser.parse_args(argv)
     if args.baseline is not None and not (args.baseline / "proxy" / "__main__.py").is_file():
@@ -828,6 +880,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.requests, args.seconds, args.streams, args.large_repeat, args.rounds = 40, 3.0, 4, 1, 2
+        args.conversations, args.turns = 2, min(args.turns, 10)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     info = machine()

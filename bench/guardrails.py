@@ -8,17 +8,26 @@ Prints p50/p95 latency in milliseconds on this machine for
    empty caches) and with the caches emptied before every turn (every message rescanned):
    the difference is what the scan cache saves.
 
+``--levers`` instead prints, per hot-path lever that an environment switch turns off, the CPU time
+(``time.process_time``, all threads) per request with the lever off and on: each setting in a
+process of its own (``--cpu-child``), the settings interleaved over ``--rounds`` rounds, medians
+quoted. A request is what ``bench/gateway.py`` sends: a fresh prompt (a unique prefix, no cache
+answers it) screened by ``screen_input`` and the stub's answer by ``screen_output``.
+
 The engine is built as the proxy builds it (``proxy.evaluation.guardrails.build_engine``: the
 policies of config.yaml, litellm's token counter, models loaded and warmed up once).
 
-Usage: ``.venv/bin/python bench/guardrails.py [--config config.yaml] [--repeat 3]``
+Usage: ``.venv/bin/python bench/guardrails.py [--config config.yaml] [--repeat 3]``,
+``.venv/bin/python bench/guardrails.py --levers [--rounds 5] [--requests 300]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,6 +77,16 @@ CONVERSATION_TURNS = [
 ]
 
 
+#: Hot-path levers an environment switch turns off: name -> (variable, value off, value on, what it is).
+LEVERS = {
+    "pii-recognizer-gate": ("SONATE_PII_RECOGNIZER_GATE", "0", "1",
+                            "presidio's digit and e-mail recognizers only on texts that hold a digit / an @"),
+}
+#: The request of bench/gateway.py: its small prompt (behind a fresh prefix) and its stub's answer.
+GATEWAY_PROMPT = "What is the capital of Portugal?"
+GATEWAY_ANSWER = "The capital of Portugal is Lisbon, a city on the Tagus estuary."
+
+
 def percentiles(seconds: list[float]) -> str:
     """"p50 X ms  p95 Y ms  (n=N)" of durations in seconds."""
     from proxy.evaluation.metrics import latency_summary
@@ -81,7 +100,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="config.yaml (default $SONATE_CONFIG or ./config.yaml)")
     parser.add_argument("--repeat", type=int, default=3, help="passes over the prompts / conversations")
+    parser.add_argument("--levers", action="store_true", help="CPU per request with each lever off and on")
+    parser.add_argument("--rounds", type=int, default=5, help="--levers: interleaved rounds per setting")
+    parser.add_argument("--requests", type=int, default=300, help="--levers: requests measured per process")
+    parser.add_argument("--cpu-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.levers:
+        return _levers(args)
 
     from proxy.config import load_config
     from proxy.evaluation.guardrails import build_engine
@@ -107,8 +132,53 @@ def main() -> int:
         engine.cache = ScanCache()
         getattr(embeddings, "_cache", {}).clear()
 
+    if args.cpu_child:
+        print(json.dumps({"cpu_ms_per_request": _cpu_per_request(engine, args.requests)}))
+        return 0
     _short_prompts(screen, empty_caches, args.repeat)
     _conversations(screen, empty_caches, args.repeat)
+    return 0
+
+
+def _cpu_per_request(engine, requests: int) -> float:
+    """CPU milliseconds (all threads) per gateway-shaped request, after 30 unmeasured ones: one of
+    :data:`SHORT_PROMPTS` behind a fresh prefix of letters (so the prompts without digits keep none),
+    and the stub's answer."""
+    def one(i: int) -> None:
+        marker = "".join("bcdfghjklmnpqrstvwxz"[int(d)] for d in str(i))
+        prompt = f"Request {marker}. {SHORT_PROMPTS[i % len(SHORT_PROMPTS)]}"
+        screen = engine.screen_input([{"role": "user", "content": prompt}], side_by_side=False)
+        engine.screen_output(GATEWAY_ANSWER, screen.masker)
+
+    for i in range(30):
+        one(10**6 + i)
+    started = time.process_time()
+    for i in range(requests):
+        one(i)
+    return 1000 * (time.process_time() - started) / requests
+
+
+def _levers(args) -> int:
+    """Each lever off and on, one process per setting, interleaved rounds; prints medians. Returns 0."""
+    command = [sys.executable, __file__, "--cpu-child", "--requests", str(args.requests)]
+    if args.config:
+        command += ["--config", args.config]
+    for name, (variable, off, on, what) in LEVERS.items():
+        figures: dict[str, list[float]] = {off: [], on: []}
+        for _ in range(args.rounds):  # both settings at once: the machine's load weighs on both alike
+            running = {value: subprocess.Popen(command, env={**os.environ, variable: value}, text=True,
+                                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                       for value in (off, on)}
+            for value, child in running.items():
+                out, _ = child.communicate()
+                if child.returncode:
+                    raise SystemExit(f"{name} {variable}={value}: the measuring process failed ({child.returncode})")
+                figures[value].append(json.loads(out.strip().splitlines()[-1])["cpu_ms_per_request"])
+        before, after = statistics.median(figures[off]), statistics.median(figures[on])
+        print(f"lever {name} ({what}): CPU per request {before:.2f} ms without ({variable}={off}), "
+              f"{after:.2f} ms with ({variable}={on}), {after - before:+.2f} ms; rounds without "
+              + ", ".join(f"{v:.2f}" for v in figures[off]) + "; with " + ", ".join(f"{v:.2f}" for v in figures[on]))
+    print(f"machine: {os.cpu_count()} CPUs, 1-min load average {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from itertools import islice
 from typing import Any, Callable, NamedTuple
 
 from proxy.guardrails.cache import ScanCache
@@ -441,7 +442,17 @@ class GuardrailEngine:
             remaining = iter(spans)  # the walkers visit pieces in definition_pieces / text_pieces order
             # The lambdas run within this iteration, which returns: no late binding.
             masked_definitions = map_definitions(definitions, lambda t: masker.mask(t, next(remaining)))  # noqa: B023
-            masked = [map_text(m, lambda t: masker.mask(t, next(remaining))) for m in messages]  # noqa: B023
+            # a message none of whose texts holds a span is passed on as it is (as every message of a
+            # request without personal data is), not deep-copied: a resent history costs no copy
+            with_spans = {i for (i, _), found in zip(pieces, spans) if found}
+            counts = Counter(i for i, _ in pieces)
+            masked = []
+            for index, message in enumerate(messages):
+                if index in with_spans:
+                    masked.append(map_text(message, lambda t: masker.mask(t, next(remaining))))  # noqa: B023
+                else:
+                    next(islice(remaining, counts[index], counts[index]), None)  # its pieces: no spans
+                    masked.append(message)
             decision = privacy_decision(policy, "input", [pieces[k][0] for k in keep], [spans[k] for k in keep],
                                         self.detectors[policy.id], fields=[pieces[k][1].field for k in keep],
                                         piece_numbers=keep)

@@ -332,6 +332,7 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
         registry.add_recognizer(PatternRecognizer.from_dict(spec_dict))
     wanted = set(config.entities)
     for recognizer in registry.recognizers:
+        patterns.skip_where_unmatchable(recognizer)  # exact: no result where none could match
         supported = set(recognizer.supported_entities)
         extra = [w for e in supported & wanted for w in config.context_words.get(e, [])]
         if extra:

@@ -29,6 +29,7 @@ mention, then the sentence embedding.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import re
@@ -160,13 +161,20 @@ def _pattern(parts: Sequence[str], stop_words: frozenset[str]) -> re.Pattern[str
     return re.compile(r"(?<![\w'’-])(?i:" + "|".join(map(re.escape, words)) + r")(?![\w-])")
 
 
+@functools.lru_cache(maxsize=256)
+def _names_pattern(names: frozenset[str], stop_words: frozenset[str]) -> re.Pattern[str] | None:
+    """:func:`_pattern` of the :func:`name_parts` of ``names`` (None when they have none), memoised:
+    a request's texts are all searched for the same names, turn after turn of a conversation."""
+    parts = [p for name in sorted(names) for p in name_parts(name)]
+    return _pattern(parts, stop_words) if parts else None
+
+
 def coreferent_spans(text: str, names: Iterable[str], taken: Iterable[tuple[int, int]],
                      stop_words: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
     """``[start, end)`` of every mention in ``text`` of a person named in ``names`` (their
     :func:`name_parts`, whole words, before a possessive too, any casing; parts in ``stop_words``
     are not looked for) that overlaps none of the ``taken`` offsets; sorted by start."""
-    parts = [p for name in names for p in name_parts(name)]
-    pattern = _pattern(parts, stop_words) if parts else None
+    pattern = _names_pattern(frozenset(names), stop_words)
     if pattern is None:
         return []
     busy = sorted(taken)

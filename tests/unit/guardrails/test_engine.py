@@ -322,6 +322,23 @@ def test_a_refused_history_turn_with_an_image_is_withheld_not_refused_again():
     assert screen.action == "allow" and "image_url" not in json.dumps(screen.messages)
 
 
+def test_a_message_without_personal_data_is_passed_on_as_it_is_beside_masked_ones(rig):
+    """Only the messages holding a span are copied and masked; the others (a resent history's
+    turns, most of them) are the caller's own objects, and placeholders keep their numbering."""
+    messages = [{"role": "system", "content": "Be brief."}, user("Mail ada@example.org, please."),
+                {"role": "assistant", "content": "Done."},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                user("And bob@example.com and ada@example.org too.")]
+    screen = rig.engine.screen_input(messages)
+    assert screen.action == "mask"
+    assert [m is o for m, o in zip(screen.messages, messages)] == [True, False, True, True, True, False]
+    assert screen.messages[1]["content"] == "Mail <EMAIL_ADDRESS_1>, please."
+    assert screen.messages[5]["content"] == "And <EMAIL_ADDRESS_2> and <EMAIL_ADDRESS_1> too."
+    assert messages[5]["content"] == "And bob@example.com and ada@example.org too."  # the caller's copy
+
+
 def test_pii_in_tool_calls_and_tool_results_is_masked_and_restored(rig):
     arguments = '{"to": "ada@example.org", "cc": ["bob@example.com"], "note": "for Ada Lovelace", "n": 3}'
     messages = [user("Send it."),

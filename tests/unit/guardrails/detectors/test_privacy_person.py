@@ -36,6 +36,18 @@ def test_common_words_in_a_name_are_not_looked_for():
     assert [text[a:b] for a, b in spans] == ["Smith"]
 
 
+def test_the_names_pattern_is_built_once_per_names_and_stop_words():
+    from proxy.guardrails.detectors import privacy_person
+
+    privacy_person._names_pattern.cache_clear()
+    texts = ["Ana wrote.", "Dias called.", "Nobody here."]
+    found = [coreferent_spans(t, {"Ana Dias", "Bo Li"}, []) for t in texts]
+    assert found == [[(0, 3)], [(0, 4)], []]
+    assert privacy_person._names_pattern.cache_info().misses == 1  # one pattern for the three texts
+    assert coreferent_spans("will Smith", ["Will Smith"], [], frozenset({"will"})) == [(5, 10)]
+    assert coreferent_spans("will Smith", ["Will Smith"], []) == [(0, 4), (5, 10)]  # other stop words, other pattern
+
+
 def test_the_shipped_head_loads_and_scores_in_range():
     head = PersonHead.load()
     assert head.coef.shape == (FEATURES,) and 0 < head.threshold < 1 and head.version.startswith("person-head@")
