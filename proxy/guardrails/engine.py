@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from itertools import islice
 from typing import Any, Callable, NamedTuple
 
 from proxy.guardrails.cache import ScanCache
@@ -451,7 +450,8 @@ class GuardrailEngine:
                 if index in with_spans:
                     masked.append(map_text(message, lambda t: masker.mask(t, next(remaining))))  # noqa: B023
                 else:
-                    next(islice(remaining, counts[index], counts[index]), None)  # its pieces: no spans
+                    for _ in range(counts[index]):  # its pieces' (empty) spans
+                        next(remaining)
                     masked.append(message)
             decision = privacy_decision(policy, "input", [pieces[k][0] for k in keep], [spans[k] for k in keep],
                                         self.detectors[policy.id], fields=[pieces[k][1].field for k in keep],

@@ -513,6 +513,20 @@ def test_watched_files_are_the_config_and_the_policy_files(tmp_path):
     assert file_signature([files[0]], None) != edited  # the size changed
 
 
+def _disable_safety(tmp_path: Path) -> None:
+    """Edit the safety policy file so that the set drops it."""
+    safety = tmp_path / "policies" / "0-safety.yaml"
+    safety.write_text(safety.read_text().replace("enabled: true", "enabled: false"))
+
+
+async def _reloaded(runtime: PolicyRuntime, first: str, timeout: float = 5.0) -> None:
+    """Wait (at most ``timeout`` s) until the runtime serves another version than ``first``."""
+    for _ in range(int(timeout / 0.01)):
+        if runtime.current().version != first:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_an_edited_policy_file_is_reloaded_by_the_watcher(tmp_path):
     from proxy.server.flow.policy_runtime import watch_files
 
@@ -523,12 +537,8 @@ async def test_an_edited_policy_file_is_reloaded_by_the_watcher(tmp_path):
     try:
         await asyncio.sleep(0.05)
         assert runtime.current().version == first  # nothing changed: no reload
-        safety = tmp_path / "policies" / "0-safety.yaml"
-        safety.write_text(safety.read_text().replace("enabled: true", "enabled: false"))  # dropped from the set
-        for _ in range(500):
-            if runtime.current().version != first:
-                break
-            await asyncio.sleep(0.01)
+        _disable_safety(tmp_path)
+        await _reloaded(runtime, first)
         assert "safety" not in runtime.current().default.policies
     finally:
         watcher.cancel()
@@ -546,13 +556,9 @@ async def test_sighup_reloads_the_policies(tmp_path):
     loop = asyncio.get_running_loop()
     assert install_sighup(runtime, loop) is True
     try:
-        safety = tmp_path / "policies" / "0-safety.yaml"
-        safety.write_text(safety.read_text().replace("enabled: true", "enabled: false"))  # dropped from the set
+        _disable_safety(tmp_path)
         os.kill(os.getpid(), signal.SIGHUP)
-        for _ in range(500):
-            if runtime.current().version != first:
-                break
-            await asyncio.sleep(0.01)
+        await _reloaded(runtime, first)
         assert "safety" not in runtime.current().default.policies
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
