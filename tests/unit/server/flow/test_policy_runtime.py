@@ -581,7 +581,10 @@ async def test_the_watcher_reloads_once_per_edit(tmp_path, caplog):
         watcher = asyncio.create_task(watch_files(runtime, 0.01))
         try:
             await asyncio.sleep(0.05)
-            _disable_safety(tmp_path)
+            safety = tmp_path / "policies" / "0-safety.yaml"
+            edited = tmp_path / "policies" / "0-safety.edit"  # written whole, then swapped in: one change
+            edited.write_text(safety.read_text().replace("enabled: true", "enabled: false"))
+            edited.replace(safety)
             await _reloaded(runtime, first)
             await asyncio.sleep(0.1)  # ten more rounds with nothing changed
         finally:
