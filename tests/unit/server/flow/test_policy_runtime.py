@@ -548,13 +548,13 @@ async def test_a_watched_fixed_engine_keeps_serving_and_never_reloads():
     from proxy.guardrails.engine import GuardrailEngine
     from proxy.server.flow.policy_runtime import watch_files
 
-    metrics_free = PolicyRuntime.fixed(GuardrailEngine(POLICIES, count_tokens=count_words,
-                                                       registry=FakeDetectors().registry))
-    version = metrics_free.current().version
-    watcher = asyncio.create_task(watch_files(metrics_free, 0.01))
+    fixed = PolicyRuntime.fixed(GuardrailEngine(POLICIES, count_tokens=count_words,
+                                                registry=FakeDetectors().registry))
+    version = fixed.current().version
+    watcher = asyncio.create_task(watch_files(fixed, 0.01))
     try:
         await asyncio.sleep(0.05)
-        assert not watcher.done() and metrics_free.current().version == version
+        assert not watcher.done() and fixed.current().version == version
     finally:
         watcher.cancel()
 
