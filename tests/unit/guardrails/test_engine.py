@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -16,18 +17,24 @@ import pytest
 from proxy.guardrails import engine as engine_module
 from proxy.guardrails.detector import Detector
 from proxy.guardrails.detectors import patterns
+from proxy.guardrails.detectors.domain import DomainClassifierConfig, DomainResult, DomainSpec
+from proxy.guardrails.detectors.pii import PiiSpan
+from proxy.guardrails.detectors.privacy_person import coreferent_spans
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text
 from proxy.guardrails.registry import DetectorRegistry, default_registry
-from proxy.guardrails.schema import PrivacyPolicy
+from proxy.guardrails.schema import ContinuityPolicy, PrivacyPolicy
 from proxy.primitives.canonical import sha256_ref
 from tests.support.detectors import (
+    COMPLIANCE,
     CONTINUITY,
     POLICIES,
     PRIVACY,
     SAFETY,
     FakeApology,
     FakeDetectors,
+    FakeDomain,
+    FakePii,
     FakeSafety,
     count_words,
 )
@@ -496,3 +503,327 @@ def test_a_forked_child_starts_its_own_side_threads_and_the_parent_can_stop_its_
     engine_module.stop_side_threads()  # before a fork: the threads stopped, a later screen starts new ones
     assert engine_module._side_pool.cache_info().currsize == 0 and pool._shutdown
     assert engine_module._side_pool().submit(lambda: 3).result() == 3
+
+
+# ---- a person masked in one text is masked in all ---------------------------------------------
+
+
+class CoreferringPii(FakePii):
+    """FakePii plus the real detector's cross-text step: every other mention of a person masked in
+    any text (:func:`~proxy.guardrails.detectors.privacy_person.coreferent_spans`)."""
+
+    def corefer(self, texts: list[str], spans: list[list[PiiSpan]]) -> list[list[PiiSpan]]:
+        names = {t[s.start:s.end] for t, found in zip(texts, spans) for s in found if s.entity_type == "PERSON"}
+        return [sorted([*found, *(PiiSpan("PERSON", a, b, 0.85) for a, b in
+                                  coreferent_spans(t, names, [(s.start, s.end) for s in found]))],
+                       key=lambda s: s.start) for t, found in zip(texts, spans)]
+
+
+def test_a_person_named_in_one_message_is_masked_where_another_names_them_in_part():
+    rig = Rig()
+    rig.pii = CoreferringPii()
+    rig.registry.register("privacy", rig._factory(rig.pii))
+    engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=rig.registry)
+    screen = engine.screen_input([user("Ada Lovelace wrote the notes."), user("Did Lovelace sign them?")])
+    assert [m["content"] for m in screen.messages] == ["<PERSON_1> wrote the notes.", "Did <PERSON_1> sign them?"]
+
+
+# ---- what the decisions record -------------------------------------------------------------
+
+
+def test_the_mask_decision_records_its_stage_detector_and_piece_numbers_past_a_withheld_turn(rig):
+    """A refused turn's pieces are withheld from the model but still numbered: the spans of a later
+    message keep their number among all the request's pieces."""
+    assert rig.engine.screen_input([user("BAD idea, write ada@example.org")]).action == "refuse"
+    messages = [user("BAD idea, write ada@example.org"), {"role": "assistant", "content": "Refused by policy."},
+                user("Then mail bob@example.com")]
+    screen = rig.engine.screen_input(messages)
+    assert screen.action == "mask" and screen.messages == [user("Then mail <EMAIL_ADDRESS_2>")]
+    [decision] = screen.decisions
+    assert (decision.stage, decision.evidence["stage"]) == ("input", "input")
+    assert decision.evidence["detector"] == {"name": "fake-pii", "version": "2"}
+    assert [(s["message"], s["piece"], s["start"]) for s in decision.evidence["spans"]] == [(2, 2, 10)]
+
+
+def test_the_escalation_records_the_route_confidence(rig):
+    screen = rig.engine.screen_input([user("Can you diagnose this rash?")])
+    assert screen.action == "escalate"
+    assert screen.decisions[0].evidence["confidence"] == screen.domain_confidence == "0.8000"
+
+
+def test_the_output_mask_decision_names_the_answer_and_the_detector(rig):
+    out = rig.engine.screen_output("Write to bob@example.com")
+    [decision] = out.decisions
+    assert decision.evidence["detector"] == {"name": "fake-pii", "version": "2"}
+    assert [(s["message"], s["piece"], s["start"], s["end"]) for s in decision.evidence["spans"]] == [(0, 0, 9, 24)]
+
+
+def test_mask_messages_gives_the_messages_as_the_model_would_see_them(rig):
+    messages = [user("Mail ada@example.org"), {"role": "assistant", "content": "Done."}]
+    assert rig.engine.mask_messages(messages) == [user("Mail <EMAIL_ADDRESS_1>"), messages[1]]
+    assert rig.engine.mask_messages([user("What is 2 + 2?")]) == [user("What is 2 + 2?")]
+    assert messages[0]["content"] == "Mail ada@example.org"
+
+
+def test_output_safety_judges_the_answer_with_the_inputs_placeholders_restored():
+    """The client reads the restored answer, so Safety judges that (input Safety is off here)."""
+    rig = Rig([SAFETY.model_copy(update={"stages": ["output"]}), PRIVACY])
+    screen = rig.engine.screen_input([user("My colleague is HARM.team@example.org")])
+    assert screen.action == "mask"
+    out = rig.engine.screen_output("Write to <EMAIL_ADDRESS_1>.", screen.masker)
+    assert (out.text, out.refused) == ("Refused by policy.", True)
+    assert rig.safety.calls[-1] == ["Write to HARM.team@example.org."]
+
+
+# ---- Compliance: notices and the most regulated text -----------------------------------------
+
+
+class ScoredDomain(FakeDomain):
+    """A compliance detector with a domain configuration (regulated: health): "maybe" is in the
+    ambiguous band and forwarded with a notice; "pills" leans to health, "hi" does not."""
+
+    name, version = "scored-domain", "4"
+    config = DomainClassifierConfig(domains={
+        "general": DomainSpec(description="anything", regulated=False, examples=["a", "b", "c"]),
+        "health": DomainSpec(description="medicine", regulated=True, examples=["d", "e", "f"]),
+    })
+
+    def detect(self, texts: list[str]) -> list[DomainResult]:
+        self.calls.append(list(texts))
+        out = []
+        for t in texts:
+            if "maybe" in t:
+                out.append(DomainResult("health", 0.45, {"general": 0.55, "health": 0.45}, False, True,
+                                        notice="This touches health."))
+            elif "pills" in t:
+                out.append(DomainResult("general", 0.6, {"general": 0.6, "health": 0.4}, False, False))
+            else:
+                out.append(DomainResult("general", 0.9, {"general": 0.9, "health": 0.1}, False, False))
+        return out
+
+
+def scored_rig() -> Rig:
+    rig = Rig()
+    rig.domain = ScoredDomain()
+    rig.registry.register("compliance", rig._factory(rig.domain))
+    rig.engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=rig.registry)
+    return rig
+
+
+def test_an_ambiguous_question_is_forwarded_with_the_notice_and_a_notice_decision():
+    screen = scored_rig().engine.screen_input([user("maybe a question about my heart")])
+    assert (screen.action, screen.notice, screen.escalation_id) == ("allow", "This touches health.", None)
+    [decision] = screen.decisions
+    assert (decision.policy_id, decision.action) == ("compliance", "allow")
+    assert decision.evidence["confidence"] == "0.4500" and decision.evidence["notice"] is True
+    assert decision.evidence["detector"] == {"name": "scored-domain", "version": "4"}
+
+
+def test_the_route_is_the_text_closest_to_a_regulated_domain_when_none_is_regulated():
+    """Of two open texts neither regulated nor noticed, the one with more regulated probability
+    routes the request (the last user message would only win a tie)."""
+    screen = scored_rig().engine.screen_input([user("about my pills"), user("hi")])
+    assert (screen.action, screen.domain, screen.domain_confidence) == ("allow", "general", "0.6000")
+    alone = scored_rig().engine.screen_input([user("hi")])
+    assert alone.domain_confidence == "0.9000"
+
+
+def test_a_developer_message_is_judged_by_the_questions_it_asks(rig):
+    """Instructions describe how to answer ("Our clinic can diagnose rashes."); Compliance judges
+    only the questions and requests written into them, a developer's as a system message's."""
+    screen = rig.engine.screen_input([{"role": "developer", "content": "Our clinic can diagnose rashes. "
+                                                                       "What is the weather?"}, user("hi")])
+    assert screen.action == "allow" and rig.domain.calls == [["hi", "What is the weather?"]]
+
+
+def test_a_notice_text_routes_before_a_plain_one():
+    screen = scored_rig().engine.screen_input([user("maybe a question about my heart"), user("hi")])
+    assert (screen.action, screen.notice) == ("allow", "This touches health.")
+
+
+def test_without_a_compliance_policy_every_request_is_general_for_sure():
+    screen = Rig([SAFETY, PRIVACY]).engine.screen_input([user("Can you diagnose this rash?")])
+    assert (screen.action, screen.domain, screen.domain_confidence) == ("allow", "general", "1.0000")
+
+
+def test_a_settled_turn_is_not_judged_again_for_the_domain(rig):
+    """A refused question left unanswered stays refused; the next question is routed on its own."""
+    assert rig.engine.screen_input([user("BAD: diagnose me")]).action == "refuse"
+    screen = rig.engine.screen_input([user("BAD: diagnose me"), user("What is 2 + 2?")])
+    assert (screen.action, screen.domain, screen.messages) == ("allow", "general", [user("What is 2 + 2?")])
+    assert [s.evidence() for s in screen.settled] == [{"messages": [0, 1], "verdict": "refuse", "signal": "recorded"}]
+
+
+def test_a_refusal_keeps_the_route_and_the_settled_turns_for_its_receipt(rig):
+    assert rig.engine.screen_input([user("BAD: diagnose me")]).action == "refuse"
+    screen = rig.engine.screen_input([user("BAD: diagnose me"), {"role": "assistant", "content": "Refused by policy."},
+                                      user("BAD again, diagnose me")])
+    assert (screen.action, screen.domain, screen.domain_confidence) == ("refuse", "health", "0.8000")
+    assert [s.evidence() for s in screen.settled] == [{"messages": [0, 2], "verdict": "refuse", "signal": "reply"}]
+
+
+@pytest.mark.parametrize("side_by_side", [True, False])
+def test_tool_definitions_are_judged_at_the_definition_thresholds(side_by_side):
+    """Definitions may get stricter thresholds than messages: a toxicity of 0.9 refuses a message
+    (threshold 0.5) but not a tool description (0.95); harmful intent, not overridden, refuses both."""
+    rig = Rig([SAFETY.model_copy(update={"definition_thresholds": {"toxicity": Decimal("0.95")}}), PRIVACY,
+               COMPLIANCE])
+    tools = {"tools": [{"type": "function", "function": {"name": "f", "description": "BAD words"}}]}
+    assert rig.engine.screen_input([user("hi")], tools, side_by_side).action == "allow"
+    assert rig.engine.screen_input([user("BAD words")], None, side_by_side).action == "refuse"
+    harmful = {"tools": [{"type": "function", "function": {"name": "f", "description": "HARM them"}}]}
+    assert rig.engine.screen_input([user("hi")], harmful, side_by_side).action == "refuse"
+
+
+def test_the_engine_logs_each_policys_detector(caplog):
+    with caplog.at_level("INFO", logger="sonate.guardrails"):
+        Rig()
+    assert "policy safety (safety): detector fake-safety 1" in caplog.messages
+    assert "policy compliance (compliance): detector fake-domain 3" in caplog.messages
+    assert not any(m.startswith("policy continuity") for m in caplog.messages)  # no detector
+
+
+# ---- when Privacy runs beside the judges -----------------------------------------------------
+
+
+def detector_threads(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Spies on the rig's fakes: policy kind → name of the thread its detector ran in. Privacy waits
+    (up to 10 s) for Safety or Compliance to start, so a side thread, when there is one, runs them;
+    with neither policy it does not wait."""
+    seen: dict[str, str] = {}
+    judging = threading.Event()
+    if not any(p.kind in ("safety", "compliance") for p in rig.engine.policies):
+        judging.set()
+    for name, fake in (("safety", rig.safety), ("privacy", rig.pii), ("compliance", rig.domain)):
+        def spy(texts, _detect=fake.detect, _name=name):
+            seen[_name] = threading.current_thread().name
+            if _name == "privacy":
+                judging.wait(10)
+            else:
+                judging.set()
+            return _detect(texts)
+        monkeypatch.setattr(fake, "detect", spy)
+    return seen
+
+
+def side_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("guardrails-side")]
+
+
+@pytest.mark.parametrize("judge", ["safety", "compliance"])
+def test_privacy_runs_beside_either_judge_alone(monkeypatch, judge):
+    rig = Rig([{"safety": SAFETY, "compliance": COMPLIANCE}[judge], PRIVACY])
+    seen = detector_threads(rig, monkeypatch)
+    assert rig.engine.screen_input([user("Hello, I am ada@example.org")]).action == "mask"
+    assert seen[judge].startswith("guardrails-side") and seen["privacy"] == threading.current_thread().name
+
+
+def test_privacy_alone_starts_no_side_thread(monkeypatch):
+    engine_module.stop_side_threads()
+    rig = Rig([PRIVACY])
+    seen = detector_threads(rig, monkeypatch)
+    rig.engine.screen_input([user("Hello, I am ada@example.org")])
+    assert seen == {"privacy": threading.current_thread().name} and side_threads() == []
+
+
+@pytest.mark.parametrize("size, beside", [(engine_module.PARALLEL_MAX_CHARS, True),
+                                          (engine_module.PARALLEL_MAX_CHARS + 1, False)])
+def test_privacy_runs_beside_the_judges_up_to_the_character_bound(monkeypatch, size, beside):
+    rig = Rig()
+    seen = detector_threads(rig, monkeypatch)
+    rig.engine.screen_input([user("x" * size)])
+    assert seen["safety"].startswith("guardrails-side") is beside
+
+
+@pytest.mark.parametrize("count, beside", [(engine_module.PARALLEL_MAX_PIECES, True),
+                                           (engine_module.PARALLEL_MAX_PIECES + 1, False)])
+def test_privacy_runs_beside_the_judges_up_to_the_piece_bound(monkeypatch, count, beside):
+    rig = Rig()
+    definitions = {"extra_body": {"x": [f"v{i}" for i in range(count - 1)]}}
+    assert rig.engine.count_pieces([user("hi")], definitions) == count
+    seen = detector_threads(rig, monkeypatch)
+    rig.engine.screen_input([user("hi")], definitions)
+    assert seen["safety"].startswith("guardrails-side") is beside
+
+
+def test_stopping_the_side_threads_waits_for_the_screen_they_run():
+    pool = engine_module._side_pool()
+    release, finished = threading.Event(), threading.Event()
+
+    def screen() -> None:
+        release.wait(10)
+        finished.set()
+
+    pool.submit(screen)
+
+    def release_once_stopping() -> None:  # the screen ends only after the stop began
+        while not pool._shutdown:
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.2)
+        release.set()
+
+    threading.Thread(target=release_once_stopping).start()
+    engine_module.stop_side_threads()
+    assert finished.is_set()
+
+
+# ---- continuity: heads, budgets and several policies -----------------------------------------
+
+
+def continuity(policy_id: str, max_tokens: int, keep_last: int) -> ContinuityPolicy:
+    return ContinuityPolicy(id=policy_id, kind="continuity", stages=["input"], max_tokens=max_tokens,
+                            keep_last_messages=keep_last, summary_prompt="Summarize please.")
+
+
+def test_leading_system_and_developer_messages_stay_verbatim(rig):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "developer", "content": "Cite."},
+                *long_conversation()[1:]]
+    plan = rig.engine.continuity_plan(messages, "m")
+    assert plan is not None and (plan.head, plan.older, plan.kept) == (messages[:2], messages[2:6], messages[6:])
+    developer_first = [{"role": "developer", "content": "Cite."}, *long_conversation()[1:]]
+    assert rig.engine.continuity_plan(developer_first, "m").head == developer_first[:1]
+
+
+def test_a_request_of_instructions_only_has_no_plan(rig):
+    assert rig.engine.continuity_plan([{"role": "system", "content": "word " * 30}] * 3, "m") is None
+
+
+def test_a_conversation_exactly_at_the_budget_is_not_summarized():
+    messages = long_conversation()
+    at_budget = continuity("at", count_words("m", messages), 2)
+    assert Rig([at_budget]).engine.continuity_plan(messages, "m") is None
+    over = continuity("over", count_words("m", messages) - 1, 2)
+    assert Rig([over]).engine.continuity_plan(messages, "m").policy is over
+
+
+def test_the_first_continuity_policy_that_applies_plans():
+    messages = long_conversation()  # 6 turns after the head, 45 words
+    keeps_everything, under_budget = continuity("keep-all", 5, 10), continuity("roomy", 1000, 2)
+    tight = continuity("tight", 20, 3)
+    plan = Rig([keeps_everything, under_budget, tight]).engine.continuity_plan(messages, "m")
+    assert plan is not None and plan.policy is tight and plan.kept == messages[4:]
+
+
+def test_tokens_are_counted_with_the_requests_model(rig):
+    models: list[str] = []
+
+    def per_model(model: str, messages: list[dict[str, Any]]) -> int:
+        models.append(model)
+        return count_words(model, messages)
+
+    rig.engine.count_tokens = per_model
+    plan = rig.engine.continuity_plan(long_conversation(), "gpt-x")
+    rig.engine.apply_summary(plan, "a summary", "gpt-x")
+    assert models == ["gpt-x", "gpt-x"]
+
+
+def test_the_summary_request_labels_every_older_turn_with_its_role(rig):
+    messages = [user("q1 " + "word " * 10), {"role": "assistant", "content": "a1 " + "word " * 10},
+                {"content": "q2 " + "word " * 10}, user("q3"), user("q4")]
+    plan = rig.engine.continuity_plan(messages, "m")
+    assert plan is not None and plan.older == messages[:3]
+    assert rig.engine.summary_request(plan) == [
+        {"role": "system", "content": "Summarize please."},
+        {"role": "user", "content": "\n".join([f"user: {message_text(messages[0])}",
+                                               f"assistant: {message_text(messages[1])}",
+                                               f"user: {message_text(messages[2])}"])}]

@@ -18,7 +18,10 @@ from proxy.guardrails.messages import (
     TextPiece,
     asked_questions,
     definition_pieces,
+    definition_texts,
+    is_question,
     judged_texts,
+    last_user_text,
     map_definitions,
     map_text,
     map_tool_calls,
@@ -26,6 +29,7 @@ from proxy.guardrails.messages import (
     screened_text,
     text_parts,
     text_pieces,
+    unreadable_parts,
 )
 from proxy.server.flow.wire import ChatCompletionRequest
 from proxy.server.http.requests import validation_error
@@ -345,3 +349,94 @@ def test_definitions_of_the_wrong_shape_are_read_whole():
     assert [(p.field, p.text) for p in definition_pieces(definitions)] == [
         ("tools", "use any tool"), ("tool_choice.function", "lookup now"), ("response_format.json_schema.name", "a"),
         ("response_format.json_schema.schema", "any shape"), ("response_format.json_schema", "flag")]
+
+
+# ---- odd shapes and edges of the walkers -------------------------------------------------------
+
+
+def call(**function: Any) -> dict[str, Any]:
+    return {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": function}]}
+
+
+def test_arguments_that_are_empty_or_no_string_are_left_alone():
+    assert text_pieces(call(name="f", arguments="")) == [TextPiece("tool_calls.0.function.name", "f")]
+    assert text_pieces(call(name="f", arguments={"a": "b"})) == [TextPiece("tool_calls.0.function.name", "f")]
+
+
+def test_arguments_spelling_a_lone_surrogate_are_one_piece():
+    raw = '{"note": "\\ud800 broken"}'
+    assert text_pieces(call(name="f", arguments=raw))[1:] == [TextPiece("tool_calls.0.function.arguments", raw)]
+
+
+def test_rewritten_arguments_keep_their_characters_unescaped():
+    masked = map_text(call(name="f", arguments='{"note": "für Ada"}'), lambda t: t.replace("Ada", "<PERSON_1>"))
+    assert masked["tool_calls"][0]["function"]["arguments"] == '{"note": "für <PERSON_1>"}'
+
+
+def test_a_custom_tool_calls_input_is_one_text_even_when_it_looks_like_json():
+    message = {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom",
+                                                   "custom": {"name": "g", "input": '{"a": "b"}'}}]}
+    assert text_pieces(message) == [TextPiece("tool_calls.0.custom.name", "g"),
+                                    TextPiece("tool_calls.0.custom.input", '{"a": "b"}')]
+
+
+def test_file_names_and_image_links_are_read_and_rewritten_in_place():
+    message = {"role": "user", "content": [
+        "stray", {"type": "file", "file": {"file_id": "file-1"}}, {"type": "file", "file": {"filename": "ada.txt"}},
+        {"type": "image_url", "image_url": {"url": "https://example.org/ada.png"}}]}
+    assert text_pieces(message) == [TextPiece("content.2.file.filename", "ada.txt"),
+                                    TextPiece("content.3.image_url.url", "https://example.org/ada.png")]
+    masked = map_text(message, str.upper)
+    assert masked["content"][2] == {"type": "file", "file": {"filename": "ADA.TXT"}}
+    assert masked["content"][3] == {"type": "image_url", "image_url": {"url": "HTTPS://EXAMPLE.ORG/ADA.PNG"}}
+    assert masked["content"][:2] == message["content"][:2]
+
+
+def test_a_file_sent_by_id_is_unreadable_and_a_stray_part_is_not():
+    message = {"role": "user", "content": ["stray", {"type": "file", "file": {"file_id": "file-1"}},
+                                          {"type": "file", "file": {"filename": "notes.txt"}}]}
+    assert unreadable_parts(message) == ["file"]
+
+
+def test_message_text_joins_text_parts_by_lines_and_is_empty_without_content():
+    parts = {"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text"},
+                                         {"type": "text", "text": "two"}]}
+    assert message_text(parts) == "one\n\ntwo"
+    assert message_text(call(name="f", arguments="{}")) == ""
+
+
+def test_the_last_user_text_is_the_requests_intent():
+    messages = [{"role": "user", "content": "first"}, {"role": "user", "content": [{"type": "text", "text": "last"}]},
+                {"role": "assistant", "content": "answer"}]
+    assert last_user_text(messages) == "last"
+    assert last_user_text([{"role": "system", "content": "Be brief."}]) == ""
+
+
+@pytest.mark.parametrize(("text", "question"), [("Is it ok?", False), ("Is it ok now?", True),
+                                                ("Is it ok now", False)])
+def test_a_question_has_more_than_three_words_and_a_question_mark(text, question):
+    assert is_question(text) is question
+
+
+def test_a_request_starts_with_please_and_has_more_than_two_words():
+    assert asked_questions("Please stop. Please, check my rash. Please check rashes.") == [
+        "Please, check my rash.", "Please check rashes."]
+
+
+def test_passed_through_fields_of_any_shape_are_read_and_grouped_by_field():
+    assert [(p.field, p.text) for p in definition_pieces({"extra_body": ["a b", "c"]})] == [
+        ("extra_body", "a b"), ("extra_body", "c")]
+    assert definition_texts({"extra_body": {"x": "one", "y": "two"}, "user": "alice"}) == ["alice", "one\ntwo"]
+
+
+def test_every_field_of_a_tool_is_judged_with_the_tool():
+    tools = [{"type": "function", "note": "HARM", "function": {"name": "f", "description": "Look up"}}]
+    assert definition_texts({"tools": tools}) == ["Look up", "HARM\nnote\nf\nLook up"]
+
+
+def test_a_schema_in_an_instance_keyword_is_read_as_json():
+    """``default`` and ``examples`` hold instances, not schemas: their keys are text even when they
+    spell keywords."""
+    parameters = {"type": "object", "default": {"title": "Mr"}, "examples": [{"type": "vip"}]}
+    definitions = {"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]}
+    assert [p.text for p in definition_pieces(definitions)] == ["f", "title", "Mr", "type", "vip"]

@@ -359,3 +359,88 @@ def test_a_streamed_refusal_carries_the_same_stop_details_as_the_message_body(fi
 ])
 def test_errors_take_anthropics_types_by_status(status, code, kind):
     assert messages_api.error_body(status, "No.", code) == {"type": "error", "error": {"type": kind, "message": "No."}}
+
+
+# -- edges of the request and answer translations ---------------------------------------------------
+
+def test_responses_sampling_and_parallel_calls_pass_through():
+    chat = responses(input="x", top_p=0.9, parallel_tool_calls=False)
+    assert (chat["top_p"], chat["parallel_tool_calls"]) == (0.9, False)
+
+
+def test_a_function_call_as_the_first_item_is_its_own_assistant_turn():
+    chat = responses(input=[{"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+                            {"type": "function_call_output", "call_id": "call_1", "output": "done"}])
+    assert chat["messages"] == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"}]
+
+
+def test_a_function_call_output_part_of_another_type_is_a_400_naming_it():
+    with pytest.raises(GatewayError) as caught:
+        responses(input=[{"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+                         {"type": "function_call_output", "call_id": "call_1",
+                          "output": [{"type": "refusal", "refusal": "no"}]}])
+    assert caught.value.status == 400 and caught.value.param == "input.1.output.0.type"
+
+
+def test_a_response_carries_its_creation_and_completion_times_and_item_ids():
+    body = responses_api.response_body(REQ, completion("Four.", "tool_calls", [CALL]))
+    assert body["created_at"] == 1700000000 and isinstance(body["completed_at"], int)
+    message, call = body["output"]
+    assert message["id"].startswith("msg_") and message["content"] == [
+        {"type": "output_text", "text": "Four.", "annotations": [], "logprobs": []}]
+    assert call["status"] == "completed"
+    assert "completed_at" not in responses_api.response_body(REQ, completion("Once upon", "length"))
+
+
+def test_a_response_has_a_message_item_unless_the_answer_is_only_tool_calls():
+    only_calls = responses_api.response_body(REQ, completion(None, "tool_calls", [CALL]))
+    assert [item["type"] for item in only_calls["output"]] == ["function_call"]
+    empty = Response.model_validate(responses_api.response_body(REQ, completion(None)))
+    assert [item.type for item in empty.output] == ["message"] and empty.output_text == ""
+
+
+def test_messages_sampling_passes_through():
+    chat = messages(messages=[{"role": "user", "content": "x"}], temperature=0.2, top_p=0.8)
+    assert (chat["temperature"], chat["top_p"]) == (0.2, 0.8)
+
+
+def test_a_system_string_stays_a_string():
+    assert messages(system="Be brief.", messages=[{"role": "user", "content": "x"}])["messages"][0] == {
+        "role": "system", "content": "Be brief."}
+
+
+def test_turns_of_text_only_tool_results_only_or_nothing():
+    chat = messages(messages=[
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+        {"role": "assistant", "content": []},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"city": "Zürich"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "text", "text": "Sunny, "}, {"type": "text", "text": "18 degrees"}]}]}])
+    assert chat["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": '{"city": "Zürich"}'}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "Sunny, 18 degrees"}]
+
+
+def test_a_tool_result_block_of_another_type_is_a_400_naming_it():
+    with pytest.raises(GatewayError) as caught:
+        messages(messages=[{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {}}]}]}])
+    assert caught.value.status == 400 and caught.value.param == "messages.0.content.0.content.0.type"
+
+
+def test_a_message_keeps_text_beside_tool_use_and_names_calls_without_id_or_name():
+    nameless = {"type": "function", "function": {"arguments": ""}}
+    body = messages_api.message_body(MREQ, completion("Checking.", "tool_calls", [CALL, nameless]))
+    assert body["stop_sequence"] is None and "stop_sequence" in body
+    text, block, anonymous = body["content"]
+    assert text == {"type": "text", "text": "Checking."} and block["id"] == "call_1"
+    assert anonymous["id"].startswith("toolu_") and (anonymous["name"], anonymous["input"]) == ("", {})
+    assert Message.model_validate(body).stop_reason == "tool_use"

@@ -544,7 +544,58 @@ async def test_an_edited_policy_file_is_reloaded_by_the_watcher(tmp_path):
         watcher.cancel()
 
 
-async def test_sighup_reloads_the_policies(tmp_path):
+async def test_a_watched_fixed_engine_keeps_serving_and_never_reloads():
+    from proxy.guardrails.engine import GuardrailEngine
+    from proxy.server.flow.policy_runtime import watch_files
+
+    fixed = PolicyRuntime.fixed(GuardrailEngine(POLICIES, count_tokens=count_words,
+                                                registry=FakeDetectors().registry))
+    version = fixed.current().version
+    watcher = asyncio.create_task(watch_files(fixed, 0.01))
+    try:
+        await asyncio.sleep(0.05)
+        assert not watcher.done() and fixed.current().version == version
+    finally:
+        watcher.cancel()
+
+
+async def test_a_config_without_a_file_reloads_only_the_policy_directory(tmp_path):
+    config = load_config(write_config(tmp_path)).model_copy(update={"source": None})
+    runtime = PolicyRuntime.load(config, builder_for(FakeDetectors()), None)
+    first = runtime.current().version
+    _disable_safety(tmp_path)
+    outcome = await runtime.reload("api")
+    assert (outcome.result, outcome.previous) == ("applied", first)
+    assert runtime.current().bundle.directory == tmp_path / "policies"
+    assert "safety" not in runtime.current().default.policies
+
+
+async def test_the_watcher_reloads_once_per_edit(tmp_path, caplog):
+    from proxy.server.flow.policy_runtime import watch_files
+
+    path = write_config(tmp_path, policy_sets=SETS)
+    metrics = Metrics()
+    runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), metrics)
+    first = runtime.current().version
+    with caplog.at_level("INFO", logger="sonate.policies"):
+        watcher = asyncio.create_task(watch_files(runtime, 0.01))
+        try:
+            await asyncio.sleep(0.05)
+            safety = tmp_path / "policies" / "0-safety.yaml"
+            edited = tmp_path / "policies" / "0-safety.edit"  # written whole, then swapped in: one change
+            edited.write_text(safety.read_text().replace("enabled: true", "enabled: false"))
+            edited.replace(safety)
+            await _reloaded(runtime, first)
+            await asyncio.sleep(0.1)  # ten more rounds with nothing changed
+        finally:
+            watcher.cancel()
+    reloads = {result: metrics.registry.get_sample_value("sonate_policy_reloads_total", {"result": result})
+               for result in ("applied", "unchanged", "rejected")}
+    assert reloads == {"applied": 1.0, "unchanged": None, "rejected": None}
+    assert any(m.startswith("policy reload (watch): version ") for m in caplog.messages)
+
+
+async def test_sighup_reloads_the_policies(tmp_path, caplog):
     import os
     import signal
 
@@ -554,14 +605,38 @@ async def test_sighup_reloads_the_policies(tmp_path):
     runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
     first = runtime.current().version
     loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
     assert install_sighup(runtime, loop) is True
     try:
-        _disable_safety(tmp_path)
-        os.kill(os.getpid(), signal.SIGHUP)
-        await _reloaded(runtime, first)
+        with caplog.at_level("INFO", logger="sonate.policies"):
+            _disable_safety(tmp_path)
+            os.kill(os.getpid(), signal.SIGHUP)
+            await _reloaded(runtime, first)
+            await asyncio.sleep(0.01)  # the reload task's done callbacks run
         assert "safety" not in runtime.current().default.policies
+        assert any(m.startswith("policy reload (signal): version ") for m in caplog.messages)
+        assert errors == []
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
+        loop.set_exception_handler(None)
+
+
+def test_sighup_is_not_installed_outside_the_main_thread(tmp_path):
+    import threading
+
+    from proxy.server.flow.policy_runtime import install_sighup
+
+    runtime = PolicyRuntime.load(load_config(write_config(tmp_path)), builder_for(FakeDetectors()), None)
+    installed: list[bool] = []
+    loop = asyncio.new_event_loop()
+    try:
+        worker = threading.Thread(target=lambda: installed.append(install_sighup(runtime, loop)))
+        worker.start()
+        worker.join()
+    finally:
+        loop.close()
+    assert installed == [False]
 
 
 def test_the_first_load_checks_detector_blocks_before_building_any_detector(tmp_path):
