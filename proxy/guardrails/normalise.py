@@ -59,6 +59,8 @@ _JOINED_DIGIT = re.compile(r"[_/]\d")
 _DIGIT_NAMES = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
                 "six": "6", "seven": "7", "eight": "8", "nine": "9"}
 _SPELLED_WORD = re.compile(_NAME, re.IGNORECASE)
+#: Every ASCII character but a letter as a space (the words step 5's cheap test reads).
+_LETTERS_ONLY = str.maketrans({c: " " for c in map(chr, range(128)) if not c.isalpha()})
 #: A word for step 2 (letters of any script and digits).
 _WORD = re.compile(r"[^\W_]+")
 #: Characters outside ASCII (step 1).
@@ -159,10 +161,19 @@ def _steps(text: str) -> tuple[bool, bool, bool]:
         return False, False, False
     groups = _JOINED_DIGIT.search(text) is not None and _DIGIT_GROUPS.search(text) is not None
     spaced = _four_in_a_row([i for i, word in enumerate(words) if len(word) == 1])
-    lower = text.lower()
-    spelled = not _DIGIT_NAMES.keys().isdisjoint(lower.split()) and _four_in_a_row(
-        [i for i, word in enumerate(lower.replace(",", " ").replace("-", " ").split()) if word in _DIGIT_NAMES])
-    return groups, spaced, spelled
+    return groups, spaced, _maybe_spelled(text)
+
+
+def _maybe_spelled(text: str) -> bool:
+    """True when step 5 may change ``text``: four digit names in a row among its words, any ASCII
+    character other than a letter separating them (so every match of the step's pattern passes,
+    with its commas, hyphens and the punctuation around it); text outside ASCII goes to the
+    pattern itself."""
+    if not text.isascii():
+        return _SPELLED.search(text) is not None
+    words = text.lower().translate(_LETTERS_ONLY).split()
+    return not _DIGIT_NAMES.keys().isdisjoint(words) and _four_in_a_row(
+        [i for i, word in enumerate(words) if word in _DIGIT_NAMES])
 
 
 @lru_cache(maxsize=4096)
