@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -18,8 +19,7 @@ from proxy.guardrails import engine as engine_module
 from proxy.guardrails.detector import Detector
 from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.domain import DomainClassifierConfig, DomainResult, DomainSpec
-from proxy.guardrails.detectors.pii import PiiSpan
-from proxy.guardrails.detectors.privacy_person import coreferent_spans
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.messages import message_text
 from proxy.guardrails.registry import DetectorRegistry, default_registry
@@ -509,14 +509,12 @@ def test_a_forked_child_starts_its_own_side_threads_and_the_parent_can_stop_its_
 
 
 class CoreferringPii(FakePii):
-    """FakePii plus the real detector's cross-text step: every other mention of a person masked in
-    any text (:func:`~proxy.guardrails.detectors.privacy_person.coreferent_spans`)."""
+    """FakePii plus the real detector's cross-text step (:meth:`PiiDetector.corefer`, with its
+    default configuration): every other mention of a person masked in any text."""
 
-    def corefer(self, texts: list[str], spans: list[list[PiiSpan]]) -> list[list[PiiSpan]]:
-        names = {t[s.start:s.end] for t, found in zip(texts, spans) for s in found if s.entity_type == "PERSON"}
-        return [sorted([*found, *(PiiSpan("PERSON", a, b, 0.85) for a, b in
-                                  coreferent_spans(t, names, [(s.start, s.end) for s in found]))],
-                       key=lambda s: s.start) for t, found in zip(texts, spans)]
+    config = PiiDetectorConfig(entities=["PERSON", "EMAIL_ADDRESS"])
+    _stop_words = frozenset()
+    corefer = PiiDetector.corefer
 
 
 def test_a_person_named_in_one_message_is_masked_where_another_names_them_in_part():
@@ -758,8 +756,8 @@ def test_stopping_the_side_threads_waits_for_the_screen_they_run():
 
     def release_once_stopping() -> None:  # the screen ends only after the stop began
         while not pool._shutdown:
-            threading.Event().wait(0.01)
-        threading.Event().wait(0.2)
+            time.sleep(0.01)
+        time.sleep(0.2)
         release.set()
 
     threading.Thread(target=release_once_stopping).start()

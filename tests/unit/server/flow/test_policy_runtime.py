@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,13 +21,22 @@ import pytest
 import yaml
 
 from proxy.config import ConfigError, load_config
+from proxy.guardrails.detectors.pii import PiiDetectorConfig
+from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.policy_sets import load_policy_bundle, merge_patch, policy_version
 from proxy.guardrails.registry import DetectorRegistry
 from proxy.guardrails.schema import load_policy_documents
 from proxy.receipts import Ledger, Signer, open_store
 from proxy.server.errors import Caller
 from proxy.server.flow.pipeline import Gateway
-from proxy.server.flow.policy_runtime import PolicyRuntime, SnapshotBuilder
+from proxy.server.flow.policy_runtime import (
+    PolicyRuntime,
+    ReloadOutcome,
+    SnapshotBuilder,
+    file_signature,
+    install_sighup,
+    watch_files,
+)
 from proxy.server.flow.upstream import Upstream
 from proxy.server.flow.wire import ChatCompletionRequest
 from proxy.server.telemetry.metrics import Metrics
@@ -127,7 +139,6 @@ def test_an_invalid_set_names_the_file_and_the_key(tmp_path, sets, expected):
 
 def test_detector_blocks_are_checked_without_loading_models(tmp_path):
     """The product registry checks a set's detector block with the detector's own config model."""
-    from proxy.guardrails.detectors.pii import PiiDetectorConfig
 
     registry = DetectorRegistry().register("privacy", lambda policy: None, config=lambda: PiiDetectorConfig)
     path = write_config(tmp_path, policy_sets={"x": {"policies": {"privacy": {"detector": {"score_threshold": 3}}}}})
@@ -291,8 +302,6 @@ async def test_a_broken_policy_file_is_rejected_with_the_start_message(tmp_path)
 
 
 async def test_a_fixed_engine_cannot_be_reloaded():
-    from proxy.guardrails.engine import GuardrailEngine
-
     engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
     runtime = PolicyRuntime.fixed(engine)
     assert runtime.current().default.engine is engine
@@ -339,8 +348,6 @@ async def test_concurrent_requests_each_keep_their_own_set(gateway):
 
 
 def test_only_kinds_registered_with_a_config_model_have_their_detector_block_checked():
-    from proxy.guardrails.detectors.pii import PiiDetectorConfig
-
     (policy,) = [p for p in POLICIES if p.kind == "privacy"]
     bad = policy.model_copy(update={"detector": {"entities": ["PERSON"], "score_threshold": 3}})
     registry = DetectorRegistry().register("privacy", lambda policy: None)
@@ -356,7 +363,6 @@ def test_only_kinds_registered_with_a_config_model_have_their_detector_block_che
 async def test_a_reload_checks_detector_blocks_before_building_any_detector(tmp_path):
     """A bad ``detector:`` edit is rejected by the registry's check with the message a start gives,
     and no detector (no model) is built for it."""
-    from proxy.guardrails.detectors.pii import PiiDetectorConfig
 
     path = write_config(tmp_path)
     privacy = tmp_path / "policies" / "1-privacy.yaml"
@@ -399,8 +405,6 @@ def test_describe_lists_sets_policies_detectors_teams_and_assignments(tmp_path):
 
 
 def test_a_fixed_engine_describes_itself_without_files_and_has_its_files_version(tmp_path):
-    from proxy.guardrails.engine import GuardrailEngine
-
     engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
     snapshot = PolicyRuntime.fixed(engine).current()
     assert snapshot.version == policy_version(load_policy_documents(write_policies(tmp_path)), None)
@@ -415,8 +419,6 @@ def test_a_fixed_engine_describes_itself_without_files_and_has_its_files_version
 
 
 def test_a_reload_outcome_body_names_result_versions_and_the_error():
-    from proxy.server.flow.policy_runtime import ReloadOutcome
-
     assert ReloadOutcome("applied", "v2", "v1").body() == {
         "result": "applied", "policy_version": "v2", "previous_version": "v1"}
     assert ReloadOutcome("rejected", "v1", "v1", "bad key").body() == {
@@ -424,8 +426,6 @@ def test_a_reload_outcome_body_names_result_versions_and_the_error():
 
 
 async def test_every_reload_outcome_carries_both_versions(tmp_path):
-    from proxy.guardrails.engine import GuardrailEngine
-
     engine = GuardrailEngine(POLICIES, count_tokens=count_words, registry=FakeDetectors().registry)
     fixed = PolicyRuntime.fixed(engine)
     version = fixed.current().version
@@ -488,9 +488,6 @@ def test_a_builder_warms_new_engines_and_reuses_them_across_builds(tmp_path):
 
 
 def test_watched_files_are_the_config_and_the_policy_files(tmp_path):
-    from proxy.guardrails.engine import GuardrailEngine
-    from proxy.server.flow.policy_runtime import file_signature
-
     path = write_config(tmp_path)
     (tmp_path / "policies" / "notes.txt").write_text("not a policy")
     runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
@@ -528,8 +525,6 @@ async def _reloaded(runtime: PolicyRuntime, first: str, timeout: float = 5.0) ->
 
 
 async def test_an_edited_policy_file_is_reloaded_by_the_watcher(tmp_path):
-    from proxy.server.flow.policy_runtime import watch_files
-
     path = write_config(tmp_path, policy_sets=SETS)
     runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
     first = runtime.current().version
@@ -545,9 +540,6 @@ async def test_an_edited_policy_file_is_reloaded_by_the_watcher(tmp_path):
 
 
 async def test_a_watched_fixed_engine_keeps_serving_and_never_reloads():
-    from proxy.guardrails.engine import GuardrailEngine
-    from proxy.server.flow.policy_runtime import watch_files
-
     fixed = PolicyRuntime.fixed(GuardrailEngine(POLICIES, count_tokens=count_words,
                                                 registry=FakeDetectors().registry))
     version = fixed.current().version
@@ -571,8 +563,6 @@ async def test_a_config_without_a_file_reloads_only_the_policy_directory(tmp_pat
 
 
 async def test_the_watcher_reloads_once_per_edit(tmp_path, caplog):
-    from proxy.server.flow.policy_runtime import watch_files
-
     path = write_config(tmp_path, policy_sets=SETS)
     metrics = Metrics()
     runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), metrics)
@@ -596,11 +586,6 @@ async def test_the_watcher_reloads_once_per_edit(tmp_path, caplog):
 
 
 async def test_sighup_reloads_the_policies(tmp_path, caplog):
-    import os
-    import signal
-
-    from proxy.server.flow.policy_runtime import install_sighup
-
     path = write_config(tmp_path)
     runtime = PolicyRuntime.load(load_config(path), builder_for(FakeDetectors()), None)
     first = runtime.current().version
@@ -623,10 +608,6 @@ async def test_sighup_reloads_the_policies(tmp_path, caplog):
 
 
 def test_sighup_is_not_installed_outside_the_main_thread(tmp_path):
-    import threading
-
-    from proxy.server.flow.policy_runtime import install_sighup
-
     runtime = PolicyRuntime.load(load_config(write_config(tmp_path)), builder_for(FakeDetectors()), None)
     installed: list[bool] = []
     loop = asyncio.new_event_loop()
@@ -642,7 +623,6 @@ def test_sighup_is_not_installed_outside_the_main_thread(tmp_path):
 def test_the_first_load_checks_detector_blocks_before_building_any_detector(tmp_path):
     """PolicyRuntime.load validates with the builder's registry: a bad ``detector:`` block stops the
     start with the registry's message, before any detector (model) is built."""
-    from proxy.guardrails.detectors.pii import PiiDetectorConfig
 
     path = write_config(tmp_path)
     privacy = tmp_path / "policies" / "1-privacy.yaml"
