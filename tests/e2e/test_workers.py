@@ -41,7 +41,7 @@ from tests.support.proxy import (
     CLIENT_KEY,
     ROOT,
     RunningProxy,
-    spawn_proxy,
+    fork_serve,
     stop_proxy,
     wait_until_up,
     write_config,
@@ -64,7 +64,7 @@ def start_workers(directory: Path, stub_url: str, ledger_url: str, workers: int 
               "workers": workers, "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0,
                                                    "screen_timeout_seconds": 0}}
     config = write_config(directory, stub_url, ledger_url, port, overrides={"server": server})
-    return wait_until_up(spawn_proxy(config, ledger_url, directory / "keys" / "signing-key.json", port),
+    return wait_until_up(fork_serve(config, ledger_url, directory / "keys" / "signing-key.json", port),
                          "/readyz", timeout=300)
 
 
