@@ -35,6 +35,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.server.admission.workers import Supervisor, bind
+from tests.support.forked import sonate
 from tests.support.prompts import APOLOGY, HARMFUL
 from tests.support.proxy import (
     ADMIN_KEY,
@@ -128,8 +129,7 @@ def worker_pids(supervisor: int) -> set[int]:
 
 def verify_ledger(proxy: RunningProxy) -> str:
     """``sonate verify --ledger`` with the keys the proxy publishes; its output (asserts exit 0)."""
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url, "--keys-url",
-                           proxy.v1 + "/keys"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = sonate("verify", "--ledger", proxy.ledger_url, "--keys-url", proxy.v1 + "/keys", timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
 
