@@ -33,7 +33,7 @@ MODEL_MODULES = {TESTS / "unit" / f"test_{name}.py"
                               "stream_output")}
 BROWSER_MODULES = {E2E / "test_web_verifier.py", E2E / "test_review_console.py"}
 BROWSER_WORD = "chromium"  # in a test's name: it drives a headless chromium
-PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with", "serve_proxy", "spawn_proxy")
+PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with", "serve_proxy", "fork_serve", "spawn_proxy")
 #: The test files that take longest (total time of their tests, measured with ``--durations=0``
 #: under ``make test``), slowest first: run first (:func:`_slowest_files_first`). A file missing
 #: here only costs balance between the workers, never a test.

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -27,8 +25,9 @@ from openai.types.responses import Response
 from proxy.primitives.canonical import json_hash
 from proxy.server.flow.review.sealed_mapping import KEY_HEADER, seal_mapping
 from proxy.storage import open_store
+from tests.support.forked import sonate
 from tests.support.prompts import TOXIC
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY
 from tests.support.stub_upstream import Reply
 
 NAME, EMAIL = "John Smith", "john.smith@example.com"
@@ -262,8 +261,8 @@ def test_the_ledger_and_the_case_chain_verify_with_the_cli(proxy, client, upstre
     case_id = raw.headers["x-sonate-escalation-id"]
     assert resolve(proxy, case_id, {"decision": "approve", "release": False})[0] == 200
     assert resolve(proxy, case_id, {"decision": "release"})[0] == 200
-    verify = [sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url, "--keys-url", proxy.v1 + "/keys"]
-    done = subprocess.run([*verify, "--case", case_id], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    verify = ["verify", "--ledger", proxy.ledger_url, "--keys-url", proxy.v1 + "/keys"]
+    done = sonate(*verify, "--case", case_id, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    done = subprocess.run([*verify, "--case", "esc_unknown"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = sonate(*verify, "--case", "esc_unknown", timeout=120)
     assert done.returncode == 1 and "case esc_unknown: case-escalation" in done.stdout

@@ -12,8 +12,6 @@ handler functions from the texts the proxy returned.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -22,16 +20,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_web_verifier import browser  # noqa: F401  (fixture: headless chromium)
+from tests.support.forked import sonate
 from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy
 from tests.support.stub_judge import HANDLERS, StubJudge, containment
 
 EXAMPLE = ROOT / "examples" / "conversations"
 TEMPLATES = {"memory-v1", "language-adaptation-v1", "grice-v1", "ssa-v1", "context-adherence-v1",
              "bias-guardian-v1", "bestof-contest-v1"}
-
-
-def sonate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxy", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,8 @@ regression gate: quiet on an unchanged rerun, exit 1 on a seeded drop."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -19,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.support.forked import sonate
 from tests.support.ledger import sqlite_url
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
 from tests.support.stub_judge import StubJudge
@@ -54,14 +53,13 @@ def suite_proxy(tmp_path_factory: pytest.TempPathFactory, stub: StubJudge) -> Ru
 
 def sonate_suite(proxy: RunningProxy, stub: StubJudge, out: Path, baseline: Path, *extra: str,
                  models: tuple[str, ...] = ("stub",)) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "proxy", "eval", "suite", str(EXAMPLE), "--proxy", proxy.url,
+    args = ["eval", "suite", str(EXAMPLE), "--proxy", proxy.url,
             "--api-key", CLIENT_KEY, "--metrics-key", ADMIN_KEY, "--judge-model", "openai/stub-judge",
             "--judge-api-base", stub.url, "--judge-api-key", "judge-secret", "--out", str(out),
             "--baseline", str(baseline), "--no-progress", *extra]
     for model in models:
         args += ["--model", model]
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return sonate(*args, timeout=900)
 
 
 @pytest.fixture(scope="module")

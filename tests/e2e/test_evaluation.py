@@ -8,8 +8,6 @@ agree with the in-process run item by item.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +27,7 @@ from proxy.evaluation.metrics import (
 )
 from proxy.evaluation.report import ci, pct, render_markdown
 from proxy.guardrails.detectors.pii import DATASET_ENTITY_MAPPING
+from tests.support.forked import sonate
 from tests.support.proxy import CLIENT_KEY, DATA, ROOT
 
 SAMPLE, SEED = "4", "3"
@@ -139,8 +138,8 @@ def test_custom_dataset_mapping_and_errors(tmp_path: Path):
 # ---- CLI exit codes (before any model loads) -----------------------------------------------
 
 def test_missing_data_dir_is_exit_2_with_a_message(tmp_path: Path):
-    result = subprocess.run([sys.executable, "-m", "proxy", "eval", "guardrails", "--data-dir",
-                             str(tmp_path / "absent")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = sonate("eval", "guardrails", "--data-dir",
+                    str(tmp_path / "absent"), timeout=120)
     assert result.returncode == 2
     assert "data directory" in result.stderr and "not found" in result.stderr
     assert "Traceback" not in result.stderr

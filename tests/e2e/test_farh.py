@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,8 @@ from proxy.evaluation.oracle import (
     verify_with_oracle,
     verify_with_regex,
 )
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, DATA, ROOT, write_config
+from tests.support.forked import sonate
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, DATA, write_config
 from tests.support.stub_upstream import Reply
 
 
@@ -44,10 +43,6 @@ def truthfulqa_rows() -> list[dict]:
 @pytest.fixture(scope="module")
 def oracle(halueval_rows, truthfulqa_rows) -> Oracle:
     return Oracle(halueval_entries(halueval_rows) + truthfulqa_entries(truthfulqa_rows))
-
-
-def sonate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxy", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 # --- claim miner -----------------------------------------------------------------------------

@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -36,6 +34,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.forked import sonate
 from tests.support.fuzz import (
     RAW_SEGMENTS,
     Answer,
@@ -57,7 +56,6 @@ from tests.support.proxy import (
     ADMIN_KEY,
     CLIENT_KEY,
     OTHER_KEY,
-    ROOT,
     RunningProxy,
     serve_proxy,
     stop_proxy,
@@ -364,8 +362,8 @@ def _final_checks(fuzzed: RunningProxy) -> None:
     assert send(fuzzed.url, "GET", "/readyz").status == 200
     answer = _chat(fuzzed, json.dumps({"model": "stub", "messages": [{"role": "user", "content": "Hi"}]}).encode())
     _check_chat(fuzzed, answer, "final request")
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", fuzzed.ledger_url, "--keys-url",
-                           fuzzed.v1 + "/keys"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = sonate("verify", "--ledger", fuzzed.ledger_url, "--keys-url",
+                  fuzzed.v1 + "/keys", timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     bad = [line for line in Path(fuzzed.log_path).read_text(errors="replace").splitlines() if _BAD_LOG.search(line)]
     assert not bad, "\n".join(bad[:20])

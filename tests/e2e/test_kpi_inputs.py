@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -36,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.guardrails.schema import load_policies
 from proxy.receipts.receipt import utc_timestamp
 from proxy.storage import open_store
+from tests.support.forked import sonate
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
 from tests.support.stub_upstream import Reply, StubUpstream
 
@@ -117,10 +116,8 @@ class Window:
         end = utc_timestamp()
         out = tmp_path / "report.json"
         env = {**os.environ, "SONATE_TEST_ADMIN_KEY": ADMIN_KEY, "STUB_PROVIDER_KEY": "stub-secret"}
-        result = subprocess.run(
-            [sys.executable, "-m", "proxy", "report", "--config", str(self.proxy.config_path), "--from", self.start,
-             "--to", end, "--out", str(out), "--no-progress"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        result = sonate("report", "--config", str(self.proxy.config_path), "--from", self.start,
+                        "--to", end, "--out", str(out), "--no-progress", env=env, timeout=300)
         assert result.returncode == 0, result.stderr
         report = json.loads(out.read_text())
         lvp = report["kpis"]["tis"]["components"]["lvp"]  # every receipt of the window verifies

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.receipts.ledgers import ledger_store_url
 from proxy.storage import open_store
 from proxy.tlog.checkpoint import parse_checkpoint
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
+from tests.support.forked import sonate
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, start_proxy, stop_proxy
 from tests.support.redis_cluster import RedisCluster
 
 SHARDS = ["shard-0", "shard-1", "shard-2"]
@@ -87,9 +87,8 @@ async def _stored(url: str) -> list[dict]:
 
 
 def verify_all(proxy, cluster) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", cluster.url, "--all",
-                           "--keys", str(proxy.key_file)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    return sonate("verify", "--ledger", cluster.url, "--all",
+                  "--keys", str(proxy.key_file), timeout=120)
 
 
 def test_three_ledgers_on_three_masters(cluster) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +18,8 @@ from proxy.receipts.bundle import verify_bundle
 from proxy.receipts.proofs import verify_consistency_proof, verify_inclusion_proof
 from proxy.receipts.signing import load_public_keys
 from proxy.tlog.checkpoint import parse_checkpoint, verify_checkpoint
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, ROOT, start_proxy, stop_proxy
+from tests.support.forked import sonate
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, OTHER_KEY, start_proxy, stop_proxy
 
 ORIGIN = "sonate-trust-proxy/ledger"
 
@@ -121,8 +120,7 @@ def test_bundle_verifies_offline_and_with_sonate_verify(sqlite_proxy, receipts, 
     assert verify_bundle(bundle, keys, ORIGIN) == []
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(bundle))
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = sonate("verify", str(path), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK: 1 bundle" in done.stdout
 
@@ -130,8 +128,7 @@ def test_bundle_verifies_offline_and_with_sonate_verify(sqlite_proxy, receipts, 
     forged["receipt"]["guardrail_action"] = "refuse"
     forged["inclusion_proof"]["hashes"] = forged["inclusion_proof"]["hashes"][:-1]
     path.write_text(json.dumps(forged))
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = sonate("verify", str(path), timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"height {receipt['ledger_height']} ({receipt['receipt_id']}): signature:" in done.stdout
     assert "inclusion proof (leaf" in done.stdout and ": inclusion:" in done.stdout
@@ -145,20 +142,17 @@ def test_sonate_ledger_bundle_and_checkpoint_commands(sqlite_proxy, receipts, tm
     out = tmp_path / "cli-bundle.json"
     config = str(sqlite_proxy.config_path)
     env = {**os.environ, "SONATE_TEST_ADMIN_KEY": ADMIN_KEY}  # the test config references it
-    done = subprocess.run([sys.executable, "-m", "proxy", "ledger", "bundle", receipts[2]["receipt_id"],
-                           "--config", config, "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = sonate("ledger", "bundle", receipts[2]["receipt_id"],
+                  "--config", config, "-o", str(out), env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     bundle = json.loads(out.read_text())
     assert bundle["receipt"] == receipts[2] and verify_bundle(bundle) == []
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", str(out), "--keys-url",
-                           sqlite_proxy.v1 + "/keys", "--origin", ORIGIN], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = sonate("verify", str(out), "--keys-url",
+                  sqlite_proxy.v1 + "/keys", "--origin", ORIGIN, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    done = subprocess.run([sys.executable, "-m", "proxy", "ledger", "checkpoint", "--config", config], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = sonate("ledger", "checkpoint", "--config", config, env=env, timeout=120)
     assert done.returncode == 0 and done.stdout == get(sqlite_proxy, "/v1/ledger/checkpoint")[2].decode()
-    done = subprocess.run([sys.executable, "-m", "proxy", "ledger", "bundle", "rcpt_" + "0" * 32, "--config", config],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = sonate("ledger", "bundle", "rcpt_" + "0" * 32, "--config", config, env=env, timeout=120)
     assert done.returncode == 2 and "no receipt with id" in done.stderr and "Traceback" not in done.stderr
 
 

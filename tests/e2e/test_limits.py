@@ -27,8 +27,8 @@ from tests.support.proxy import (
     OTHER_KEY,
     ROOT,
     RunningProxy,
+    fork_serve,
     serve_proxy,
-    spawn_proxy,
     start_proxy,  # noqa: F401  (conftest marks a module importing a launcher `models`)
     stop_proxy,
     wait_until_up,
@@ -72,7 +72,7 @@ def limited_process(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream
     policies.mkdir()
     shutil.copy(ROOT / "policies" / "continuity.yaml", policies / "continuity.yaml")
     config, ledger, port = _limited_config(directory, stub, policies)
-    running = wait_until_up(spawn_proxy(config, ledger, directory / "keys" / "signing-key.json", port),
+    running = wait_until_up(fork_serve(config, ledger, directory / "keys" / "signing-key.json", port),
                             "/readyz", timeout=180)
     yield running
     stop_proxy(running)

@@ -8,8 +8,6 @@ observations against what the stub provider received.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,16 +23,13 @@ from proxy.evaluation.fairness import (
     pfi_result,
     prompt_variants,
 )
-from tests.support.proxy import CLIENT_KEY, DATA, ROOT
+from tests.support.forked import sonate
+from tests.support.proxy import CLIENT_KEY, DATA
 
 
 @pytest.fixture(scope="module")
 def holistic() -> dict:
     return read_holistic_bias(DATA)
-
-
-def sonate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxy", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_groups_prompts_and_noun_phrases(holistic) -> None:

@@ -17,6 +17,7 @@ import sys
 import pytest
 import yaml
 
+from tests.support.forked import sonate
 from tests.support.proxy import CLIENT_KEY, DATA, ROOT, start_proxy, stop_proxy
 
 
@@ -75,7 +76,7 @@ def test_replay_over_real_prompts_then_verify_and_tamper(replay_proxy, tmp_path)
     db.execute("UPDATE receipts SET body = ? WHERE height = ?", (json.dumps(receipt), height))
     db.commit()
     db.close()
-    bad = run("-m", "proxy", "verify", "--ledger", f"sqlite:///{tampered}", "--keys", str(proxy.key_file))
+    bad = sonate("verify", "--ledger", f"sqlite:///{tampered}", "--keys", str(proxy.key_file))
     assert bad.returncode == 1
     assert "height 7" in bad.stdout and "signature" in bad.stdout
     assert "height 8" in bad.stdout and "prev_hash" in bad.stdout

@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -22,7 +21,8 @@ import pytest
 from proxy.kpi.adjudication import Verdict, check_commitment
 from proxy.primitives.canonical import json_hash
 from proxy.storage import open_store
-from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
+from tests.support.forked import sonate
+from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, start_proxy, stop_proxy
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
 from tests.support.stub_upstream import Reply
 
@@ -154,10 +154,9 @@ def test_refusal_two_blind_passes_lead_resolution(review_proxy, upstream, tmp_pa
 
     # The report over this ledger counts the adjudicated unnecessary apology.
     out = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "proxy", "report", "--config", str(review_proxy.config_path),
-                             "--from", "2000-01-01", "--to", "2100-01-01", "--out", str(out),
-                             "--html", str(tmp_path / "report.html")], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300, env={**__import__("os").environ, "SONATE_TEST_ADMIN_KEY": ADMIN_KEY})
+    result = sonate("report", "--config", str(review_proxy.config_path), "--from", "2000-01-01", "--to",
+                    "2100-01-01", "--out", str(out), "--html", str(tmp_path / "report.html"), timeout=300,
+                    env={**os.environ, "SONATE_TEST_ADMIN_KEY": ADMIN_KEY})
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["kpis"]["far_a"]["overall"]["successes"] == 1

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,6 +32,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from proxy.server.flow.review.sealed_mapping import KEY_HEADER
 from proxy.storage import open_store
 from tests.support.browser import start_chromium
+from tests.support.forked import sonate
 from tests.support.proxy import ADMIN_KEY, CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_server import delete_redis_namespace, redis_namespace_url
 
@@ -252,7 +251,7 @@ def test_a_lead_answers_escalations_of_all_three_apis_from_the_console(console_p
     assert restored == f"For {NAME}: see a lawyer."
 
     # nothing personal in the store or the review views; every step receipted and verified
-    verify = [sys.executable, "-m", "proxy", "verify", "--ledger", console_proxy.ledger_url,
+    verify = ["verify", "--ledger", console_proxy.ledger_url,
               "--keys-url", console_proxy.v1 + "/keys"]
     for api, (case_id, _) in cases.items():
         case = stored(console_proxy, case_id)
@@ -262,7 +261,7 @@ def test_a_lead_answers_escalations_of_all_three_apis_from_the_console(console_p
         assert NAME not in browser.page_source and EMAIL not in browser.page_source
         assert [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#steps tbody tr td:first-child")] \
             == [s["step"] for s in case["steps"]]
-        done = subprocess.run([*verify, "--case", case_id], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        done = sonate(*verify, "--case", case_id, timeout=120)
         assert done.returncode == 0, api + done.stdout + done.stderr
     last = stored(console_proxy, cases["messages"][0])["steps"][-1]["receipt_id"]
     verdict = verify_in_browser(browser, last)

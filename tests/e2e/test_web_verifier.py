@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +25,8 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.browser import start_chromium
-from tests.support.proxy import CLIENT_KEY, ROOT, RunningProxy, start_proxy, stop_proxy
+from tests.support.forked import sonate
+from tests.support.proxy import CLIENT_KEY, RunningProxy, start_proxy, stop_proxy
 from tests.unit.receipts.test_vectors import CONSISTENCY_VECTORS, VECTORS, python_verdict
 
 
@@ -270,8 +269,8 @@ def _truncate(db, keep: int) -> None:
         conn.execute("DELETE FROM tree_nodes")
         conn.execute("DELETE FROM ledger_meta WHERE name = 'tree_size'")
         conn.execute("DELETE FROM checkpoints WHERE tree_size > ?", (keep,))
-    subprocess.run([sys.executable, "-m", "proxy", "ledger", "reindex", "--ledger", f"sqlite:///{db}"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    reindexed = sonate("ledger", "reindex", "--ledger", f"sqlite:///{db}", timeout=120)
+    assert reindexed.returncode == 0, reindexed.stderr[-2000:]
 
 
 def test_saved_checkpoint_catches_truncation_and_rewrite(browser, stub, tmp_path):

@@ -29,16 +29,12 @@ from proxy.tlog.checkpoint import (
     verify_cosignatures,
 )
 from proxy.tlog.witness import format_add_checkpoint
+from tests.support.forked import sonate
 from tests.support.proxy import CLIENT_KEY, ROOT, start_proxy, stop_proxy
 from tests.support.redis_server import free_port
 
 ORIGIN = "sonate-trust-proxy/ledger"
 NAME = "witness.test/w1"
-
-
-def sonate(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxy", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 class WitnessProcess:

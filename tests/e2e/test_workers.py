@@ -35,13 +35,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.server.admission.workers import Supervisor, bind
+from tests.support.forked import sonate
 from tests.support.prompts import APOLOGY, HARMFUL
 from tests.support.proxy import (
     ADMIN_KEY,
     CLIENT_KEY,
     ROOT,
     RunningProxy,
-    spawn_proxy,
+    fork_serve,
     stop_proxy,
     wait_until_up,
     write_config,
@@ -64,7 +65,7 @@ def start_workers(directory: Path, stub_url: str, ledger_url: str, workers: int 
               "workers": workers, "limits": {"requests_per_second": 0, "max_concurrent_per_key": 0,
                                                    "screen_timeout_seconds": 0}}
     config = write_config(directory, stub_url, ledger_url, port, overrides={"server": server})
-    return wait_until_up(spawn_proxy(config, ledger_url, directory / "keys" / "signing-key.json", port),
+    return wait_until_up(fork_serve(config, ledger_url, directory / "keys" / "signing-key.json", port),
                          "/readyz", timeout=300)
 
 
@@ -128,8 +129,7 @@ def worker_pids(supervisor: int) -> set[int]:
 
 def verify_ledger(proxy: RunningProxy) -> str:
     """``sonate verify --ledger`` with the keys the proxy publishes; its output (asserts exit 0)."""
-    done = subprocess.run([sys.executable, "-m", "proxy", "verify", "--ledger", proxy.ledger_url, "--keys-url",
-                           proxy.v1 + "/keys"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = sonate("verify", "--ledger", proxy.ledger_url, "--keys-url", proxy.v1 + "/keys", timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
 

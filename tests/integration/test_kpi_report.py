@@ -12,7 +12,6 @@ import asyncio
 import json
 import random
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from proxy.kpi.report_html import render_html
 from proxy.receipts import json_hash, load_or_create_signer, new_receipt, open_store
 from proxy.receipts.chain import Ledger
 from proxy.receipts.signing import Signer, load_public_keys
+from tests.support.forked import sonate
 
 ROOT = Path(__file__).resolve().parents[2]
 START, END = "2026-11-01T00:00:00.000Z", "2026-11-08T00:00:00.000Z"
@@ -327,11 +327,9 @@ def test_adjudication_disclosure(synthetic) -> None:
 
 def test_cli_writes_the_same_report_and_html(synthetic) -> None:
     out, html = synthetic["tmp"] / "report.json", synthetic["tmp"] / "report.html"
-    result = subprocess.run(
-        [sys.executable, "-m", "proxy", "report", "--from", "2026-11-01", "--to", "2026-11-08T00:00:00Z",
-         "--ledger", synthetic["url"], "--policies", str(ROOT / "policies"), "--keys", str(synthetic["key_file"]),
-         "--lvp-sample", "100000", "--out", str(out), "--html", str(html)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = sonate("report", "--from", "2026-11-01", "--to", "2026-11-08T00:00:00Z",
+                    "--ledger", synthetic["url"], "--policies", str(ROOT / "policies"), "--keys", str(synthetic["key_file"]),
+                    "--lvp-sample", "100000", "--out", str(out), "--html", str(html), timeout=300)
     assert result.returncode == 0, result.stderr
     written = json.loads(out.read_text())
     expected = synthetic["report"]
@@ -345,8 +343,7 @@ def test_cli_writes_the_same_report_and_html(synthetic) -> None:
 
 def test_cli_usage_errors(tmp_path: Path, synthetic) -> None:
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "proxy", "report", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        return sonate("report", *args, timeout=120)
 
     base = ["--ledger", synthetic["url"], "--policies", str(ROOT / "policies"), "--keys", str(synthetic["key_file"]),
             "--out", str(tmp_path / "r.json")]

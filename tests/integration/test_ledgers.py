@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from proxy.receipts.signing import load_or_create_signer
 from proxy.receipts.tree import DEFAULT_ORIGIN, publish_checkpoint
 from proxy.receipts.verify import verify_store
 from proxy.storage import open_store
+from tests.support.forked import sonate
 from tests.support.ledger import make_receipt, sqlite_url
 from tests.support.redis_server import redis_url
 
@@ -133,10 +132,9 @@ def test_report_reads_one_ledger_or_all_and_verifies_each_chain(tmp_path: Path) 
 
     def report(*choice: str) -> dict:
         out = tmp_path / "report.json"
-        result = subprocess.run(
-            [sys.executable, "-m", "proxy", "report", "--from", "2000-01-01", "--to", "2100-01-01",
-             "--ledger", url, "--policies", str(ROOT / "policies"), "--keys", str(key_file), "--no-progress",
-             "--out", str(out), *choice], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        result = sonate("report", "--from", "2000-01-01", "--to", "2100-01-01",
+                        "--ledger", url, "--policies", str(ROOT / "policies"), "--keys", str(key_file), "--no-progress",
+                        "--out", str(out), *choice, timeout=300)
         assert result.returncode == 0, result.stderr
         return json.loads(out.read_text())
 

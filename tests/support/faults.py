@@ -28,8 +28,8 @@ from tests.support.proxy import (
     ROOT,
     TEST_ENV,
     RunningProxy,
+    fork_serve,
     serve_proxy,
-    spawn_proxy,
     wait_until_up,
     write_config,
 )
@@ -45,8 +45,9 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     """Start the proxy with extra ``ledger``/``signing`` options; wait for /healthz.
 
     In the test process (:func:`tests.support.proxy.serve_proxy`) unless ``process`` is true (a
-    test that kills it: :func:`kill9`) or one of ``log_level``, ``limit_file_bytes`` and
-    ``raise_in_detector`` is given: then `python -m proxy serve`.
+    test that kills it: :func:`kill9`) or ``log_level`` is given: then `sonate serve` in a process
+    of its own (:func:`tests.support.proxy.fork_serve`); with ``limit_file_bytes`` or
+    ``raise_in_detector``, `python -m` in a new interpreter.
 
     ``server`` entries update the ``server`` section; ``extra_keys`` / ``overrides``: see
     :func:`tests.support.proxy.write_config` (first start only). ``log_level`` (e.g. ``"DEBUG"``)
@@ -69,8 +70,12 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     config["signing"].update(signing or {})
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     key_file = Path(config["signing"]["key_file"])
-    if log_level is None and limit_file_bytes is None and not raise_in_detector:
-        running = (spawn_proxy if process else serve_proxy)(config_path, ledger_url, key_file, port)
+    if limit_file_bytes is None and not raise_in_detector:
+        if process or log_level is not None:
+            running = fork_serve(config_path, ledger_url, key_file, port,
+                                 ("--log-level", log_level) if log_level else ())
+        else:
+            running = serve_proxy(config_path, ledger_url, key_file, port)
     else:
         running = _spawn(config_path, ledger_url, key_file, port, log_level or "INFO", limit_file_bytes,
                          raise_in_detector)

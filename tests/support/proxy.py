@@ -1,9 +1,11 @@
 """The one proxy launcher of the tests: config writer, the proxy on a free port, keys, paths.
 
 A proxy runs in the test process by default (:mod:`tests.support.inprocess`: the real app and
-services, models loaded once per session); ``subprocess=True`` or :func:`spawn_proxy` runs
-`python -m proxy serve` for what needs a real process (signals, exit codes, ``server.workers``,
-the CLI's start-up and log set-up).
+services, models loaded once per session); ``subprocess=True`` or :func:`fork_serve` runs
+`sonate serve` in a process of its own, forked from a preloaded fork server
+(:mod:`tests.support.forked`), for what needs a real process (signals, exit codes,
+``server.workers``, the CLI's log set-up); :func:`spawn_proxy` runs `python -m proxy serve` in a
+new interpreter (its start-up, and the benchmarks).
 
 On import, the test process gets the environment the test config names (``STUB_PROVIDER_KEY``,
 ``SONATE_TEST_ADMIN_KEY``) and loses ``SONATE_LEDGER_URL`` (the config's ledger applies), as the
@@ -24,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from proxy import offline  # noqa: F401  (offline settings for in-process model loading)
+from tests.support.forked import ForkedProcess, fork_proxy
 from tests.support.inprocess import InProcessServer, serve_in_process
 from tests.support.redis_server import free_port
 
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 CLIENT_KEY, OTHER_KEY, ADMIN_KEY = ("sk-test-client-0001-padded-to-32-chars", "sk-test-other-0002-padded-to-32-chars",
                                    "sk-test-admin-0003-padded-to-32-chars")
-#: ``SONATE_TEST_PROXY=subprocess``: every :func:`start_proxy` runs `python -m proxy serve` (to compare both modes).
+#: ``SONATE_TEST_PROXY=subprocess``: every :func:`start_proxy` runs `python -m proxy serve` (to compare the modes).
 MODE_ENV = "SONATE_TEST_PROXY"
 #: The secrets the test config names (``os.environ/NAME``), set in this process and its subprocesses.
 TEST_ENV = {"STUB_PROVIDER_KEY": "stub-secret", "SONATE_TEST_ADMIN_KEY": ADMIN_KEY}
@@ -42,14 +45,15 @@ os.environ.pop("SONATE_LEDGER_URL", None)
 @dataclass
 class RunningProxy:
     """A running proxy: base URL, config path, ledger URL, its log file and ``process`` (a
-    ``subprocess.Popen``, or the Popen-like :class:`~tests.support.inprocess.InProcessServer`)."""
+    ``subprocess.Popen``, or the Popen-like :class:`~tests.support.forked.ForkedProcess` or
+    :class:`~tests.support.inprocess.InProcessServer`)."""
 
     url: str
     config_path: Path
     ledger_url: str
     key_file: Path
     log_path: Path
-    process: subprocess.Popen | InProcessServer
+    process: subprocess.Popen | ForkedProcess | InProcessServer
 
     @property
     def v1(self) -> str:
@@ -101,8 +105,9 @@ def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path 
                 extra_keys: list[dict] | None = None, overrides: dict | None = None,
                 subprocess: bool = False) -> RunningProxy:
     """Start the proxy on a free port and wait until /readyz answers 200: in this process, or
-    `python -m proxy serve` when ``subprocess`` is true or the config needs a process of its own
-    (``observability`` set up, ``server.workers`` > 1).
+    `sonate serve` in a process of its own (:func:`fork_serve`) when ``subprocess`` is true or the
+    config needs one (``observability`` set up, ``server.workers`` > 1); `python -m proxy serve`
+    (:func:`spawn_proxy`) with ``SONATE_TEST_PROXY=subprocess``.
 
     ``extra_keys`` / ``overrides``: see :func:`write_config`. RuntimeError (with the log) when the
     proxy does not start.
@@ -111,8 +116,10 @@ def start_proxy(directory: Path, stub_url: str, ledger_url: str, policies: Path 
     port = free_port()
     config_path = write_config(directory, stub_url, ledger_url, port, policies, extra_keys, overrides)
     key_file = directory / "keys" / "signing-key.json"
-    if subprocess or needs_a_process(overrides or {}) or os.environ.get(MODE_ENV) == "subprocess":
+    if os.environ.get(MODE_ENV) == "subprocess":
         running = spawn_proxy(config_path, ledger_url, key_file, port)
+    elif subprocess or needs_a_process(overrides or {}):
+        running = fork_serve(config_path, ledger_url, key_file, port)
     else:
         running = serve_proxy(config_path, ledger_url, key_file, port)
     return wait_until_up(running, "/readyz", timeout=180)
@@ -129,6 +136,18 @@ def serve_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int) -
     lines appended to proxy.log beside it. The in-process counterpart of :func:`spawn_proxy`."""
     server = serve_in_process(config_path, port)
     return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, server.log_path, server)
+
+
+def fork_serve(config_path: Path, ledger_url: str, key_file: Path, port: int,
+               options: tuple[str, ...] = ()) -> RunningProxy:
+    """Start `sonate [OPTIONS] serve --config CONFIG_PATH` in a process forked from the preloaded fork
+    server (:mod:`tests.support.forked`) without waiting; output appended to proxy.log beside it.
+    The environment is :func:`spawn_proxy`'s."""
+    log_path = config_path.parent / "proxy.log"
+    env = {**os.environ, **TEST_ENV, "PYTHONUNBUFFERED": "1"}
+    env.pop("SONATE_LEDGER_URL", None)
+    process = fork_proxy([*options, "serve", "--config", str(config_path)], env, log_path, ROOT)
+    return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, log_path, process)
 
 
 def spawn_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int, root: Path = ROOT) -> RunningProxy:

@@ -32,13 +32,14 @@ The spaCy model is loaded from the installed package's directory (never download
 from __future__ import annotations
 
 import bisect
+import contextlib
 import importlib
 import re
 import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import regex
@@ -362,6 +363,21 @@ def _analyzer(config: PiiDetectorConfig):
     return BatchAnalyzerEngine(analyzer_engine=analyzer)
 
 
+class _Lease:
+    """A thread's analyzer, lent from a detector's spare pool: given back to the pool when the lease
+    is dropped, which happens when its thread ends (the thread's ``threading.local`` storage is
+    cleared), so a thread started later (a new executor's) takes it instead of loading another
+    spaCy pipeline (~0.7 s)."""
+
+    __slots__ = ("batch", "spare")
+
+    def __init__(self, batch: Any, spare: list[Any]) -> None:
+        self.batch, self.spare = batch, spare
+
+    def __del__(self) -> None:
+        self.spare.append(self.batch)
+
+
 def _union(a: PiiSpan, b: PiiSpan) -> PiiSpan | None:
     """The span covering both if they are of one type and overlap, else None."""
     if a.entity_type != b.entity_type or a.end <= b.start or b.end <= a.start:
@@ -475,16 +491,17 @@ class PiiDetector:
         )
 
     def analyzer(self):
-        """This thread's presidio ``BatchAnalyzerEngine`` (built on the thread's first call)."""
-        batch = getattr(self._local, "batch", None)
-        if batch is None:
+        """This thread's presidio ``BatchAnalyzerEngine``: taken from the spare pool (or built) on the
+        thread's first call, and given back to the pool when the thread ends (:class:`_Lease`)."""
+        lease = getattr(self._local, "lease", None)
+        if lease is None:
             try:
                 batch = self._spare.pop()
             except IndexError:
                 batch = _analyzer(self.config)
                 self.analyzers_built += 1
-            self._local.batch = batch
-        return batch
+            lease = self._local.lease = _Lease(batch, self._spare)
+        return lease.batch
 
     def prepare(self, threads: int) -> None:
         """Keep an analyzer ready for each of ``threads`` threads that have not asked yet: the calling
@@ -492,16 +509,13 @@ class PiiDetector:
         they load on first use is loaded too) until the pool holds ``threads``.
         For a process that forks workers after loading (their threads take these, sharing their
         pages with it, instead of building their own: :func:`proxy.server.http.app.preload`)."""
-        batch = getattr(self._local, "batch", None)
-        if batch is not None:
-            del self._local.batch
-            self._spare.append(batch)
+        with contextlib.suppress(AttributeError):
+            del self._local.lease  # given back to the pool
         while len(self._spare) < threads:
-            self._local.batch = _analyzer(self.config)
+            self._local.lease = _Lease(_analyzer(self.config), self._spare)
             self.analyzers_built += 1
             self.detect([f"Hello, my name is Ada ({len(self._spare)}). Call me at 555-0100."])  # lazy state loaded now
-            self._spare.append(self._local.batch)
-            del self._local.batch
+            del self._local.lease
 
     def windows(self, text: str) -> list[tuple[int, int]]:
         """``[start, end)`` windows of ``text`` analysed separately, each at most ``analysis_window_chars``."""

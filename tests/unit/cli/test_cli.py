@@ -19,6 +19,7 @@ import pytest
 
 from proxy.cli import COMMANDS, build_parser, command_module, main
 from proxy.cli.common import EXIT_USAGE
+from tests.support.forked import sonate
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Imported only by the commands that need them, never by building the parser.
@@ -144,8 +145,7 @@ def test_config_and_key_file_errors_exit_2(tmp_path: Path, capsys: pytest.Captur
 
 def test_python_m_proxy_is_sonate_and_parsing_loads_no_heavy_module() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "proxy", "ledger", "reindex", "--page", "0", "--ledger", "x"],
-                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    done = sonate("ledger", "reindex", "--page", "0", "--ledger", "x", timeout=60, env=env)
     assert (done.returncode, done.stdout, done.stderr) == (EXIT_USAGE, "", "sonate: --page must be >= 1\n")
 
     probe = ("import sys; from proxy.cli import build_parser; build_parser(); "

@@ -12,7 +12,18 @@ from types import SimpleNamespace
 import pytest
 
 from proxy.evaluation.guardrails import build_engine
-from proxy.guardrails.stream import MAX_IDENTIFIER_CHARS, OVERLAP_CHARS, OutputMask, model_apology
+from proxy.guardrails.stream import (
+    MAX_IDENTIFIER_CHARS,
+    MAX_WINDOW_CHARS,
+    OVERLAP_CHARS,
+    OutputMask,
+    StreamScanner,
+    gates_on_window,
+    model_apology,
+    screen_window,
+    stream_holds,
+)
+from tests.support.stream_answers import IDENTIFIERS, answer_with
 
 ROOT = Path(__file__).resolve().parents[3]
 PLACEHOLDER = re.compile(r"<[A-Z_]+_\d+>")
@@ -36,6 +47,50 @@ def _release(engine, raw: str, ends: list[int]) -> tuple[OutputMask, list[str]]:
     mask = OutputMask()
     parts = [mask.advance(engine, raw, end, final=(i == len(ends) - 1)) for i, end in enumerate(ends)]
     return mask, parts
+
+
+def _stream(engine, answer: str, chunk: int) -> str:
+    """What the client receives when the provider streams ``answer`` in ``chunk``-character deltas:
+    the scanner, window screen and output mask driven as the proxy's stream relay drives them
+    (proxy/server/flow/streaming.py: feed, screen each closed window, mask it, release; at the end
+    the final window, then the rest). Only the lanes and the HTTP around it are left out; the
+    e2e suite (tests/e2e/test_stream_privacy.py) runs a few of these streams through the proxy."""
+    scanner = StreamScanner(holds=stream_holds(engine.policies), gated=gates_on_window(engine.policies))
+    mask = OutputMask()
+    delivered: list[str] = []
+
+    def stopped(windows) -> bool:
+        for window in windows:
+            if screen_window(engine, scanner.readable(window.text)) is not None:
+                scanner.stop()
+                return True
+            scanner.accept(window, mask.advance(engine, scanner.raw, window.end, window.final))
+        return False
+
+    for start in range(0, len(answer), chunk):
+        if stopped(scanner.feed(answer[start:start + chunk])):
+            return "".join(delivered)
+        delivered.append(scanner.release())
+    final = scanner.finish()
+    if not stopped([final] if final else []):
+        delivered.append(scanner.release(final=True))
+    return "".join(delivered)
+
+
+@pytest.mark.parametrize("kind", IDENTIFIERS)
+def test_an_identifier_at_every_offset_around_a_window_cut_is_masked_whole(engine, kind: str) -> None:
+    # Masked window by window without overlap, an IBAN starting ~22 characters before a cut reached
+    # the client in clear, and cards and phone numbers leaked whole or in part at other offsets.
+    label, identifier, parts = IDENTIFIERS[kind]
+    leaked = []
+    for offset in range(MAX_WINDOW_CHARS - len(identifier) - 2, MAX_WINDOW_CHARS + 3):
+        answer = answer_with(label, identifier, offset)
+        for chunk in (1, 5, 7):
+            delivered = _stream(engine, answer, chunk)
+            assert delivered.endswith(answer[-40:]) and "is what you need." in delivered
+            if any(part in delivered for part in parts) or not re.search(r"<[A-Z_]+_1>", delivered):
+                leaked.append((offset, chunk, delivered[offset - 20:offset + len(identifier) + 5]))
+    assert leaked == []
 
 
 def test_each_part_is_masked_and_placeholders_are_numbered_across_the_answer(engine):

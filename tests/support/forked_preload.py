@@ -1,0 +1,22 @@
+"""What the proxy fork server (:mod:`tests.support.forked`) imports once, in the order `sonate serve`
+does: the offline settings, spaCy and presidio without torch, the command line and the libraries
+the server loads before its models. A forked proxy starts with them imported.
+
+Not prometheus_client: it picks its multiprocess mode when imported, from
+``$PROMETHEUS_MULTIPROC_DIR``, which a supervisor of workers sets first
+(:func:`proxy.server.admission.workers.metrics_directory`); so not the server's HTTP modules either.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from proxy import offline
+
+offline.keep_torch_out_of_presidio()
+for _name in ("proxy.cli", "proxy.cli.serve", "proxy.config", "proxy.guardrails.registry", "litellm",
+              "openai.resources", "onnxruntime", "aiohttp"):
+    importlib.import_module(_name)
+if "prometheus_client" in sys.modules:
+    raise ImportError("the proxy fork server's preload imported prometheus_client (see the module docstring)")
