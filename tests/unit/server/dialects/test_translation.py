@@ -824,3 +824,22 @@ def test_the_settings_the_gateway_honours_as_sent_are_accepted():
                                                                                  "generate_summary": None},
                      previous_response_id=None)
     assert chat["reasoning_effort"] == "high" and "previous_response_id" not in chat
+
+
+def test_a_tool_call_without_a_name_yet_gets_it_from_a_later_delta():
+    stream = ResponsesStream(REQ, "resp_1")
+    added = stream.tool_call(0, "call_w", "", "")
+    assert added[0]["item"]["name"] == ""
+    stream.tool_call(0, None, "f", "{}")
+    assert stream.finish("tool_calls", None)[-1]["response"]["output"][0]["name"] == "f"
+    body = responses_api.response_body(REQ, completion(None, "tool_calls", [{"id": "c", "type": "function",
+                                                                           "function": {"arguments": "{}"}}]))
+    assert body["output"][0]["name"] == ""
+
+
+def test_a_response_id_is_a_fresh_resp_id_and_a_failed_stream_names_the_bad_param():
+    first, second = ResponsesStream(REQ).response["id"], responses_api.response_body(REQ, completion("x"))["id"]
+    assert re.fullmatch(r"resp_[0-9a-f]{32}", first) and re.fullmatch(r"resp_[0-9a-f]{32}", second)
+    assert first != second
+    events = ResponsesStream(REQ).fail({"error": {"message": "Bad.", "code": "invalid_value", "param": "tools"}})
+    assert (events[0]["type"], events[0]["param"], events[0]["code"]) == ("error", "tools", "invalid_value")
