@@ -259,7 +259,7 @@ def screen_size(value: Any) -> ScreenSize:
     """The size of a JSON-like ``value`` as the guardrails read it, in one pass without copying:
     characters of every string, key and number, and the number of texts among them (each non-empty
     string, each key, each number; a string that is itself a JSON object or array, such as tool-call
-    ``arguments``, counts the characters and texts inside it). The text count bounds what Privacy analyses one by one
+    ``arguments``, white space around it included, counts the characters and texts inside it). The text count bounds what Privacy analyses one by one
     (schema keywords and other structure included, so it is an upper bound on the screen's pieces:
     :meth:`proxy.guardrails.engine.GuardrailEngine.count_pieces` is exact). Booleans and null are
     not text."""
@@ -268,7 +268,8 @@ def screen_size(value: Any) -> ScreenSize:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if item[:1] in ("{", "[") and item[-1:] in ("}", "]"):
+            bare = item.strip()  # json.loads, as the guardrails parse it, skips white space around the value
+            if bare[:1] in ("{", "[") and bare[-1:] in ("}", "]"):
                 try:
                     stack.append(json.loads(item))
                     continue

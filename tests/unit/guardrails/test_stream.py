@@ -1,4 +1,5 @@
-"""proxy.guardrails.stream: the incremental scanner on its own (pure code, no detectors)."""
+"""proxy.guardrails.stream: the incremental scanner on its own (pure code, no detectors), and one
+window's screen on the real engine with the fake detectors of tests/support/detectors.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.guardrails.engine import GuardrailEngine
 from proxy.guardrails.schema import SAFETY_HOLD_BACK, HoldBack, SafetyPolicy, load_policies, parse_hold_back
 from proxy.guardrails.stream import (
     MAX_WINDOW_CHARS,
@@ -13,7 +15,9 @@ from proxy.guardrails.stream import (
     StreamScanner,
     hold_start,
     placeholder_safe,
+    screen_window,
 )
+from tests.support.detectors import PRIVACY, SAFETY, FakeDetectors, count_words
 
 
 def run(scanner: StreamScanner, deltas: list[str]) -> tuple[list[str], list[str]]:
@@ -192,3 +196,45 @@ def test_without_a_hold_everything_scanned_is_released():
 def test_a_token_hold_starts_at_the_first_held_token_not_at_white_space_before_it():
     assert hold_start("  ab", HoldBack(size=1, unit="tokens")) == 2
     assert hold_start("  ab cd", HoldBack(size=2, unit="tokens")) == 2
+
+
+def test_a_sentence_ending_in_a_newline_exactly_at_the_window_size_closes_the_window_there():
+    scanner = StreamScanner(window_chars=10)
+    (window,) = scanner.feed("abc def g\nmore")
+    assert (window.start, window.end) == (0, 10)  # not cut back to the last space
+    scanner = StreamScanner(window_chars=10)
+    assert [(w.start, w.end) for w in scanner.feed("abc def gh\nmore")] == [(0, 8), (8, 11)]  # one past: cut at the space
+
+
+def test_screen_window_refuses_with_the_output_safety_detector_as_evidence():
+    engine = GuardrailEngine([SAFETY, PRIVACY], count_tokens=count_words, registry=FakeDetectors().registry)
+    decision = screen_window(engine, "a BAD answer")
+    assert decision is not None and decision.policy_id == SAFETY.id and decision.stage == "output"
+    assert decision.evidence["detector"]["name"] == "fake-safety"
+    assert decision.evidence["detector"]["components"] == [{"name": "fake-tox", "version": "1"}]
+    assert screen_window(engine, "a fine answer") is None and screen_window(engine, "  ") is None
+
+
+def windows_of(text: str, window_chars: int = 10) -> list[tuple[int, int]]:
+    return [(w.start, w.end) for w in StreamScanner(window_chars=window_chars).feed(text)]
+
+
+def test_a_window_at_the_size_cap_is_cut_after_its_last_space():
+    assert windows_of("abcd efghi") == [(0, 5)]  # exactly the cap: closed, after the space
+    assert windows_of("abcd efgh") == []  # below the cap and no sentence end: still open
+    assert windows_of("a " + "b" * 20) == [(0, 2), (2, 12), (12, 22)]  # a space right after the start
+    assert windows_of("b" * 25) == [(0, 10), (10, 20)]  # no space: cut at the cap
+
+
+def test_a_window_at_the_size_cap_does_not_cut_a_placeholder_unless_it_starts_there():
+    assert windows_of("abcdefg<PERSON_1> rest") == [(0, 7), (7, 17)]
+    assert windows_of("<ABCDEFGHIJKLMNOPQRSTU") == [(0, 10), (10, 20)]  # nothing before it: cut anyway
+
+
+def test_gated_release_joins_every_accepted_window_and_marks_them_released():
+    scanner = StreamScanner(gated=True)
+    first, second = scanner.feed("One. Two. ")
+    scanner.accept(first, "1. ")
+    scanner.accept(second)
+    assert scanner.release() == "1. Two. " and scanner.released == second.end == scanner.scanned
+    assert scanner.release() == ""

@@ -4,10 +4,12 @@ guardrail lanes' admission (a real thread pool; no detectors needed)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -18,8 +20,10 @@ from proxy.server.admission.limits import (
     KeyLimiter,
     ScreenAbandoned,
     ScreenLanes,
+    ScreenSize,
     TokenBucket,
     check_messages,
+    consume_result,
     lower_thread_priority,
     pin_mmap_threshold,
     screen_size,
@@ -337,6 +341,9 @@ async def test_a_timed_out_screen_stops_at_its_next_pause_point_and_frees_its_sl
             stopped.set()
             raise
 
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
     try:
         with pytest.raises(GatewayError) as timed_out:
             await lanes.run(long_work, chars=10)
@@ -348,7 +355,10 @@ async def test_a_timed_out_screen_stops_at_its_next_pause_point_and_frees_its_sl
             await asyncio.sleep(0.01)
         assert lanes.small.busy == 0 and len(groups) < 20  # stopped after ~5 groups, not 100
         assert await lanes.run(str.upper, "ok", chars=2) == "OK"
+        gc.collect()
+        assert reported == []  # the abandoned screen's ScreenAbandoned was read, not logged as lost
     finally:
+        loop.set_exception_handler(None)
         pool.shutdown()
 
 
@@ -457,3 +467,131 @@ def test_trim_heap_gives_freed_heap_memory_back_on_glibc() -> None:
 def test_a_huge_integer_is_counted_within_two_characters_of_its_digits() -> None:
     for value in (10**18, 10**40, -(10**40), 7 * 10**99):
         assert len(str(value)) <= screen_size(value).chars <= len(str(value)) + 2
+
+
+def test_a_json_text_with_white_space_around_it_counts_the_texts_inside_it() -> None:
+    """json.loads (what the guardrails parse tool-call arguments with) skips white space around the
+    value, so such arguments are screened piece by piece: the lane must see those pieces."""
+    numbers = json.dumps(list(range(600)))
+    inside = screen_size(numbers)
+    assert inside.pieces == 600
+    for text in (" " + numbers, numbers + "\n", "\t" + numbers + " "):
+        assert screen_size(text) == inside
+    assert screen_size(' ["ab", 7]') == (3, 2)  # an array, not only an object
+    assert screen_size('{"ab": 7}') == (3, 2)
+    assert screen_size("x]") == (2, 1) and screen_size("[x") == (2, 1)  # not JSON: one text
+
+
+def test_consume_result_reads_a_failed_future_and_leaves_a_cancelled_one_alone() -> None:
+    loop = asyncio.new_event_loop()
+    reported: list[str] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+    try:
+        failed = loop.create_future()
+        failed.set_exception(RuntimeError("late"))
+        consume_result(failed)
+        cancelled = loop.create_future()
+        cancelled.cancel()
+        consume_result(cancelled)  # no CancelledError: a cancelled future has no exception to read
+        del failed
+        gc.collect()
+        assert reported == []  # "exception was never retrieved" is not logged
+        unread = loop.create_future()
+        unread.set_exception(RuntimeError("lost"))
+        del unread
+        gc.collect()
+        assert reported == ["Future exception was never retrieved"]  # what consume_result prevents
+    finally:
+        loop.close()
+
+
+async def test_lane_defaults_one_large_slot_no_size_routing_and_no_time_budget() -> None:
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    gate = threading.Event()
+    try:
+        by_pieces = ScreenLanes(small, 2, large, large_pieces=3)
+        assert by_pieces.lane(10_000, 2) is by_pieces.small  # large_chars 0: size never makes work large
+        lanes = ScreenLanes(small, 2, large, large_chars=100)
+        assert lanes.lane(10, 5) is lanes.small  # large_pieces 0: the text count never makes work large
+        one_piece = ScreenLanes(small, 2, large, large_pieces=1)
+        assert one_piece.lane(10) is one_piece.small  # no pieces given: none
+        assert (await one_piece.run(threading.current_thread, chars=10)).name.startswith("small")
+        held = asyncio.ensure_future(lanes.run(gate.wait, 5, chars=500))
+        for _ in range(500):
+            if lanes.busy("large"):
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(GatewayError) as full:
+            await lanes.run(gate.wait, 5, chars=500)  # one large slot by default
+        assert full.value.status == 503
+        gate.set()
+        await held
+        slow = ScreenLanes(small, 2)
+        assert await slow.run(lambda: time.sleep(1.3) or "done", chars=10) == "done"  # no time budget
+    finally:
+        gate.set()
+        small.shutdown(), large.shutdown()
+
+
+async def test_without_a_large_pool_every_screen_runs_in_the_small_lane() -> None:
+    small = ThreadPoolExecutor(1, "small")
+    lanes = ScreenLanes(small, 2, None, large_chars=10, large_pieces=2)
+    try:
+        assert lanes.large is None and lanes.lane(500, 50) is lanes.small
+        assert (await lanes.run(threading.current_thread, chars=500, pieces=50)).name.startswith("small")
+    finally:
+        small.shutdown()
+
+
+def test_screen_sizes_add_up_per_measure() -> None:
+    assert ScreenSize(3, 1) + ScreenSize(5, 2) == ScreenSize(8, 3)
+    assert screen_size(["ab"]) + screen_size({"k": 12}) == (5, 3)
+
+
+async def test_small_lane_is_idle_only_when_its_last_screen_ends() -> None:
+    small, large = ThreadPoolExecutor(2, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, 2, large, 1, large_chars=100)
+    first, second, third = threading.Event(), threading.Event(), threading.Event()
+    try:
+        one = asyncio.ensure_future(lanes.run(first.wait, 5, chars=10))
+        two = asyncio.ensure_future(lanes.run(second.wait, 5, chars=10))
+        big = asyncio.ensure_future(lanes.run(third.wait, 5, chars=500))
+        for _ in range(500):
+            if lanes.busy("small") == 2 and lanes.busy("large") == 1:
+                break
+            await asyncio.sleep(0.01)
+        third.set()
+        await big  # the large lane emptied: the small one is still busy
+        assert not lanes.small_idle.is_set()
+        first.set()
+        await one
+        assert not lanes.small_idle.is_set()  # one small screen still runs
+        second.set()
+        await two
+        await asyncio.sleep(0)  # the release callback
+        assert lanes.small_idle.is_set()
+    finally:
+        first.set(), second.set(), third.set()
+        small.shutdown(), large.shutdown()
+
+
+async def test_a_large_screen_gives_way_at_most_a_fifth_of_a_second_per_pause_by_default() -> None:
+    small, large = ThreadPoolExecutor(1, "small"), ThreadPoolExecutor(1, "large")
+    lanes = ScreenLanes(small, 2, large, 1, large_chars=100)
+    gate = threading.Event()
+
+    def one_pause() -> str:
+        pause_point()
+        return "screened"
+
+    try:
+        blocked = asyncio.ensure_future(lanes.run(gate.wait, 10, chars=10))
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(lanes.run(one_pause, chars=500), 5) == "screened"
+        assert 0.15 <= asyncio.get_running_loop().time() - started < 0.9
+        gate.set()
+        await blocked
+    finally:
+        gate.set()
+        small.shutdown(), large.shutdown()
