@@ -30,7 +30,7 @@ from proxy.guardrails.fields import free_text_path
 from proxy.guardrails.messages import DEFINITION_KEYS, map_text
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.strata import complexity_rule, declared_complexity
-from proxy.primitives.canonical import json_hash
+from proxy.primitives.canonical import CanonicalCache
 from proxy.receipts.chain import Ledger
 from proxy.receipts.ledgers import Ledgers
 from proxy.server.admission.limits import (
@@ -160,6 +160,9 @@ class Gateway:
         #: model_apology)`` (e.g. the adjudication queue, proxy.server.flow.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
         self.sealed_hooks: list[SealedHook] = []
+        #: The RFC 8785 bytes of the messages of recent requests, for ``inputs_hash``: a resent
+        #: history is not canonicalised again (the hash is the same, of the same bytes).
+        self.canonical_messages = CanonicalCache()
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -226,7 +229,7 @@ class Gateway:
         messages = req.message_dicts()
         check_messages(messages, limits.max_messages, limits.max_message_chars)
         try:
-            inputs_hash = json_hash(raw)
+            inputs_hash = self.canonical_messages.json_hash(raw, "messages")
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
