@@ -131,7 +131,9 @@ class CanonicalCache:
         self.hits = 0
         self.misses = 0
 
-    def __len__(self) -> int:
+    @property
+    def entries(self) -> int:
+        """How many objects' bytes are stored."""
         return len(self._data)
 
     def canonicals(self, values: list[Any]) -> list[bytes]:
@@ -141,23 +143,25 @@ class CanonicalCache:
         with self._lock:
             for i, key in enumerate(keys):
                 found = self._data.get(key) if key is not None else None
-                if found is not None:
-                    self._data.move_to_end(key)  # type: ignore[arg-type]
+                if found is not None and key is not None:
+                    self._data.move_to_end(key)
                     out[i] = found
                     self.hits += 1
                 else:
                     self.misses += 1
         new: list[tuple[str, bytes]] = []
-        for i, value in enumerate(values):
-            if out[i] is None:
-                out[i] = encoded = canonical(value)
-                if keys[i] is not None:
-                    new.append((keys[i], encoded))  # type: ignore[arg-type]
+        encoded: list[bytes] = []
+        for value, key, found in zip(values, keys, out):
+            if found is None:
+                found = canonical(value)
+                if key is not None:
+                    new.append((key, found))
+            encoded.append(found)
         if new:
             with self._lock:
-                for key, encoded in new:
-                    self._store(key, encoded)
-        return out  # type: ignore[return-value]
+                for key, value_bytes in new:
+                    self._store(key, value_bytes)
+        return encoded
 
     def _store(self, key: str, encoded: bytes) -> None:
         weight = len(key) + len(encoded)

@@ -61,7 +61,7 @@ def test_the_cache_answers_a_resent_message_and_not_a_changed_one() -> None:
     cache = CanonicalCache()
     history = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}]
     assert cache.canonicals(history) == [canonical(m) for m in history]
-    assert (cache.hits, cache.misses, len(cache)) == (0, 2, 2)
+    assert (cache.hits, cache.misses, cache.entries) == (0, 2, 2)
     turn = [*history, {"role": "user", "content": "Bye"}]
     assert cache.canonicals(turn) == [canonical(m) for m in turn]
     assert (cache.hits, cache.misses) == (2, 3)
@@ -80,14 +80,14 @@ def test_the_cache_is_bounded_in_entries_and_characters() -> None:
     cache.canonicals(messages[:3])
     cache.canonicals(messages[:1])  # the first is now the most recently used
     cache.canonicals(messages[3:])
-    assert len(cache) == 3
+    assert cache.entries == 3
     cache.canonicals(messages[:1] + messages[3:])
     assert cache.hits == 1 + 3  # the first, then the first and the two newest: the 2nd and 3rd were evicted
     small = CanonicalCache(max_chars=100)
     small.canonicals([{"role": "user", "content": "x" * 200}])
-    assert len(small) == 0 and small.chars == 0
+    assert small.entries == 0 and small.chars == 0
     small.canonicals([{"role": "user", "content": "y" * 30}, {"role": "user", "content": "z" * 30}])
-    assert len(small) == 1 and small.chars <= 100
+    assert small.entries == 1 and small.chars <= 100
 
 
 def test_value_keys_tell_different_objects_apart() -> None:
