@@ -227,13 +227,14 @@ class Gateway:
         _check_passthrough(req, self.config.server.forbidden_params)
         limits = self.config.server.limits
         messages = req.message_dicts()
-        check_messages(messages, limits.max_messages, limits.max_message_chars)
+        size = check_messages(messages, limits.max_messages, limits.max_message_chars)
         try:
             inputs_hash = self.canonical_messages.json_hash(raw, "messages")
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
-        return Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor))
+        return Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor),
+                        size=size)
 
     async def _screen_input(self, x: Exchange) -> InputScreen:
         """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
@@ -244,7 +245,7 @@ class Gateway:
         # Privacy beside Safety/Compliance only when no other request is in progress: under load the
         # others already use the CPUs, and two threads per screen only contend for the GIL
         side_by_side = self.in_progress <= 1
-        size = screen_size(x.messages) + screen_size(definitions)
+        size = (x.size if x.size is not None else screen_size(x.messages)) + screen_size(definitions)
         with tracing.span("guardrails.input") as traced:
             try:
                 screen = x.screen = await self.lanes.run(
