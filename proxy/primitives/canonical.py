@@ -94,9 +94,10 @@ def value_key(value: Any) -> str | None:
     different ones: ``m`` + the role's length + role + content for an object of exactly a string
     ``role`` and a string ``content`` (most chat messages), ``r`` + the ``repr`` of its sorted
     items when every key is a string and every value a string or None, else ``j`` + its JSON (keys
-    sorted, no spaces). None for anything else, or a value JSON cannot write (NaN, a non-string key
-    beside others, an unsupported type). Cheaper than :func:`canonical`: a cache key, never hashed
-    into a receipt."""
+    sorted, no spaces). None for anything else: a non-string key, a value JSON cannot write (NaN,
+    an unsupported type). Cheaper than :func:`canonical`: a cache key, never hashed
+    into a receipt. ``value`` is a parsed JSON object: the JSON path writes a nested non-string
+    key as a string, so ``{"a": {1: 2}}`` would share the key of ``{"a": {"1": 2}}``."""
     if not isinstance(value, dict):
         return None
     role, content = value.get("role"), value.get("content")
@@ -106,7 +107,9 @@ def value_key(value: Any) -> str | None:
         items = sorted(value.items())
     except TypeError:  # keys of mixed types
         return None
-    if all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in items):
+    if not all(isinstance(k, str) for k, _ in items):
+        return None
+    if all(v is None or isinstance(v, str) for _, v in items):
         return "r" + repr(items)
     try:
         return "j" + json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

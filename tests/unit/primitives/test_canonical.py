@@ -99,3 +99,4 @@ def test_value_keys_tell_different_objects_apart() -> None:
     assert None not in keys and len(set(keys)) == len(keys)
     assert value_key({"content": "ab", "role": "user"}) == keys[0]  # the order of the keys does not matter
     assert value_key([1]) is None and value_key({"a": float("nan")}) is None
+    assert value_key({1: "a"}) is None and value_key({1: [1], "b": 2}) is None  # JSON would write "1"
