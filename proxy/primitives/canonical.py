@@ -7,18 +7,23 @@ Every signature and every hash in a trust receipt is computed over these bytes
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import rfc8785
 
 __all__ = [
+    "CanonicalCache",
     "CanonicalizationError",
     "MAX_SAFE_INTEGER",
     "assert_no_floats",
     "canonical",
     "json_hash",
     "sha256_ref",
+    "value_key",
 ]
 
 CanonicalizationError = rfc8785.CanonicalizationError
@@ -82,6 +87,116 @@ def json_hash(obj: Any) -> str:
     ``outputs_hash`` (the response JSON returned). Raises like :func:`canonical`.
     """
     return sha256_ref(canonical(obj))
+
+
+def value_key(value: Any) -> str | None:
+    """A text naming the JSON object ``value`` (a dict), equal for equal objects and different for
+    different ones: ``m`` + the role's length + role + content for an object of exactly a string
+    ``role`` and a string ``content`` (most chat messages), ``r`` + the ``repr`` of its sorted
+    items when every key is a string and every value a string or None, else ``j`` + its JSON (keys
+    sorted, no spaces). None for anything else: a non-string key, a value JSON cannot write (NaN,
+    an unsupported type). Cheaper than :func:`canonical`: a cache key, never hashed
+    into a receipt. ``value`` is a parsed JSON object: the JSON path writes a nested non-string
+    key as a string, so ``{"a": {1: 2}}`` would share the key of ``{"a": {"1": 2}}``."""
+    if not isinstance(value, dict):
+        return None
+    role, content = value.get("role"), value.get("content")
+    if len(value) == 2 and isinstance(role, str) and isinstance(content, str):
+        return f"m{len(role)}:{role}{content}"
+    try:
+        items = sorted(value.items())
+    except TypeError:  # keys of mixed types
+        return None
+    if not all(isinstance(k, str) for k, _ in items):
+        return None
+    if all(v is None or isinstance(v, str) for _, v in items):
+        return "r" + repr(items)
+    try:
+        return "j" + json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+
+
+class CanonicalCache:
+    """RFC 8785 bytes of JSON objects, cached by :func:`value_key` (LRU, thread-safe), for the
+    parts a request resends unchanged: a chat client's history messages.
+
+    Bounded to ``max_entries`` entries and ``max_chars`` characters of keys and canonical bytes in
+    all (an entry heavier than that is not stored). ``hits`` / ``misses`` count lookups.
+    """
+
+    def __init__(self, max_entries: int = 50_000, max_chars: int = 16_000_000) -> None:
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max, self._max_chars = max_entries, max_chars
+        self.chars = 0
+        """Current total weight: the characters of the stored keys plus the bytes of their values."""
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def entries(self) -> int:
+        """How many objects' bytes are stored."""
+        return len(self._data)
+
+    def canonicals(self, values: list[Any]) -> list[bytes]:
+        """:func:`canonical` of each of ``values``, from the cache when stored; raises as it does."""
+        keys = [value_key(v) for v in values]
+        out: list[bytes | None] = [None] * len(values)
+        with self._lock:
+            for i, key in enumerate(keys):
+                found = self._data.get(key) if key is not None else None
+                if found is not None and key is not None:
+                    self._data.move_to_end(key)
+                    out[i] = found
+                    self.hits += 1
+                else:
+                    self.misses += 1
+        new: list[tuple[str, bytes]] = []
+        encoded: list[bytes] = []
+        for value, key, found in zip(values, keys, out):
+            if found is None:
+                found = canonical(value)
+                if key is not None:
+                    new.append((key, found))
+            encoded.append(found)
+        if new:
+            with self._lock:
+                for key, value_bytes in new:
+                    self._store(key, value_bytes)
+        return encoded
+
+    def _store(self, key: str, encoded: bytes) -> None:
+        weight = len(key) + len(encoded)
+        if weight > self._max_chars:
+            return
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.chars -= len(key) + len(old)
+        self._data[key] = encoded
+        self.chars += weight
+        while len(self._data) > self._max or self.chars > self._max_chars:
+            gone, value = self._data.popitem(last=False)
+            self.chars -= len(gone) + len(value)
+
+    def json_hash(self, obj: dict[str, Any], member: str) -> str:
+        """:func:`json_hash` of the object ``obj`` (string keys), the elements of its list ``member``
+        (when it is a list) canonicalised through the cache: the same hash, computed from the
+        same bytes (RFC 8785 §3.2.3: members sorted by the UTF-16 code units of their names).
+        Raises like :func:`canonical`."""
+        if not all(isinstance(k, str) for k in obj):
+            return json_hash(obj)  # refused there, as JCS requires
+        parts = [b"{"]
+        for i, (key, value) in enumerate(sorted(obj.items(), key=lambda kv: kv[0].encode("utf-16be"))):
+            if i:
+                parts.append(b",")
+            parts += (canonical(key), b":")
+            if key == member and isinstance(value, list):
+                parts += (b"[", b",".join(self.canonicals(value)), b"]")
+            else:
+                parts.append(canonical(value))
+        parts.append(b"}")
+        return sha256_ref(b"".join(parts))
 
 
 def _child_path(path: str, key: str) -> str:

@@ -112,22 +112,25 @@ def screen_timed_out(seconds: float) -> GatewayError:
                       f"(server.limits.screen_timeout_seconds).", code="guardrail_timeout")
 
 
-def check_messages(messages: list[dict[str, Any]], max_messages: int, max_message_chars: int) -> None:
+def check_messages(messages: list[dict[str, Any]], max_messages: int, max_message_chars: int) -> ScreenSize:
     """Refuse a request over the per-request bounds (0 disables either): more than ``max_messages``
     messages → 413 ``too_many_messages``; a message holding more than ``max_message_chars``
     characters of text (:func:`text_chars`) → 413 ``message_too_large`` naming its index. Each error
-    names its ``server.limits`` setting."""
+    names its ``server.limits`` setting. Returns :func:`screen_size` of ``messages``, summed over
+    the one walk of each message the character bound needs."""
     if max_messages and len(messages) > max_messages:
         raise GatewayError(413, f"The request has {len(messages)} messages; at most {max_messages} are accepted "
                                 f"(server.limits.max_messages).", "invalid_request_error", "too_many_messages",
                            param="messages")
-    if max_message_chars:
-        for i, message in enumerate(messages):
-            chars = text_chars(message)
-            if chars > max_message_chars:
-                raise GatewayError(413, f"messages.{i} holds {chars} characters of text; at most {max_message_chars} "
-                                        f"per message are accepted (server.limits.max_message_chars).",
-                                   "invalid_request_error", "message_too_large", param=f"messages.{i}")
+    total = ScreenSize(0, 0)
+    for i, message in enumerate(messages):
+        size = screen_size(message)
+        if max_message_chars and size.chars > max_message_chars:
+            raise GatewayError(413, f"messages.{i} holds {size.chars} characters of text; at most {max_message_chars} "
+                                    f"per message are accepted (server.limits.max_message_chars).",
+                               "invalid_request_error", "message_too_large", param=f"messages.{i}")
+        total += size
+    return total
 
 
 class TokenBucket:

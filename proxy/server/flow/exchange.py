@@ -16,6 +16,7 @@ from typing import Any
 from proxy.config import ModelRoute
 from proxy.guardrails.engine import Decision
 from proxy.guardrails.plan import InputScreen
+from proxy.server.admission.limits import ScreenSize
 from proxy.server.errors import Caller
 from proxy.server.flow.policy_runtime import ActivePolicySet
 from proxy.server.flow.upstream import UpstreamResult
@@ -40,6 +41,9 @@ class Exchange:
     messages: list[dict[str, Any]]
     #: The caller's policy set, chosen at the start of the request (:meth:`PolicyRuntime.bind`).
     policy: ActivePolicySet
+    #: What the input screen will read of ``messages`` (:func:`proxy.server.admission.limits.screen_size`,
+    #: from the walk that checked their bounds); None: not counted yet.
+    size: ScreenSize | None = None
     request_id: str = field(default_factory=lambda: "req_" + uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
     screen: InputScreen | None = None

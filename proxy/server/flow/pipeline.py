@@ -30,7 +30,7 @@ from proxy.guardrails.fields import free_text_path
 from proxy.guardrails.messages import DEFINITION_KEYS, map_text
 from proxy.guardrails.plan import InputScreen
 from proxy.kpi.strata import complexity_rule, declared_complexity
-from proxy.primitives.canonical import json_hash
+from proxy.primitives.canonical import CanonicalCache
 from proxy.receipts.chain import Ledger
 from proxy.receipts.ledgers import Ledgers
 from proxy.server.admission.limits import (
@@ -160,6 +160,9 @@ class Gateway:
         #: model_apology)`` (e.g. the adjudication queue, proxy.server.flow.review.adjudication); a failing
         #: hook is logged and does not fail the request (its receipts are already durable).
         self.sealed_hooks: list[SealedHook] = []
+        #: The RFC 8785 bytes of the messages of recent requests, for ``inputs_hash``: a resent
+        #: history is not canonicalised again (the hash is the same, of the same bytes).
+        self.canonical_messages = CanonicalCache()
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -224,13 +227,14 @@ class Gateway:
         _check_passthrough(req, self.config.server.forbidden_params)
         limits = self.config.server.limits
         messages = req.message_dicts()
-        check_messages(messages, limits.max_messages, limits.max_message_chars)
+        size = check_messages(messages, limits.max_messages, limits.max_message_chars)
         try:
-            inputs_hash = json_hash(raw)
+            inputs_hash = self.canonical_messages.json_hash(raw, "messages")
         except Exception as exc:  # rfc8785 refuses e.g. integers beyond IEEE 754 precision
             raise GatewayError(400, f"The request JSON cannot be canonicalized (RFC 8785): {exc}",
                                code="invalid_json") from None
-        return Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor))
+        return Exchange(req, caller, route, declared, inputs_hash, messages, policy=self.runtime.bind(caller.actor),
+                        size=size)
 
     async def _screen_input(self, x: Exchange) -> InputScreen:
         """Run the input guardrails (timed in ``sonate_guardrail_duration_seconds{stage="input"}``) in the
@@ -241,7 +245,7 @@ class Gateway:
         # Privacy beside Safety/Compliance only when no other request is in progress: under load the
         # others already use the CPUs, and two threads per screen only contend for the GIL
         side_by_side = self.in_progress <= 1
-        size = screen_size(x.messages) + screen_size(definitions)
+        size = (x.size if x.size is not None else screen_size(x.messages)) + screen_size(definitions)
         with tracing.span("guardrails.input") as traced:
             try:
                 screen = x.screen = await self.lanes.run(

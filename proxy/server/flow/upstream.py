@@ -26,7 +26,9 @@ from litellm import Router
 from litellm.secret_managers.main import get_secret
 
 from proxy.config import ENV_PREFIX, Config, ModelRoute
+from proxy.guardrails.cache import ScanCache
 from proxy.guardrails.messages import screened_text
+from proxy.primitives.canonical import value_key
 from proxy.server.telemetry import tracing
 
 log = logging.getLogger("sonate.upstream")
@@ -259,12 +261,27 @@ def unset_secrets(route: ModelRoute) -> list[tuple[str, str]]:
     return [(key, name) for key, name in named if name not in os.environ]
 
 
+#: Bound of :attr:`Upstream.token_counts` (entries: one per message text and model; about 200 bytes each).
+MAX_COUNTED_MESSAGES = 50_000
+
+
+def _count_key(message: Any) -> str | None:
+    """The text a text-only ``message``'s token count is cached under
+    (:func:`proxy.primitives.canonical.value_key`), or None when it is not cached: a content part
+    list (an image part may be fetched to be counted, and what its URL serves may change)."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), (str, type(None))):
+        return None
+    return value_key(message)
+
+
 class Upstream:
     """Calls providers through litellm: one ``litellm.Router`` built from config.yaml's model_list,
     and ``litellm.acompletion`` directly for chat routes without Router settings (:attr:`direct`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        #: litellm's token count of one text-only message, per model and message (:meth:`count_tokens`)
+        self.token_counts = ScanCache(max_entries=MAX_COUNTED_MESSAGES)
         self.routes: dict[str, ModelRoute] = {r.model_name: r for r in config.model_list}
         self.router = Router(
             model_list=[r.model_dump(exclude_none=True) for r in config.model_list],
@@ -286,14 +303,39 @@ class Upstream:
         """Prompt tokens of ``messages`` for route ``model`` (litellm's token counter; tiktoken
         cl100k fallback for models without a known tokenizer). Messages litellm's counter refuses
         (ValueError: an audio part, a custom tool call) are counted by their texts
-        (:func:`proxy.guardrails.messages.screened_text`)."""
+        (:func:`proxy.guardrails.messages.screened_text`).
+
+        litellm counts a message list without tools as the sum of its messages' counts plus a
+        constant (the reply priming, its count of ``[]``), so each text-only message's count is
+        cached by model and content (:attr:`token_counts`, LRU, at most
+        :data:`MAX_COUNTED_MESSAGES`): a resent history is not tokenised again. The total is
+        litellm's count of the whole list."""
         route = self.routes.get(model)
         target = route.litellm_params["model"] if route else model
         try:
-            return int(litellm.token_counter(model=target, messages=messages))
+            return self._primed(target) + sum(self._message_tokens(target, m) for m in messages)
         except ValueError:
             texts = [{"role": str(m.get("role") or "user"), "content": screened_text(m)} for m in messages]
             return int(litellm.token_counter(model=target, messages=texts))
+
+    def _primed(self, target: str) -> int:
+        """litellm's count of no message for model ``target`` (the tokens every reply is primed with)."""
+        primed = self.token_counts.get("", target)
+        if primed is None:
+            primed = int(litellm.token_counter(model=target, messages=[]))
+            self.token_counts.put("", target, primed)
+        return primed
+
+    def _message_tokens(self, target: str, message: dict[str, Any]) -> int:
+        """litellm's count of ``[message]`` for model ``target`` less the reply priming, from
+        :attr:`token_counts` when cached. Raises litellm's ValueError for a message it refuses."""
+        key = _count_key(message)
+        tokens = None if key is None else self.token_counts.get(target, key)
+        if tokens is None:
+            tokens = int(litellm.token_counter(model=target, messages=[message])) - self._primed(target)
+            if key is not None:
+                self.token_counts.put(target, key, tokens)
+        return tokens
 
     def _cost(self, response: Any) -> float:
         """The call's cost in USD: the one litellm already computed for the response

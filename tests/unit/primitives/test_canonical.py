@@ -28,3 +28,75 @@ def test_float_paths_quote_keys_that_are_not_identifiers() -> None:
     with pytest.raises(TypeError, match=r'^float at \$\.evidence\["a b"\] '):
         assert_no_floats({"evidence": {"a b": 0.1}})
     assert assert_no_floats({"s": "1.5", "b": True, "n": None, "i": 2**53 - 1}) is None
+
+
+REQUEST = {
+    "model": "m", "temperature": 0.7, "é": 1, "a\U0001f600": 2, "\uff01": 3,  # keys sorted by UTF-16 code units
+    "metadata": {"z": 1, "a": [1.0, -0.0]},
+    "messages": [
+        {"role": "user", "content": "é ✓ \U0001f600"},
+        {"role": "assistant", "content": None, "name": "bot"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "user", "content": [{"type": "text", "text": "a"}], "n": 1.5e300, "big": 2**60},
+    ],
+}
+
+
+def test_the_cache_hashes_a_request_as_json_hash_does() -> None:
+    """The request's hash from cached per-message bytes equals json_hash of the whole, before and
+    after the messages are cached, also when ``messages`` is no list or holds no objects."""
+    from proxy.primitives.canonical import CanonicalCache, json_hash
+
+    cache = CanonicalCache()
+    for raw in (REQUEST, {"messages": "not a list", "x": 1}, {"messages": [1, "two", None, [3], {}]}, {}):
+        assert cache.json_hash(raw, "messages") == json_hash(raw)
+        assert cache.json_hash(raw, "messages") == json_hash(raw)
+    with pytest.raises(ValueError):  # a lone surrogate: refused as canonical() refuses it
+        cache.json_hash({"messages": [{"role": "user", "content": "\ud800"}]}, "messages")
+
+
+def test_the_cache_answers_a_resent_message_and_not_a_changed_one() -> None:
+    from proxy.primitives.canonical import CanonicalCache, canonical
+
+    cache = CanonicalCache()
+    history = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}]
+    assert cache.canonicals(history) == [canonical(m) for m in history]
+    assert (cache.hits, cache.misses, cache.entries) == (0, 2, 2)
+    turn = [*history, {"role": "user", "content": "Bye"}]
+    assert cache.canonicals(turn) == [canonical(m) for m in turn]
+    assert (cache.hits, cache.misses) == (2, 3)
+    changed = [{"role": "user", "content": "Hello!"}, {"role": "system", "content": "Hi"},
+               {"role": "user", "content": "Bye", "name": "x"}]
+    assert cache.canonicals(changed) == [canonical(m) for m in changed]
+    assert (cache.hits, cache.misses) == (2, 6)
+
+
+def test_the_cache_is_bounded_in_entries_and_characters() -> None:
+    """The least recently used entries go first; an entry heavier than the whole bound is not stored."""
+    from proxy.primitives.canonical import CanonicalCache
+
+    cache = CanonicalCache(max_entries=3)
+    messages = [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+    cache.canonicals(messages[:3])
+    cache.canonicals(messages[:1])  # the first is now the most recently used
+    cache.canonicals(messages[3:])
+    assert cache.entries == 3
+    cache.canonicals(messages[:1] + messages[3:])
+    assert cache.hits == 1 + 3  # the first, then the first and the two newest: the 2nd and 3rd were evicted
+    small = CanonicalCache(max_chars=100)
+    small.canonicals([{"role": "user", "content": "x" * 200}])
+    assert small.entries == 0 and small.chars == 0
+    small.canonicals([{"role": "user", "content": "y" * 30}, {"role": "user", "content": "z" * 30}])
+    assert small.entries == 1 and small.chars <= 100
+
+
+def test_value_keys_tell_different_objects_apart() -> None:
+    from proxy.primitives.canonical import value_key
+
+    objects = [{"role": "user", "content": "ab"}, {"role": "use", "content": "rab"}, {"role": "user", "content": None},
+               {"role": "user", "content": "ab", "name": "n"}, {}, {"a": [1]}, {"a": [1.0]}, {"a": "[1]"}]
+    keys = [value_key(o) for o in objects]
+    assert None not in keys and len(set(keys)) == len(keys)
+    assert value_key({"content": "ab", "role": "user"}) == keys[0]  # the order of the keys does not matter
+    assert value_key([1]) is None and value_key({"a": float("nan")}) is None
+    assert value_key({1: "a"}) is None and value_key({1: [1], "b": 2}) is None  # JSON would write "1"

@@ -369,8 +369,13 @@ def test_pause_point_without_a_hook_does_nothing_and_trim_heap_answers() -> None
 
 def test_message_count_and_size_bounds_name_their_setting() -> None:
     messages = [{"role": "user", "content": "x" * 10}, {"role": "assistant", "content": "y" * 40}]
-    check_messages(messages, max_messages=2, max_message_chars=60)  # within both bounds
-    check_messages(messages * 100, max_messages=0, max_message_chars=0)  # 0 disables both
+    # within both bounds; what the screen will read is counted on the way, bounds or none
+    within = check_messages(messages, max_messages=2, max_message_chars=60)
+    assert within == screen_size(messages) == (4 + 4 + 7 + 10 + 4 + 9 + 7 + 40, 8)  # keys, values: 4 texts each
+    assert check_messages(messages * 100, max_messages=0, max_message_chars=0) == screen_size(messages * 100)
+    tool_call = {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a": 12}'}}]}
+    assert check_messages([tool_call], 0, 0) == screen_size([tool_call])
     with pytest.raises(GatewayError) as many:
         check_messages(messages, max_messages=1, max_message_chars=0)
     assert (many.value.status, many.value.code, many.value.param) == (413, "too_many_messages", "messages")

@@ -200,3 +200,21 @@ async def test_one_receipt_per_decision_appended_and_chained(rig):
     assert [r["prev_hash"] for r in receipts] == [GENESIS_PREV_HASH, *(entry_hash(r) for r in receipts[:-1])]
     assert [r["ledger_height"] for r in receipts] == [0, 1, 2, 3]
     assert rig.metric("sonate_receipts_written_total", action="mask", ledger="default") == 1.0
+
+
+async def test_a_resent_history_hashes_as_the_whole_request_does(rig):
+    """``inputs_hash`` of each turn of a conversation is json_hash of the request as received, also
+    when its history's canonical bytes come from the gateway's cache (turns 2 and 3)."""
+    from proxy.primitives.canonical import json_hash
+
+    history: list[dict[str, Any]] = []
+    for turn, extra in enumerate(({}, {"temperature": 0.5, "top_p": 0.25, "metadata": {"é": "x"}}, {"user": "u-1"})):
+        history.append({"role": "user", "content": f"Turn {turn}: what is 2 + 2? ✓"})
+        result = await rig.chat(list(history), **extra)
+        receipt = (await rig.receipts())[-1]
+        assert receipt["inputs_hash"] == json_hash({"model": "stub", "messages": history, **extra})
+        history.append(result.body["choices"][0]["message"])
+    cache = rig.gateway.canonical_messages
+    # hits: none in turn 1, its question in turn 2, turn 2's three messages in turn 3; misses: turn 1's
+    # question, then each turn's new answer and new question
+    assert (cache.hits, cache.misses) == (0 + 1 + 3, 1 + 2 + 2)

@@ -86,3 +86,50 @@ async def test_both_paths_map_provider_errors_alike(both: Upstream, upstream: St
             await both.complete(route, MESSAGES, {})
         seen.append((caught.value.status, caught.value.type, caught.value.code))
     assert seen[0] == seen[1] and seen[0][0] == expected
+
+
+COUNTED = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Héllo wörld ✓", "name": "bob"},
+    {"role": "assistant", "content": None,
+     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    {"role": "user", "content": [{"type": "text", "text": "in parts"}]},
+]
+
+
+@pytest.mark.parametrize("model, target", [("plain", "openai/stub-model"), ("gpt-4o", "gpt-4o")])
+def test_token_counts_are_litellms_and_a_resent_history_is_not_counted_again(monkeypatch, model: str,
+                                                                              target: str) -> None:
+    """Every prefix of a conversation counts what litellm counts for the whole list; the second
+    time, every text-only message is answered from the cache (a content part list is not cached)."""
+    import litellm
+
+    monkeypatch.setenv("SONATE_TEST_STUB_KEY", "sk-from-env")
+    upstream = Upstream(_config("http://127.0.0.1:9/v1"))
+    for k in range(len(COUNTED) + 1):
+        assert upstream.count_tokens(model, COUNTED[:k]) == litellm.token_counter(model=target, messages=COUNTED[:k])
+    cache = upstream.token_counts
+    hits, misses = cache.hits, cache.misses
+    assert upstream.count_tokens(model, COUNTED) == litellm.token_counter(model=target, messages=COUNTED)
+    # the priming, the 4 text-only messages, the priming again for the content part list (counted anew)
+    assert (cache.hits - hits, cache.misses - misses) == (1 + 4 + 1, 0)
+    changed = [{**COUNTED[1], "content": "Hello world"}]
+    assert upstream.count_tokens(model, changed) == litellm.token_counter(model=target, messages=changed)
+    assert cache.misses - misses == 1
+
+
+def test_token_counts_cache_is_bounded(monkeypatch) -> None:
+    """Least recently counted messages are evicted first: of ten turns through a cache of three
+    entries (one of them the reply priming), the last two are answered from it, the first again counted."""
+    from proxy.guardrails.cache import ScanCache
+
+    monkeypatch.setenv("SONATE_TEST_STUB_KEY", "sk-from-env")
+    upstream = Upstream(_config("http://127.0.0.1:9/v1"))
+    upstream.token_counts = cache = ScanCache(max_entries=3)
+    turns = [{"role": "user", "content": f"turn {i}"} for i in range(10)]
+    total = upstream.count_tokens("plain", turns)
+    hits, misses = cache.hits, cache.misses
+    assert upstream.count_tokens("plain", turns[-2:]) + 8 * (upstream.count_tokens("plain", turns[:1]) - 3) == total
+    assert cache.hits - hits == 3 + 2  # the priming and the last two turns; the priming twice for the first
+    assert cache.misses - misses == 1  # the first turn, evicted
