@@ -1,13 +1,14 @@
-"""Privacy on output across stream windows, through
-the real proxy with the shipped policies, Privacy screening outputs too.
+"""Privacy on output across stream windows, through the real proxy with the shipped policies,
+Privacy screening outputs too.
 
 A streamed answer is screened in windows that close at a sentence end or after 400 characters (at a
 white space). Masked window by window without overlap, an IBAN starting ~22 characters before a
 cut reached the client in clear, and cards and phone numbers leaked whole or in part at other
-offsets. Here each identifier is streamed across the first cut, in 1- and 7-character chunks
-(every offset around it, in 1-, 5- and 7-character chunks, is swept at unit level:
-tests/unit/guardrails/test_stream_output.py), and none of its parts may reach the client; the same
-masker numbers the placeholders across windows. Only the LLM provider is a stub (tests/support/stub_upstream.py).
+offsets. Here each identifier is streamed cut in its middle by the first window's end, in 1- and
+7-character chunks (every offset around it, in 1-, 5- and 7-character chunks, is swept at unit
+level: tests/unit/guardrails/test_stream_output.py), and none of its parts may reach the client;
+the same masker numbers the placeholders across windows. Only the LLM provider is a stub
+(tests/support/stub_upstream.py).
 """
 
 from __future__ import annotations
@@ -66,11 +67,11 @@ def streamed(proxy: RunningProxy, upstream: StubUpstream, answer: str, chunk: in
 @pytest.mark.parametrize("kind", IDENTIFIERS)
 def test_an_identifier_across_a_window_cut_never_reaches_the_client(
         masking: RunningProxy, upstream: StubUpstream, kind: str) -> None:
-    # Each identifier starting before the first cut and ending after it, in 1- and 7-character
-    # chunks; every offset around the cut is swept at unit level (test_stream_output.py).
+    # Each identifier cut in its middle by the first window's end, in 1- and 7-character chunks;
+    # every offset around the cut is swept at unit level (test_stream_output.py).
     label, identifier, parts = IDENTIFIERS[kind]
     leaked = []
-    for offset in (MAX_WINDOW_CHARS - len(identifier) + 1, MAX_WINDOW_CHARS - len(identifier) // 2):
+    for offset in (MAX_WINDOW_CHARS - len(identifier) // 2,):
         answer = answer_with(label, identifier, offset)
         for chunk in (1, 7):
             delivered = streamed(masking, upstream, answer, chunk)

@@ -45,9 +45,10 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     """Start the proxy with extra ``ledger``/``signing`` options; wait for /healthz.
 
     In the test process (:func:`tests.support.proxy.serve_proxy`) unless ``process`` is true (a
-    test that kills it: :func:`kill9`) or ``log_level`` is given: then `sonate serve` in a process
-    of its own (:func:`tests.support.proxy.fork_serve`); with ``limit_file_bytes`` or
-    ``raise_in_detector``, `python -m` in a new interpreter.
+    test that kills it: :func:`kill9`), ``log_level`` or ``raise_in_detector`` is given: then `sonate
+    serve` in a process of its own (:func:`tests.support.proxy.fork_serve`); with
+    ``limit_file_bytes``, `python -m proxy serve` in a new interpreter (its output through a pipe:
+    the file size limit must not reach the log).
 
     ``server`` entries update the ``server`` section; ``extra_keys`` / ``overrides``: see
     :func:`tests.support.proxy.write_config` (first start only). ``log_level`` (e.g. ``"DEBUG"``)
@@ -70,10 +71,11 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     config["signing"].update(signing or {})
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     key_file = Path(config["signing"]["key_file"])
-    if limit_file_bytes is None and not raise_in_detector:
-        if process or log_level is not None:
+    if limit_file_bytes is None:
+        if process or log_level is not None or raise_in_detector:
             running = fork_serve(config_path, ledger_url, key_file, port,
-                                 ("--log-level", log_level) if log_level else ())
+                                 ("--log-level", log_level) if log_level else (),
+                                 _inject_detector_fault if raise_in_detector else None)
         else:
             running = serve_proxy(config_path, ledger_url, key_file, port)
     else:

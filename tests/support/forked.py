@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 #: Imported once by the fork server; every forked proxy starts with them loaded.
 PRELOAD = ["tests.support.forked_preload"]
@@ -42,8 +42,10 @@ def _fork_server() -> multiprocessing.context.ForkServerContext:
         return _context
 
 
-def _run(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd: str) -> None:
-    """The child: ``env`` as the environment, stdout and stderr appended to their files, then the CLI."""
+def _run(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd: str,
+         prepare: Callable[[], None] | None = None) -> None:
+    """The child: ``env`` as the environment, stdout and stderr appended to their files, ``prepare``
+    called, then the CLI."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -55,6 +57,8 @@ def _run(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd
         stream.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED: a killed process loses no line
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = ["sonate", *argv]
+    if prepare is not None:
+        prepare()
     from proxy.cli import main
 
     raise SystemExit(main(argv))
@@ -97,10 +101,13 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_proxy(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path) -> ForkedProcess:
+def fork_proxy(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path,
+               prepare: Callable[[], None] | None = None) -> ForkedProcess:
     """Start ``sonate <argv>`` (e.g. ``["serve", "--config", path]``) forked from the fork server,
-    with exactly ``env`` as its environment and its output appended to ``log_path``; returns at once."""
-    process = _fork_server().Process(target=_run, args=(argv, env, str(log_path), str(log_path), str(cwd)),
+    with exactly ``env`` as its environment and its output appended to ``log_path``; returns at once.
+    ``prepare``: a module-level function (it is pickled by name) the child calls first, e.g. to
+    inject a fault (:func:`tests.support.faults.start_proxy_with`)."""
+    process = _fork_server().Process(target=_run, args=(argv, env, str(log_path), str(log_path), str(cwd), prepare),
                                      daemon=False)
     process.start()
     return ForkedProcess(process)

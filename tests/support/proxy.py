@@ -22,6 +22,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -139,14 +140,14 @@ def serve_proxy(config_path: Path, ledger_url: str, key_file: Path, port: int) -
 
 
 def fork_serve(config_path: Path, ledger_url: str, key_file: Path, port: int,
-               options: tuple[str, ...] = ()) -> RunningProxy:
+               options: tuple[str, ...] = (), prepare: Callable[[], None] | None = None) -> RunningProxy:
     """Start `sonate [OPTIONS] serve --config CONFIG_PATH` in a process forked from the preloaded fork
     server (:mod:`tests.support.forked`) without waiting; output appended to proxy.log beside it.
-    The environment is :func:`spawn_proxy`'s."""
+    The environment is :func:`spawn_proxy`'s; ``prepare``: see :func:`tests.support.forked.fork_proxy`."""
     log_path = config_path.parent / "proxy.log"
     env = {**os.environ, **TEST_ENV, "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
-    process = fork_proxy([*options, "serve", "--config", str(config_path)], env, log_path, ROOT)
+    process = fork_proxy([*options, "serve", "--config", str(config_path)], env, log_path, ROOT, prepare)
     return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, log_path, process)
 
 
