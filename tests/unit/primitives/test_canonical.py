@@ -31,7 +31,8 @@ def test_float_paths_quote_keys_that_are_not_identifiers() -> None:
 
 
 REQUEST = {
-    "model": "m", "temperature": 0.7, "é": 1, "a\U0001f600": 2, "\uff01": 3,  # keys sorted by UTF-16 code units
+    "model": "m", "temperature": 0.7, "é": 1, "a\U0001f600": 2, "\uff01": 3,  # keys sorted by UTF-16 code units:
+    "\U0001f600": 4,  # U+1F600 is D83D DE00 in UTF-16, so it sorts before U+FF01 (and after it by code point)
     "metadata": {"z": 1, "a": [1.0, -0.0]},
     "messages": [
         {"role": "user", "content": "é ✓ \U0001f600"},
@@ -100,3 +101,67 @@ def test_value_keys_tell_different_objects_apart() -> None:
     assert value_key({"content": "ab", "role": "user"}) == keys[0]  # the order of the keys does not matter
     assert value_key([1]) is None and value_key({"a": float("nan")}) is None
     assert value_key({1: "a"}) is None and value_key({1: [1], "b": 2}) is None  # JSON would write "1"
+
+
+def test_the_cache_serves_the_messages_and_nothing_else_of_a_request() -> None:
+    """Only the elements of ``member`` go through the cache, and a resent message is answered with
+    the bytes stored for it; an object with a non-string key is refused as json_hash refuses it."""
+    from proxy.primitives.canonical import CanonicalCache, CanonicalizationError, canonical, json_hash
+
+    cache = CanonicalCache()
+    raw = {"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b"], "tools": [{"type": "function"}]}
+    assert cache.json_hash(raw, "messages") == json_hash(raw)
+    assert (cache.hits, cache.misses, cache.entries) == (0, 1, 1)
+    first = cache.canonicals([{"role": "user", "content": "hi"}])[0]
+    assert first == canonical(raw["messages"][0])
+    assert cache.canonicals([{"content": "hi", "role": "user"}])[0] is first  # stored bytes, not recomputed
+    with pytest.raises(CanonicalizationError):
+        cache.json_hash({1: "a", "messages": []}, "messages")
+
+
+def test_the_cache_counts_the_characters_it_holds() -> None:
+    """``chars`` is the weight of the stored entries (key plus canonical bytes): a message twice in one
+    call is stored once, an evicted entry takes its own weight away, a bound is inclusive."""
+    from proxy.primitives.canonical import CanonicalCache, canonical, value_key
+
+    def weight(message: dict[str, str]) -> int:
+        return len(value_key(message) or "") + len(canonical(message))
+
+    short, long = {"role": "user", "content": "a"}, {"role": "user", "content": "b" * 40}
+    cache = CanonicalCache()
+    cache.canonicals([short, short])
+    assert (cache.entries, cache.chars) == (1, weight(short))
+    one = CanonicalCache(max_entries=1)
+    one.canonicals([long])
+    one.canonicals([short])
+    assert (one.entries, one.chars) == (1, weight(short))
+    exact = CanonicalCache(max_chars=weight(short) + weight(long))
+    exact.canonicals([short, long])
+    assert (exact.entries, exact.chars) == (2, weight(short) + weight(long))
+    alone = CanonicalCache(max_chars=weight(long))
+    alone.canonicals([long])
+    assert alone.entries == 1
+
+
+def test_the_cache_bounds_default_to_50_000_entries_and_16_million_characters() -> None:
+    from proxy.primitives.canonical import CanonicalCache
+
+    cache = CanonicalCache()
+    cache.canonicals([{"role": "user", "content": str(i)} for i in range(50_001)])
+    assert cache.entries == 50_000
+    heavy = CanonicalCache()  # key m4:user + n characters, bytes {"content":"...","role":"user"}: 2n + 35
+    heavy.canonicals([{"role": "user", "content": "x" * 7_999_983}])  # 16,000,001: not stored
+    assert heavy.entries == 0
+    heavy.canonicals([{"role": "user", "content": "x" * 7_999_982}])  # 15,999,999: stored
+    assert heavy.entries == 1
+
+
+def test_value_keys_have_the_documented_shapes() -> None:
+    """``r`` + the repr of the sorted items for string-or-None values, else ``j`` + compact sorted JSON
+    that keeps non-ASCII characters; equal for the same object whatever the order of its keys."""
+    from proxy.primitives.canonical import value_key
+
+    assert value_key({"role": "user", "content": None}) == "r" + repr([("content", None), ("role", "user")])
+    assert value_key({}) == "r[]"
+    assert value_key({"b": ["é", {"y": 1, "x": None}], "a": 1}) == 'j{"a":1,"b":["é",{"x":null,"y":1}]}'
+    assert value_key({"b": [1], "a": 1}) == value_key({"a": 1, "b": [1]})
