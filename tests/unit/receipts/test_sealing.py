@@ -46,6 +46,10 @@ def test_schema_problems_names_the_field_of_every_problem_in_order() -> None:
     assert [field for field, _ in schema_problems(broken, check_floats=False)] == ["ts", "actor", "model", "extra"]
     assert [field for field, _ in schema_problems(sealed, sealed=False)] == list(CHAIN_FIELDS)
     assert schema_problems({k: v for k, v in sealed.items() if k not in CHAIN_FIELDS}, sealed=False) == []
+    # the optional "ledger" field: checked only when present, its problem names the value
+    assert schema_problems({**sealed, "ledger": "tenant-a.eu_1"}) == []
+    assert schema_problems({**sealed, "ledger": "bad name"}) == [
+        ("ledger", "must be 1-64 of letters, digits, '_', '.' or '-', got 'bad name'")]
 
 
 def test_seal_rejects_floats_with_type_error_and_bad_fields_heights_and_hashes_with_value_error() -> None:

@@ -488,6 +488,26 @@ async def test_verify_store_reads_every_page_of_a_range(
     assert await verify_store(sqlite_store, keys, start=3, end=3) == (0, [])
 
 
+async def test_verify_store_checks_the_ledger_each_receipt_names(
+    sqlite_store: LedgerStore, signer: Signer, keys: dict[str, bytes]
+) -> None:
+    """With ``ledger`` given, a receipt naming another ledger fails ``ledger``; in ``default`` a receipt
+    without the field passes (it predates ledgers), in a named ledger it does not. Without ``ledger``
+    the field is not compared."""
+    sealed = await Ledger(sqlite_store, signer).append(
+        [make_receipt(), {**make_receipt(), "ledger": "eu"}, {**make_receipt(), "ledger": "default"}])
+    ids = [r["receipt_id"] for r in sealed]
+    assert await verify_store(sqlite_store, keys) == (3, [])
+    count, failures = await verify_store(sqlite_store, keys, ledger="default")
+    assert count == 3
+    assert [(f.height, f.receipt_id, f.check, f.detail) for f in failures] == [
+        (1, ids[1], "ledger", "receipt names ledger 'eu' but is stored in ledger 'default'")]
+    count, failures = await verify_store(sqlite_store, keys, ledger="eu")
+    assert [(f.height, f.receipt_id, f.check, f.detail) for f in failures] == [
+        (0, ids[0], "ledger", "receipt names ledger None but is stored in ledger 'eu'"),
+        (2, ids[2], "ledger", "receipt names ledger 'default' but is stored in ledger 'eu'")]
+
+
 async def test_verify_store_of_an_empty_store(sqlite_store: LedgerStore, keys: dict[str, bytes]) -> None:
     assert await verify_store(sqlite_store, keys) == (0, [])
 
