@@ -56,7 +56,8 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     write past it fails with EFBIG: a full disk for the ledger and the spool, without root; the
     proxy's output then reaches its log through a pipe, so only the ledger and spool files are
     limited). ``raise_in_detector``: the PII detector raises on any text holding
-    :data:`DETECTOR_FAULT` (a fault injected in the proxy process: ``python -m tests.support.faults``).
+    :data:`DETECTOR_FAULT` (a fault injected in the proxy process: :func:`_inject_detector_fault`;
+    not with ``limit_file_bytes``).
     A second call on the same ``directory`` restarts on its config, keys and log (new free port).
     """
     directory.mkdir(parents=True, exist_ok=True)
@@ -71,41 +72,36 @@ def start_proxy_with(directory: Path, stub_url: str, ledger_url: str, *, ledger:
     config["signing"].update(signing or {})
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     key_file = Path(config["signing"]["key_file"])
-    if limit_file_bytes is None:
-        if process or log_level is not None or raise_in_detector:
-            running = fork_serve(config_path, ledger_url, key_file, port,
-                                 ("--log-level", log_level) if log_level else (),
-                                 _inject_detector_fault if raise_in_detector else None)
-        else:
-            running = serve_proxy(config_path, ledger_url, key_file, port)
+    if limit_file_bytes is not None:
+        if raise_in_detector:
+            raise ValueError("raise_in_detector and limit_file_bytes cannot be combined")
+        running = _spawn(config_path, ledger_url, key_file, port, log_level or "INFO", limit_file_bytes)
+    elif process or log_level is not None or raise_in_detector:
+        running = fork_serve(config_path, ledger_url, key_file, port, ("--log-level", log_level) if log_level else (),
+                             _inject_detector_fault if raise_in_detector else None)
     else:
-        running = _spawn(config_path, ledger_url, key_file, port, log_level or "INFO", limit_file_bytes,
-                         raise_in_detector)
+        running = serve_proxy(config_path, ledger_url, key_file, port)
     return wait_until_up(running, "/healthz", timeout=240) if wait else running
 
 
 def _spawn(config_path: Path, ledger_url: str, key_file: Path, port: int, log_level: str,
-           limit_file_bytes: int | None, raise_in_detector: bool = False) -> RunningProxy:
-    """:func:`tests.support.proxy.spawn_proxy` with ``--log-level`` and an optional RLIMIT_FSIZE
-    (SIGXFSZ ignored, so an oversized write raises OSError EFBIG instead of killing the process)."""
+           limit_file_bytes: int) -> RunningProxy:
+    """`python -m proxy --log-level LOG_LEVEL serve` with RLIMIT_FSIZE at ``limit_file_bytes`` (SIGXFSZ
+    ignored, so an oversized write raises OSError EFBIG instead of killing the process); its output
+    reaches proxy.log through a pipe, so the limit does not apply to the log."""
     import resource
 
     def limit() -> None:
-        if limit_file_bytes is not None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
 
     log_path = config_path.parent / "proxy.log"
     env = {**os.environ, **TEST_ENV, "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
-    entry = ["tests.support.faults", "--raise-in-detector"] if raise_in_detector else ["proxy"]
-    command = [sys.executable, "-m", *entry, "--log-level", log_level, "serve", "--config", str(config_path)]
-    if limit_file_bytes is None:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
-    else:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   preexec_fn=limit)
-        threading.Thread(target=_copy, args=(process.stdout, log_path), daemon=True).start()
+    command = [sys.executable, "-m", "proxy", "--log-level", log_level, "serve", "--config", str(config_path)]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               preexec_fn=limit)
+    threading.Thread(target=_copy, args=(process.stdout, log_path), daemon=True).start()
     return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, log_path, process)
 
 
@@ -279,13 +275,3 @@ def scrape(proxy: RunningProxy) -> str:
     request = urllib.request.Request(proxy.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     with urllib.request.urlopen(request, timeout=10) as r:
         return r.read().decode()
-
-
-if __name__ == "__main__":  # python -m tests.support.faults --raise-in-detector <sonate arguments>
-    arguments = sys.argv[1:]
-    if arguments[:1] == ["--raise-in-detector"]:
-        arguments = arguments[1:]
-        _inject_detector_fault()
-    from proxy.cli import main
-
-    raise SystemExit(main(arguments))

@@ -107,10 +107,15 @@ def fork_proxy(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path,
     with exactly ``env`` as its environment and its output appended to ``log_path``; returns at once.
     ``prepare``: a module-level function (it is pickled by name) the child calls first, e.g. to
     inject a fault (:func:`tests.support.faults.start_proxy_with`)."""
-    process = _fork_server().Process(target=_run, args=(argv, env, str(log_path), str(log_path), str(cwd), prepare),
-                                     daemon=False)
+    return ForkedProcess(_start(argv, env, str(log_path), str(log_path), str(cwd), prepare))
+
+
+def _start(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd: str,
+           prepare: Callable[[], None] | None = None) -> multiprocessing.process.BaseProcess:
+    """A started child of the fork server running :func:`_run` with these arguments."""
+    process = _fork_server().Process(target=_run, args=(argv, env, out_path, err_path, cwd, prepare), daemon=False)
     process.start()
-    return ForkedProcess(process)
+    return process
 
 
 def sonate(*argv: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
@@ -125,10 +130,7 @@ def sonate(*argv: str, cwd: Path | str | None = None, env: Mapping[str, str] | N
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
         out.touch()
         err.touch()
-        process = _fork_server().Process(
-            target=_run, args=(list(argv), dict(os.environ if env is None else env), str(out), str(err),
-                               str(cwd or ROOT)), daemon=False)
-        process.start()
+        process = _start(list(argv), dict(os.environ if env is None else env), str(out), str(err), str(cwd or ROOT))
         process.join(timeout)
         if process.exitcode is None:
             process.kill()

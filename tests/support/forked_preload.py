@@ -5,12 +5,13 @@ the server loads before its models. A forked proxy starts with them imported.
 Not prometheus_client: it picks its multiprocess mode when imported, from
 ``$PROMETHEUS_MULTIPROC_DIR``, which a supervisor of workers sets first
 (:func:`proxy.server.admission.workers.metrics_directory`); so not the server's HTTP modules either.
+Imported here, a forked supervisor's workers would each show only their own counts
+(tests/e2e/test_workers.py's metrics tests fail then).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 
 from proxy import offline
 
@@ -18,5 +19,3 @@ offline.keep_torch_out_of_presidio()
 for _name in ("proxy.cli", "proxy.cli.serve", "proxy.config", "proxy.guardrails.registry", "litellm",
               "openai.resources", "onnxruntime", "aiohttp"):
     importlib.import_module(_name)
-if "prometheus_client" in sys.modules:
-    raise ImportError("the proxy fork server's preload imported prometheus_client (see the module docstring)")

@@ -42,8 +42,8 @@ class Exchange:
     #: The caller's policy set, chosen at the start of the request (:meth:`PolicyRuntime.bind`).
     policy: ActivePolicySet
     #: What the input screen will read of ``messages`` (:func:`proxy.server.admission.limits.screen_size`,
-    #: from the walk that checked their bounds); None: not counted yet.
-    size: ScreenSize | None = None
+    #: from the walk that checked their bounds).
+    size: ScreenSize
     request_id: str = field(default_factory=lambda: "req_" + uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
     screen: InputScreen | None = None

@@ -245,7 +245,7 @@ class Gateway:
         # Privacy beside Safety/Compliance only when no other request is in progress: under load the
         # others already use the CPUs, and two threads per screen only contend for the GIL
         side_by_side = self.in_progress <= 1
-        size = (x.size if x.size is not None else screen_size(x.messages)) + screen_size(definitions)
+        size = x.size + screen_size(definitions)
         with tracing.span("guardrails.input") as traced:
             try:
                 screen = x.screen = await self.lanes.run(
