@@ -81,6 +81,9 @@ CONVERSATION_TURNS = [
 LEVERS = {
     "pii-recognizer-gate": ("SONATE_PII_RECOGNIZER_GATE", "0", "1",
                             "presidio's digit and e-mail recognizers only on texts that hold a digit / an @"),
+    "window-first-stage": ("SONATE_WINDOW_GATE", "0", "1",
+                           "a sentence window embedded alone only when the whole pass's vectors of its "
+                           "word pieces reach the first stage's gate"),
 }
 #: The request of bench/gateway.py: its small prompt (behind a fresh prefix) and its stub's answer.
 GATEWAY_PROMPT = "What is the capital of Portugal?"

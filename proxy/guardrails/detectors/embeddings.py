@@ -42,6 +42,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -106,6 +107,50 @@ _CACHE_SIZE = 10_000
 #: The shipped int8 graph, its tokenizer and ``graph.json`` (file names, sha256s, weights package).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "artefacts" / "minilm"
 _cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+#: Texts whose word-piece vectors :func:`token_vectors` keeps (the most recent ones embedded with
+#: ``remember``): the detectors of one request read them right after its pass; 32 texts of 256
+#: pieces in float16 hold at most 6 MB.
+_TOKENS_SIZE = 32
+_tokens: OrderedDict[bytes, "TokenVectors"] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class TokenVectors:
+    """The fifth layer's vectors (view 1 of :func:`embed_layers`) of one text's word pieces, from the
+    pass that embedded the text whole.
+
+    ``vectors`` (t, 384) float16 and ``spans`` (t, 2) int32, the characters ``[start, end)`` of each
+    piece; ``[CLS]``, ``[SEP]`` and empty pieces are left out. ``complete``: the pass read every
+    piece of the text (False when it was truncated at :data:`MAX_SEQ_LENGTH`).
+    """
+
+    vectors: np.ndarray
+    spans: np.ndarray
+    complete: bool
+
+    def pooled(self, start: int, end: int) -> np.ndarray | None:
+        """The mean of the vectors of the pieces inside characters ``[start, end)``, L2-normalised,
+        float32 (384,): an approximation of the fifth-layer embedding of ``text[start:end]`` alone
+        (the pieces saw the rest of the text). None when no piece lies inside, or when the pass was
+        truncated before ``end``."""
+        if not self.complete and (not len(self.spans) or self.spans[-1, 1] < end):
+            return None
+        inside = (self.spans[:, 0] >= start) & (self.spans[:, 1] <= end)
+        if not inside.any():
+            return None
+        mean = self.vectors[inside].astype(np.float32).mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        return mean / norm if norm > 0 else None
+
+
+def _token_vectors(encoding, hidden: np.ndarray) -> TokenVectors:
+    """:class:`TokenVectors` of one text from its tokenizer ``encoding`` and its pass's fifth-layer
+    states ``hidden`` (seq, 384) (padding columns past the text's pieces ignored)."""
+    count = len(encoding.ids)
+    kept = [j for j in range(min(count, len(hidden)))
+            if not encoding.special_tokens_mask[j] and encoding.offsets[j][1] > encoding.offsets[j][0]]
+    spans = np.array([encoding.offsets[j] for j in kept], dtype=np.int32).reshape(-1, 2)
+    return TokenVectors(hidden[kept].astype(np.float16), spans, not encoding.overflowing)
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -279,9 +324,10 @@ class OnnxEncoder:
                 log.warning("int8 embeddings: this CPU's flags promise exact uint8 x int8 products, but the "
                             "probe texts' vectors differ from the exact ones: keeping %s", ", ".join(EXACT_INT8))
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], pieces: list[TokenVectors | None] | None = None) -> np.ndarray:
         """Embed ``texts`` → (n, :data:`LAYERS`, 384), longest first, in batches of at most ``self.batch``
-        texts and :data:`ATTENTION_BUDGET` batch × tokens² (sentence-transformers sorts by length the same way)."""
+        texts and :data:`ATTENTION_BUDGET` batch × tokens² (sentence-transformers sorts by length the same way).
+        ``pieces``: a list of n entries that receives each text's :class:`TokenVectors`."""
         if not texts:
             return np.zeros((0, LAYERS, DIMENSIONS), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(texts)  # padded to the longest text: one tokenisation in all
@@ -299,28 +345,33 @@ class OnnxEncoder:
         workers = min(len(batches), os.cpu_count() or 1)
         hook = pause_hook()  # a screen's: each batch starts at a pause point (may wait, or abandon the screen)
 
-        def run(chosen: list[int]) -> np.ndarray:
+        def run(chosen: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
             with pausing(hook) if hook is not None else nullcontext():
                 pause_point()
-                return self._batch(ids[chosen], mask[chosen], types[chosen])
+                return self._batch(ids[chosen], mask[chosen], types[chosen], pieces is not None)
 
         if workers == 1 or len(texts) <= BATCH:  # request time: a few texts, on the caller's thread
             results = [run(chosen) for chosen in batches]
         else:  # a corpus (classifier set-up at start; a screen of many windows): batches in parallel
             with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:  # (sessions release the GIL)
                 results = list(pool.map(run, batches))
-        for chosen, vectors in zip(batches, results):
+        for chosen, (vectors, second) in zip(batches, results):
             out[chosen] = vectors
+            if pieces is not None and second is not None:
+                for row, i in enumerate(chosen):
+                    pieces[i] = _token_vectors(encodings[i], second[row])
         return out
 
-    def _batch(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+    def _batch(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray,
+               keep_second: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Embeddings (b, :data:`LAYERS`, 384) of one batch of tokenised texts (rows of ``ids``/``mask``/``types``),
         the padding columns beyond the batch's longest text cut off: the tensors the tokenizer gives
-        for the batch alone."""
+        for the batch alone; and with ``keep_second`` the fifth layer's states (b, width, 384)."""
         width = max(1, int(mask.sum(axis=1).max()))
         ids, mask, types = ids[:, :width], mask[:, :width], types[:, :width]
         outputs = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-        return np.stack([mean_pool(hidden, mask) for hidden in outputs], axis=1)
+        pooled = np.stack([mean_pool(hidden, mask) for hidden in outputs], axis=1)
+        return pooled, (outputs[1] if keep_second else None)
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -427,7 +478,18 @@ def embed_layers(texts: list[str], remember: bool = True) -> np.ndarray:
         known = {k: _cache[k] for k in keys if k in _cache}
     missing = {k: t for k, t in zip(keys, texts) if k not in known}
     if missing:
-        known.update(zip(missing, model.encode(list(missing.values()))))
+        if remember and isinstance(model, OnnxEncoder):
+            pieces: list[TokenVectors | None] = [None] * len(missing)
+            known.update(zip(missing, model.encode(list(missing.values()), pieces)))
+            with _lock:
+                for key, kept in zip(missing, pieces):
+                    if kept is not None:
+                        _tokens[key] = kept
+                        _tokens.move_to_end(key)
+                while len(_tokens) > _TOKENS_SIZE:
+                    _tokens.popitem(last=False)
+        else:
+            known.update(zip(missing, model.encode(list(missing.values()))))
     out = np.stack([known[k] for k in keys]).astype(np.float32, copy=False)
     if not remember:
         return out
@@ -438,6 +500,14 @@ def embed_layers(texts: list[str], remember: bool = True) -> np.ndarray:
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return out
+
+
+def token_vectors(text: str) -> TokenVectors | None:
+    """The word-piece vectors of ``text`` from the pass that embedded it whole, while they are kept
+    (one of the last :data:`_TOKENS_SIZE` texts embedded by :func:`embed_layers` with ``remember``
+    on ONNX Runtime); None otherwise."""
+    with _lock:
+        return _tokens.get(cache_key(text))
 
 
 def limit_blas_threads(threads: int = BLAS_THREADS) -> list[dict]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -53,6 +54,17 @@ DEFAULT_ARTEFACT = "harm-minilm-svm-v7"
 LAYER5_PREFIX = "layer5_"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
 DEFAULT_WINDOW_THRESHOLD = 0.9995
+#: The first stage of a window (:meth:`HarmClassifier.predict_proba_located`): a window whose
+#: approximate fifth-layer probability stays below this is not embedded on its own. Measured on
+#: 752 windows of texts built from the written safety exemplars (half with a harmful sentence
+#: among benign ones): the 151 windows scoring >= 0.9995 alone had approximate probabilities of
+#: at least 0.012, and 35% of all windows stayed below 0.001.
+WINDOW_GATE = 0.001
+#: The lowest ``window_threshold`` the first stage is used for: at lower thresholds every window
+#: is embedded on its own (the gate was measured against windows that count from 0.99).
+GATED_FROM = 0.99
+#: ``SONATE_WINDOW_GATE=0`` embeds every window on its own (the benchmark's lever switch).
+WINDOW_GATE_ON = os.environ.get("SONATE_WINDOW_GATE", "1") != "0"
 
 _log = logging.getLogger(__name__)
 
@@ -245,6 +257,11 @@ class HarmClassifier:
         Any other scores the maximum over its (truncated) whole and those of its
         :func:`~proxy.guardrails.detectors.windows.windows` (its sentences) that reach
         ``window_threshold``, so a request after or inside harmless prose is judged on its own.
+        Windows go through a first stage (two-view classifiers, ``window_threshold`` >=
+        :data:`GATED_FROM`): the mean of the whole pass's fifth-layer vectors of a window's word
+        pieces (:meth:`~proxy.guardrails.detectors.embeddings.TokenVectors.pooled`), scored by the
+        fifth layer's SVM; a window below :data:`WINDOW_GATE` there is not embedded on its own and
+        cannot count. Windows past the whole pass's truncation are always embedded.
         A window below it is not counted: a long text has ~one window per 60 characters, and ordinary
         sentences score up to 0.9975 alone ("Generate a bank statement for an online transaction of
         $100."), so windows counted at the whole's threshold (0.76) refused 40 of 70 long benign texts
@@ -260,8 +277,9 @@ class HarmClassifier:
             ``(probabilities, located)``: float64 array (n,), each in [0, 1] (shape (0,) for no
             texts); ``located[i]`` is None for a text judged whole, else ``{"start", "end"}``
             (character offsets of the window that gave the maximum; ``start`` 0 and ``end`` the
-            text's length when the truncated whole did), ``"windows"`` (how many were scored) and
-            ``"window_max"`` (the highest window probability, counted or not, as a 4-decimal string).
+            text's length when the truncated whole did), ``"windows"`` (how many were cut) and
+            ``"window_max"`` (the highest probability of the windows embedded on their own, counted or
+            not, as a 4-decimal string; 0 when the first stage passed over every window).
         """
         texts = list(texts)
         if not texts:
@@ -273,9 +291,10 @@ class HarmClassifier:
         cut = [(i, w) for i, text in enumerate(texts) for w in windows.windows(text)]
         if not cut:
             return probabilities, located
-        scored = self.window_proba(self._embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
         for i, count in Counter(i for i, _ in cut).items():
             located[i] = {"start": 0, "end": len(texts[i]), "windows": count}
+        cut = [cut[k] for k in self._past_first_stage(texts, cut, window_threshold)]
+        scored = self.window_proba(self._embed([texts[i][w.start:w.end] for i, w in cut], remember=False))
         highest = np.zeros(len(texts))
         for (i, window), probability in zip(cut, scored):
             highest[i] = max(highest[i], probability)
@@ -287,6 +306,29 @@ class HarmClassifier:
             if where is not None:
                 where["window_max"] = f"{highest[i]:.4f}"  # a string: receipts hold no floats
         return probabilities, located
+
+
+    def _past_first_stage(self, texts: list[str], cut: list[tuple[int, windows.Window]],
+                          window_threshold: float) -> list[int]:
+        """Indexes into ``cut`` (``(text index, window)`` pairs) of the windows to embed on their own:
+        all of them unless the first stage applies (:meth:`predict_proba_located`), else those it
+        cannot judge (no kept word-piece vectors, past the truncation) and those reaching
+        :data:`WINDOW_GATE`."""
+        if not WINDOW_GATE_ON or len(getattr(self, "views", ())) < 2 or window_threshold < GATED_FROM:
+            return list(range(len(cut)))
+        kept = {i: embeddings.token_vectors(texts[i]) for i in {i for i, _ in cut}}
+        approximated: list[int] = []
+        vectors: list[np.ndarray] = []
+        for k, (i, window) in enumerate(cut):
+            pieces = kept[i]
+            vector = pieces.pooled(window.start, window.end) if pieces is not None else None
+            if vector is not None:
+                approximated.append(k)
+                vectors.append(vector)
+        if not vectors:
+            return list(range(len(cut)))
+        passed_over = {k for k, p in zip(approximated, self.views[1].proba(np.stack(vectors))) if p < WINDOW_GATE}
+        return [k for k in range(len(cut)) if k not in passed_over]
 
 
 def artefact_paths(artefact: str | Path, artefact_dir: Path = ARTEFACT_DIR) -> tuple[Path, Path]:
