@@ -60,6 +60,7 @@ from proxy.guardrails.detectors.privacy_person import (
     name_parts,
     person_groups,
 )
+from proxy.guardrails.detectors.spacy_weights import share_weights
 
 #: Mapping from the entity names of presidio-research's synthetic dataset
 #: (``synth_dataset_v2.json`` / ``generated_small.json``) to the presidio entity this
@@ -470,6 +471,8 @@ class PiiDetector:
             or any(e in r.supported_entities for r in first.analyzer_engine.registry.recognizers
                    if r.name in rule.always_recognizers)]
         self._spare = [first]
+        #: The analyzer whose spaCy weights every later one reads.
+        self._weights = first
         self._local = threading.local()
         self.analyzers_built = 1
         model_meta = first.analyzer_engine.nlp_engine.nlp[config.language].meta
@@ -498,10 +501,19 @@ class PiiDetector:
             try:
                 batch = self._spare.pop()
             except IndexError:
-                batch = _analyzer(self.config)
-                self.analyzers_built += 1
+                batch = self._build()
             lease = self._local.lease = _Lease(batch, self._spare)
         return lease.batch
+
+    def _build(self):
+        """Another analyzer, whose spaCy pipeline reads the first one's weights
+        (:func:`~proxy.guardrails.detectors.spacy_weights.share_weights`)."""
+        batch = _analyzer(self.config)
+        self.analyzers_built += 1
+        language = self.config.language
+        share_weights(self._weights.analyzer_engine.nlp_engine.nlp[language],
+                      batch.analyzer_engine.nlp_engine.nlp[language])
+        return batch
 
     def prepare(self, threads: int) -> None:
         """Keep an analyzer ready for each of ``threads`` threads that have not asked yet: the calling
@@ -512,8 +524,7 @@ class PiiDetector:
         with contextlib.suppress(AttributeError):
             del self._local.lease  # given back to the pool
         while len(self._spare) < threads:
-            self._local.lease = _Lease(_analyzer(self.config), self._spare)
-            self.analyzers_built += 1
+            self._local.lease = _Lease(self._build(), self._spare)
             self.detect([f"Hello, my name is Ada ({len(self._spare)}). Call me at 555-0100."])  # lazy state loaded now
             del self._local.lease
 
