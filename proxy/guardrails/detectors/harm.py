@@ -257,15 +257,15 @@ class HarmClassifier:
         Any other scores the maximum over its (truncated) whole and those of its
         :func:`~proxy.guardrails.detectors.windows.windows` (its sentences) that reach
         ``window_threshold``, so a request after or inside harmless prose is judged on its own.
-        Windows go through a first stage (two-view classifiers, ``window_threshold`` >=
+        A window below it is not counted: a long text has ~one window per 60 characters, and ordinary
+        sentences score up to 0.9975 alone ("Generate a bank statement for an online transaction of
+        $100."), so windows counted at the whole's threshold (0.76) refused 40 of 70 long benign texts
+        (bench/long_inputs.py). The windows of all texts are embedded in one batch. Windows go
+        through a first stage (two-view classifiers, ``window_threshold`` >=
         :data:`GATED_FROM`): the mean of the whole pass's fifth-layer vectors of a window's word
         pieces (:meth:`~proxy.guardrails.detectors.embeddings.TokenVectors.pooled`), scored by the
         fifth layer's SVM; a window below :data:`WINDOW_GATE` there is not embedded on its own and
         cannot count. Windows past the whole pass's truncation are always embedded.
-        A window below it is not counted: a long text has ~one window per 60 characters, and ordinary
-        sentences score up to 0.9975 alone ("Generate a bank statement for an online transaction of
-        $100."), so windows counted at the whole's threshold (0.76) refused 40 of 70 long benign texts
-        (bench/long_inputs.py). The windows of all texts are embedded in one batch.
 
         Args:
             texts: n strings of any length.
@@ -306,7 +306,6 @@ class HarmClassifier:
             if where is not None:
                 where["window_max"] = f"{highest[i]:.4f}"  # a string: receipts hold no floats
         return probabilities, located
-
 
     def _past_first_stage(self, texts: list[str], cut: list[tuple[int, windows.Window]],
                           window_threshold: float) -> list[int]:
