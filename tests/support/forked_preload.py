@@ -26,6 +26,7 @@ checks that too).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import sys
@@ -66,7 +67,8 @@ def load_models() -> None:
     upstream = Upstream(config)
     greeting = [{"role": "user", "content": "Hello, my name is Ada. What is 2 + 2?"}]
     for name in list(upstream.routes):
-        upstream.count_tokens(name, greeting)  # each route's tokenizer loaded
+        with contextlib.suppress(Exception):  # as warm_up_counters: a route that cannot count is left cold
+            upstream.count_tokens(name, greeting)  # each route's tokenizer loaded
     warm_up()
     threads = config.server.detector_threads + config.server.limits.large_input_threads
     for policies in bundle.sets.values():
