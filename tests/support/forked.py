@@ -4,14 +4,15 @@ A test that needs a real process (SIGKILL, SIGHUP, exit codes, ``server.workers`
 set-up, a command's output and exit code) but not a fresh interpreter gets one here: a
 multiprocessing fork server imports the proxy's command line and its libraries (litellm, the
 OpenAI SDK's resources, aiohttp, presidio, spaCy, ONNX Runtime) and builds the detectors of the
-repository's policies (:mod:`tests.support.forked_preload`) once per test session, and each command
-is a child of it running ``proxy.cli.main(argv)`` with the given environment, its detectors taken
-from the fork server's where their ``detector:`` blocks match. :func:`fork_proxy` starts ``sonate serve`` (output appended to proxy.log; killed,
-signalled and reaped as a ``python -m proxy serve`` would be); :func:`sonate` runs a command to
-its end and returns what ``subprocess.run(..., capture_output=True, text=True)`` would. A start
-then costs the command's own work, not ~5 s of imports and ~5 s of model loading. The interpreter's own start
-(``python -m proxy`` from nothing) keeps its tests through :func:`tests.support.proxy.spawn_proxy`
-and the serve-refuses-to-start tests.
+repository's policies (:mod:`tests.support.forked_preload`) once per test session, and each
+command is a child of it running ``proxy.cli.main(argv)`` with the given environment, its
+detectors taken from the fork server's where their ``detector:`` blocks match. :func:`fork_proxy`
+starts ``sonate serve`` (output appended to proxy.log; killed, signalled and reaped as a
+``python -m proxy serve`` would be); :func:`sonate` runs a command to its end and returns what
+``subprocess.run(..., capture_output=True, text=True)`` would. A start then costs the command's
+own work, not the imports and the model loading again. The interpreter's own start (``python -m
+proxy`` from nothing) keeps its tests through :func:`tests.support.proxy.spawn_proxy` and the
+serve-refuses-to-start tests.
 """
 
 from __future__ import annotations
