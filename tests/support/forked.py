@@ -3,14 +3,16 @@
 A test that needs a real process (SIGKILL, SIGHUP, exit codes, ``server.workers``, the CLI's log
 set-up, a command's output and exit code) but not a fresh interpreter gets one here: a
 multiprocessing fork server imports the proxy's command line and its libraries (litellm, the
-OpenAI SDK's resources, aiohttp, presidio, spaCy, ONNX Runtime: :mod:`tests.support.forked_preload`)
-once per test session, and each command is a child of it running ``proxy.cli.main(argv)`` with the
-given environment. :func:`fork_proxy` starts ``sonate serve`` (output appended to proxy.log; killed,
-signalled and reaped as a ``python -m proxy serve`` would be); :func:`sonate` runs a command to
-its end and returns what ``subprocess.run(..., capture_output=True, text=True)`` would. A start
-then costs the command's own work, not ~5 s of imports. The interpreter's own start
-(``python -m proxy`` from nothing) keeps its tests through :func:`tests.support.proxy.spawn_proxy`
-and the serve-refuses-to-start tests.
+OpenAI SDK's resources, aiohttp, presidio, spaCy, ONNX Runtime) and builds the detectors of the
+repository's policies (:mod:`tests.support.forked_preload`) once per test session, and each
+command is a child of it running ``proxy.cli.main(argv)`` with the given environment, its
+detectors taken from the fork server's where their ``detector:`` blocks match. :func:`fork_proxy`
+starts ``sonate serve`` (output appended to proxy.log; killed, signalled and reaped as a
+``python -m proxy serve`` would be); :func:`sonate` runs a command to its end and returns what
+``subprocess.run(..., capture_output=True, text=True)`` would. A start then costs the command's
+own work, not the imports and the model loading again. The interpreter's own start (``python -m
+proxy`` from nothing) keeps its tests through :func:`tests.support.proxy.spawn_proxy` and the
+serve-refuses-to-start tests.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def _fork_server() -> multiprocessing.context.ForkServerContext:
 
 
 def _run(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd: str,
-         prepare: Callable[[], None] | None = None) -> None:
-    """The child: ``env`` as the environment, stdout and stderr appended to their files, ``prepare``
-    called, then the CLI."""
+         prepare: Callable[[], None] | None = None, preloaded_models: bool = True) -> None:
+    """The child: ``env`` as the environment, stdout and stderr appended to their files, the fork
+    server's models in use (``preloaded_models``), ``prepare`` called, then the CLI."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -57,6 +59,10 @@ def _run(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd
         stream.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED: a killed process loses no line
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = ["sonate", *argv]
+    if preloaded_models:
+        from tests.support.forked_preload import use_preloaded_models
+
+        use_preloaded_models()
     if prepare is not None:
         prepare()
     from proxy.cli import main
@@ -102,18 +108,21 @@ class ForkedProcess:
 
 
 def fork_proxy(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path,
-               prepare: Callable[[], None] | None = None) -> ForkedProcess:
+               prepare: Callable[[], None] | None = None, preloaded_models: bool = True) -> ForkedProcess:
     """Start ``sonate <argv>`` (e.g. ``["serve", "--config", path]``) forked from the fork server,
     with exactly ``env`` as its environment and its output appended to ``log_path``; returns at once.
     ``prepare``: a module-level function (it is pickled by name) the child calls first, e.g. to
-    inject a fault (:func:`tests.support.faults.start_proxy_with`)."""
-    return ForkedProcess(_start(argv, env, str(log_path), str(log_path), str(cwd), prepare))
+    inject a fault (:func:`tests.support.faults.start_proxy_with`). ``preloaded_models``: the
+    detectors the fork server built are used (:func:`tests.support.forked_preload.use_preloaded_models`);
+    false: the command loads its own, as a new process does."""
+    return ForkedProcess(_start(argv, env, str(log_path), str(log_path), str(cwd), prepare, preloaded_models))
 
 
 def _start(argv: list[str], env: dict[str, str], out_path: str, err_path: str, cwd: str,
-           prepare: Callable[[], None] | None = None) -> multiprocessing.process.BaseProcess:
+           prepare: Callable[[], None] | None = None, preloaded_models: bool = True) -> multiprocessing.process.BaseProcess:
     """A started child of the fork server running :func:`_run` with these arguments."""
-    process = _fork_server().Process(target=_run, args=(argv, env, out_path, err_path, cwd, prepare), daemon=False)
+    process = _fork_server().Process(target=_run, args=(argv, env, out_path, err_path, cwd, prepare, preloaded_models),
+                                     daemon=False)
     process.start()
     return process
 

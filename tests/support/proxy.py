@@ -4,7 +4,8 @@ A proxy runs in the test process by default (:mod:`tests.support.inprocess`: the
 services, models loaded once per session); ``subprocess=True`` or :func:`fork_serve` runs
 `sonate serve` in a process of its own, forked from a preloaded fork server
 (:mod:`tests.support.forked`), for what needs a real process (signals, exit codes,
-``server.workers``, the CLI's log set-up); :func:`spawn_proxy` runs `python -m proxy serve` in a
+``server.workers``, the CLI's log set-up), its detectors built once in the fork server;
+:func:`spawn_proxy` runs `python -m proxy serve` in a
 new interpreter (its start-up, and the benchmarks).
 
 On import, the test process gets the environment the test config names (``STUB_PROVIDER_KEY``,
@@ -143,11 +144,15 @@ def fork_serve(config_path: Path, ledger_url: str, key_file: Path, port: int,
                options: tuple[str, ...] = (), prepare: Callable[[], None] | None = None) -> RunningProxy:
     """Start `sonate [OPTIONS] serve --config CONFIG_PATH` in a process forked from the preloaded fork
     server (:mod:`tests.support.forked`) without waiting; output appended to proxy.log beside it.
-    The environment is :func:`spawn_proxy`'s; ``prepare``: see :func:`tests.support.forked.fork_proxy`."""
+    The environment is :func:`spawn_proxy`'s; ``prepare``: see :func:`tests.support.forked.fork_proxy`.
+    The fork server's detectors are used, except by a supervisor of workers (``server.workers`` > 1):
+    it loads its own, so that what its workers share is what it loaded."""
     log_path = config_path.parent / "proxy.log"
     env = {**os.environ, **TEST_ENV, "PYTHONUNBUFFERED": "1"}
     env.pop("SONATE_LEDGER_URL", None)
-    process = fork_proxy([*options, "serve", "--config", str(config_path)], env, log_path, ROOT, prepare)
+    server = (yaml.safe_load(config_path.read_text()) or {}).get("server") or {}
+    process = fork_proxy([*options, "serve", "--config", str(config_path)], env, log_path, ROOT, prepare,
+                         preloaded_models=int(server.get("workers", 1)) <= 1)
     return RunningProxy(f"http://127.0.0.1:{port}", config_path, ledger_url, key_file, log_path, process)
 
 
