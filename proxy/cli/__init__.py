@@ -88,8 +88,11 @@ def redact_record(record: logging.LogRecord) -> logging.LogRecord:
     A ``%``-style message keeps its template with every placeholder shown as ``[redacted]``
     (``Request options: [redacted]``); a pre-formatted message (no arguments, e.g. an f-string)
     becomes ``[redacted: N characters]``. Records of other loggers, or at INFO and above, are
-    returned unchanged. Returns ``record``.
+    returned unchanged, and so is the empty record ``logging.makeLogRecord`` has the factory make
+    (level and name None) before it fills the record in. Returns ``record``.
     """
+    if not isinstance(record.levelno, int) or not isinstance(record.name, str):
+        return record
     if record.levelno >= logging.INFO or not record.name.startswith(REDACTED_LOGGERS):
         return record
     message = str(record.msg)

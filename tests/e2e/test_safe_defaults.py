@@ -202,3 +202,20 @@ def test_library_debug_records_are_redacted(name, msg, args, expected) -> None:
     assert redact_record(record).getMessage() == expected
     info = logging.LogRecord(name, logging.INFO, __file__, 1, "HTTP Request: %s", ("POST /v1",), None)
     assert redact_record(info).getMessage() == "HTTP Request: POST /v1"
+
+
+def test_records_made_from_a_dict_pass_the_redacting_factory() -> None:
+    """logging.makeLogRecord has the record factory build an empty record (level and name None)
+    and fills it in afterwards: the CLI's factory must let it through."""
+    from proxy.cli import _install_redaction
+
+    factory = logging.getLogRecordFactory()
+    try:
+        _install_redaction()
+        record = logging.makeLogRecord({"name": "sonate", "levelno": logging.ERROR, "levelname": "ERROR",
+                                        "msg": "cannot start:\n%s", "args": ("boom",)})
+        assert record.getMessage() == "cannot start:\nboom" and record.name == "sonate"
+        debug = logging.getLogRecordFactory()("httpx", logging.DEBUG, __file__, 1, "body %s", ("secret",), None)
+        assert debug.getMessage() == "body [redacted]"  # the factory still redacts
+    finally:
+        logging.setLogRecordFactory(factory)
