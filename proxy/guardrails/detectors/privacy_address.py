@@ -6,7 +6,8 @@ name, town and country lines are bare words that spaCy's small model often misse
 recognizer reads the layout instead:
 
 - a text is an address block when it has at least ``min_lines`` non-empty lines and one of them
-  is a street or unit line (a house number next to a word, or "Apt./Suite/Unit/Box/P.O. n");
+  is a street or unit line (a house number next to a word, or "Apt./Suite/Unit/Box/P.O. n"; a
+  date with a month name, "Born: 23 June 1912" of a bio, is no house number);
 - in a block, every short line of words (at most ``max_words`` words, no digits, no e-mail or
   web address, not a "Label:" line) is a place (``LOCATION``), except the block's first such line
   when it comes before the first street line, and any line repeating it: the addressee
@@ -27,9 +28,19 @@ _PREFIX = re.compile(r"^[\s>?*•·\-]*(?:(?:(?:billing|shipping|home|postal|mai
                      r"(?:(?<=[a-z])\s*:\s*|(?<![a-z]))", re.IGNORECASE)
 _STREET = re.compile(r"\d{1,6}\s+[^\W\d_]|[^\W\d_]\.?\s+\d{1,6}\b|\b(?:apt|apartment|suite|unit|box|p\.?\s?o\.?)\b\.?\s*\d",
                      re.IGNORECASE)
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?"
+          r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+#: A date written with a month name ("23 June 1912", "June 23, 1912", "March 1815"): no house number.
+_DATE = re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}(?:,?\s+\d{{4}})?(?!\w)"
+                   rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b|\b{_MONTH}\s+\d{{4}}\b", re.IGNORECASE)
 _WORDS = re.compile(r"^[^\W\d_][^\d@:/]{0,80}$")
 _COUNTRY_CODE = re.compile(r"^([^\W\d_][^\d@:/]{0,60}?)\s+(?:\d{4,6}|\d{2,3}-\d{3}|\d{3}\s\d{2})$")
 _FIELD_WORDS = re.compile(r"\b(?:phone|e-?mail|website|fax|mobile|office|info|tel)\b", re.IGNORECASE)
+
+
+def _street(content: str) -> bool:
+    """The line reads as a street or unit line, once its dates with a month name are set aside."""
+    return bool(_STREET.search(_DATE.sub(" ", content)))
 
 
 class AddressBlockRecognizer(EntityRecognizer):
@@ -65,14 +76,14 @@ class AddressBlockRecognizer(EntityRecognizer):
     def analyze(self, text: str, entities: list[str], nlp_artifacts=None) -> list[RecognizerResult]:
         """Results for the name and place lines of ``text`` if it is an address block, else []."""
         lines = self._lines(text)
-        if len(lines) < self.min_lines or not any(_STREET.search(c) for _, c in lines):
+        if len(lines) < self.min_lines or not any(_street(c) for _, c in lines):
             return []
         results: list[RecognizerResult] = []
         addressee: str | None = None
         street_seen = False
         for offset, content in lines:
             entity, length = self._classify(content)
-            street_seen = street_seen or (entity is None and bool(_STREET.search(content)))
+            street_seen = street_seen or (entity is None and _street(content))
             if entity is None:
                 continue
             if entity == "PLACE_OR_NAME":

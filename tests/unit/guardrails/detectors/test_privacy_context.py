@@ -112,6 +112,16 @@ def test_address_block_recognizer_needs_a_street_line():
                                                                          ("LOCATION", "Estonia")]
 
 
+def test_a_bio_in_record_form_with_a_dated_birth_is_no_address_block(detector):
+    """A month-name date ("23 June 1912") is no house number, nor a year before a comma a house
+    number before a town: the record of a famous person is not an address."""
+    recognizer = AddressBlockRecognizer()
+    bio = "Name: Alan Turing\nBorn: 23 June 1912\nKnown for: the Turing machine"
+    assert recognizer.analyze(bio, ["PERSON", "LOCATION"]) == []
+    bio = "Name: Ada Lovelace\nBorn: 10 December 1815, London\nKnown for: notes on the Analytical Engine"
+    assert not [s for s in detector.analyze(bio) if s.recognizer in ("StreetAddressRecognizer", "AddressBlockRecognizer")]
+
+
 def test_a_three_line_address_block_is_the_smallest_block():
     """Name, street, town: three lines are a block (``min_lines``); two are not."""
     recognizer = AddressBlockRecognizer()
