@@ -547,8 +547,8 @@ def safety():
 ], ids=["full-width", "spaced", "reversed", "cyrillic", "base64", "rot13"])
 def test_a_disguised_harmful_request_scores_as_the_plain_one(safety, disguise):
     plain = safety.detect([HARMFUL])[0]["harmful_intent"]
-    assert plain >= 0.63  # policies/safety.yaml's threshold
-    assert safety.detect([disguise(HARMFUL)])[0]["harmful_intent"] >= 0.63
+    assert plain >= 0.60  # policies/safety.yaml's threshold
+    assert safety.detect([disguise(HARMFUL)])[0]["harmful_intent"] >= 0.60
 
 
 def test_ordinary_text_scores_as_before(safety):
