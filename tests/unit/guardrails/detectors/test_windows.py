@@ -213,27 +213,31 @@ def test_the_first_stage_keeps_every_decision_and_passes_over_ordinary_sentences
              "Request bcdf. What is the capital of Portugal?", PROSE + ASK, PROSE + "Which of these plants do bees like?",
              *[t for t in _short_texts() if windows(t)]]
     embeddings.embed_layers(texts)  # the whole passes, as the engine's detectors make them first
+    cut = [(i, w) for i, text in enumerate(texts[:2]) for w in windows(text)]
+    embedded = harm._past_first_stage(texts, cut, DEFAULT_WINDOW_THRESHOLD)
+    assert not any(cut[k][0] == 1 for k in embedded)  # the ordinary prompt: no sentence embedded alone
+    request = next(k for k, (i, w) in enumerate(cut) if i == 0 and "pipe bomb" in texts[0][w.start:w.end])
+    assert request in embedded
     gated, gated_where = harm.predict_proba_located(texts)
     monkeypatch.setattr(harm_module, "WINDOW_GATE_ON", False)
+    assert harm._past_first_stage(texts, cut, DEFAULT_WINDOW_THRESHOLD) == list(range(len(cut)))
     every, every_where = harm.predict_proba_located(texts)
     assert np.array_equal(gated, every)
     assert [w and (w["start"], w["end"], w["windows"]) for w in gated_where] == \
         [w and (w["start"], w["end"], w["windows"]) for w in every_where]
     assert gated_where[1] is not None and gated_where[1]["window_max"] == "0.0000"  # no window embedded
-    assert float(every_where[1]["window_max"]) > 0
     assert float(gated_where[0]["window_max"]) == float(every_where[0]["window_max"]) >= DEFAULT_WINDOW_THRESHOLD
 
 
 def test_the_first_stage_reads_the_whole_pass_only_at_strict_window_thresholds(harm):
     text = "Request bcdg. What is the capital of Portugal?"
     embeddings.embed_layers([text])
-    _, (strict,) = harm.predict_proba_located([text])
-    _, (lenient,) = harm.predict_proba_located([text], window_threshold=WHOLE)
-    assert strict["window_max"] == "0.0000" and float(lenient["window_max"]) > 0  # every window embedded at 0.63
+    cut = [(0, w) for w in windows(text)]
+    assert len(cut) == 2 and harm._past_first_stage([text], cut, DEFAULT_WINDOW_THRESHOLD) == []
+    assert harm._past_first_stage([text], cut, WHOLE) == [0, 1]  # every window embedded at a lenient threshold
     embeddings._tokens.clear()  # the whole's vector still cached, its pieces' vectors gone: nothing to approximate
     assert embeddings.cache_key(text) in embeddings._cache and embeddings.token_vectors(text) is None
-    _, (unkept,) = harm.predict_proba_located([text])
-    assert float(unkept["window_max"]) == float(lenient["window_max"])
+    assert harm._past_first_stage([text], cut, DEFAULT_WINDOW_THRESHOLD) == [0, 1]
 
 
 def test_token_vectors_are_kept_for_texts_embedded_whole_only():
