@@ -477,19 +477,11 @@ def embed_layers(texts: list[str], remember: bool = True) -> np.ndarray:
     with _lock:
         known = {k: _cache[k] for k in keys if k in _cache}
     missing = {k: t for k, t in zip(keys, texts) if k not in known}
-    if missing:
-        if remember and isinstance(model, OnnxEncoder):
-            pieces: list[TokenVectors | None] = [None] * len(missing)
-            known.update(zip(missing, model.encode(list(missing.values()), pieces)))
-            with _lock:
-                for key, kept in zip(missing, pieces):
-                    if kept is not None:
-                        _tokens[key] = kept
-                        _tokens.move_to_end(key)
-                while len(_tokens) > _TOKENS_SIZE:
-                    _tokens.popitem(last=False)
-        else:
-            known.update(zip(missing, model.encode(list(missing.values()))))
+    pieces: list[TokenVectors | None] = [None] * len(missing)
+    if missing and remember and isinstance(model, OnnxEncoder):  # the word pieces' vectors kept too
+        known.update(zip(missing, model.encode(list(missing.values()), pieces)))
+    elif missing:
+        known.update(zip(missing, model.encode(list(missing.values()))))
     out = np.stack([known[k] for k in keys]).astype(np.float32, copy=False)
     if not remember:
         return out
@@ -499,6 +491,12 @@ def embed_layers(texts: list[str], remember: bool = True) -> np.ndarray:
             _cache.move_to_end(key)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
+        for key, kept in zip(missing, pieces):
+            if kept is not None:
+                _tokens[key] = kept
+                _tokens.move_to_end(key)
+        while len(_tokens) > _TOKENS_SIZE:
+            _tokens.popitem(last=False)
     return out
 
 

@@ -313,7 +313,7 @@ class HarmClassifier:
         all of them unless the first stage applies (:meth:`predict_proba_located`), else those it
         cannot judge (no kept word-piece vectors, past the truncation) and those reaching
         :data:`WINDOW_GATE`."""
-        if not WINDOW_GATE_ON or len(getattr(self, "views", ())) < 2 or window_threshold < GATED_FROM:
+        if not WINDOW_GATE_ON or self.kind != "rbf-svm" or len(self.views) < 2 or window_threshold < GATED_FROM:
             return list(range(len(cut)))
         kept = {i: embeddings.token_vectors(texts[i]) for i in {i for i, _ in cut}}
         approximated: list[int] = []

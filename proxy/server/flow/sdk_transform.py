@@ -90,12 +90,18 @@ class _Inertness:
 inert = _Inertness()
 
 
+def _unchanged(data: object, annotation: type, inner_type: type | None) -> bool:
+    """True when the SDK's walk would return ``data`` unchanged: plain JSON under an inert
+    ``annotation`` (and ``inner_type``, the item type the SDK passes for a list's items)."""
+    return inert(annotation) and (inner_type is None or inert(inner_type)) and is_plain_json(data)
+
+
 def _skipping(walk: Callable[..., Any]) -> Callable[..., Any]:
     """The SDK's synchronous ``_transform_recursive`` that returns plain JSON under an inert
     annotation as it is."""
 
     def transform_recursive(data: object, *, annotation: type, inner_type: type | None = None) -> object:
-        if inert(annotation) and (inner_type is None or inert(inner_type)) and is_plain_json(data):
+        if _unchanged(data, annotation, inner_type):
             return data
         return walk(data, annotation=annotation, inner_type=inner_type)
 
@@ -108,7 +114,7 @@ def _skipping_async(walk: Callable[..., Any]) -> Callable[..., Any]:
     as it is."""
 
     async def async_transform_recursive(data: object, *, annotation: type, inner_type: type | None = None) -> object:
-        if inert(annotation) and (inner_type is None or inert(inner_type)) and is_plain_json(data):
+        if _unchanged(data, annotation, inner_type):
             return data
         return await walk(data, annotation=annotation, inner_type=inner_type)
 

@@ -186,6 +186,8 @@ def test_a_thread_that_ends_gives_its_analyzer_to_the_next_thread(detector):
     second.start()
     second.join()
     assert detector.analyzers_built == built  # taken from the pool, not built
+
+
 def test_long_text_is_parsed_in_groups_with_a_pause_point_between_them(detector):
     # batch_windows bounds the windows spaCy holds at once; the spans do not depend on it
     text = " ".join(f"Note {i}: write to Maria Lopez at maria{i}@example.com or call 212-555-{1000 + i:04d} "

@@ -67,11 +67,13 @@ def test_every_threads_analyzer_reads_the_first_ones_weights():
     detector = PiiDetector(CONFIG)
     detector.prepare(3)
     found: list = []
+    together = threading.Barrier(3)
 
     def take() -> None:
         batch = detector.analyzer()
         found.append((batch.analyzer_engine.nlp_engine.nlp[CONFIG.language],
                       detector.detect(["My name is Marguerite Okafor, call me at 415-555-0134."])))
+        together.wait()  # all three hold their analyzers at once: none is handed on to another thread
 
     threads = [threading.Thread(target=take) for _ in range(3)]
     for thread in threads:
