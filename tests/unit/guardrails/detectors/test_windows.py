@@ -258,7 +258,7 @@ def test_token_vectors_are_kept_for_texts_embedded_whole_only():
 
 
 def test_token_vectors_of_a_truncated_pass_cover_only_what_it_read():
-    text = PROSE * 3 + ASK
+    text = "Pieces of a truncated pass. " + PROSE * 3 + ASK  # a text no other test embeds (cached: no pass)
     embeddings.embed_layers([text])
     kept = embeddings.token_vectors(text)
     assert kept is not None and not kept.complete and kept.spans[-1, 1] < len(PROSE) * 3
