@@ -191,7 +191,8 @@ def _sse(proxy: RunningProxy, body: dict) -> tuple[dict[str, str], list[str]]:
 
 def test_provider_failing_mid_stream_gives_a_clean_error_and_an_honest_receipt(faulty: RunningProxy, upstream) -> None:
     chunks = [f"Sentence {n} says that the water is cold today. " for n in range(40)]  # past the hold-back
-    upstream.queue(Reply(chunks=chunks, truncate=True))
+    # paced, as a provider sends: the cut comes after chunks the proxy has read, not in one burst
+    upstream.queue(Reply(chunks=chunks, chunk_delay=0.005, truncate=True))
     headers, events = _sse(faulty, {"model": "stub", "stream": True,
                                     "messages": [{"role": "user", "content": "Tell me about a river."}]})
     assert events and events[-1] != "[DONE]" and "[DONE]" not in events
@@ -199,7 +200,7 @@ def test_provider_failing_mid_stream_gives_a_clean_error_and_an_honest_receipt(f
     assert set(last) == {"error"} and last["error"]["message"] and "Traceback" not in events[-1]
     delivered = "".join((json.loads(e)["choices"] or [{}])[0].get("delta", {}).get("content") or ""
                         for e in events[:-1])
-    assert delivered and "".join(chunks).startswith(delivered)
+    assert delivered and "".join(chunks).startswith(delivered), events
     request = urllib.request.Request(faulty.v1 + f"/receipts/{headers['x-sonate-receipt-id']}",
                                      headers={"Authorization": f"Bearer {CLIENT_KEY}"})
     with urllib.request.urlopen(request, timeout=10) as r:
