@@ -18,7 +18,9 @@ Pipeline over the answers of a run:
 
 from __future__ import annotations
 
+import functools
 import re
+from types import ModuleType
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -84,15 +86,37 @@ def silhouette(points: np.ndarray, labels: Sequence[int] | np.ndarray) -> float 
     return float(scores.mean())
 
 
+@functools.cache
+def _umap() -> ModuleType:
+    """``umap-learn`` with its numba functions' machine code kept on disk, imported once.
+
+    umap-learn compiles about a hundred numba functions on the first fit of every process (about 9 s
+    on one core) and, unlike pynndescent, does not ask numba to cache them. Turning on numba's own
+    cache (``Dispatcher.enable_caching``; files beside the module's source, or under
+    ``NUMBA_CACHE_DIR``) makes that a one-time cost per installation; numba recompiles by itself
+    when the source or the CPU changes. The compiled code, and so the projection, is the same.
+    """
+    import umap
+    from numba.core.caching import NullCache
+    from numba.core.registry import CPUDispatcher
+    from umap import distances, layouts, sparse, spectral, umap_, utils
+
+    for module in (umap_, layouts, distances, sparse, spectral, utils):
+        for value in vars(module).values():
+            if isinstance(value, CPUDispatcher) and isinstance(getattr(value, "_cache", None), NullCache):
+                value.enable_caching()
+    return umap
+
+
 def project_and_cluster(embeddings: np.ndarray, *, seed: int = 0,
                         min_cluster_size: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(2-D UMAP coordinates (n, 2), HDBSCAN labels (n,)) of ``embeddings`` (n, d).
 
     Raises ValueError for fewer than :data:`MIN_POINTS` rows.
     """
-    import umap
     from sklearn.cluster import HDBSCAN
 
+    umap = _umap()
     n = len(embeddings)
     if n < MIN_POINTS:
         raise ValueError(f"toxicity clustering needs at least {MIN_POINTS} answers, got {n}")

@@ -192,7 +192,7 @@ def test_silhouette_matches_sklearn(seed: int) -> None:
         assert ours == pytest.approx(float(silhouette_score(points[kept], labels[kept])), abs=1e-9)
 
 
-@pytest.mark.models  # umap-learn compiles its numba kernels on first use (tens of seconds)
+@pytest.mark.models  # umap-learn compiles its numba kernels on a first use (tens of seconds)
 def test_project_and_cluster_separates_two_groups() -> None:
     rng = np.random.default_rng(0)
     a = rng.normal(0, 0.01, size=(8, 16)) + np.eye(16)[0]
@@ -202,6 +202,12 @@ def test_project_and_cluster_separates_two_groups() -> None:
     assert len(set(labels[:8])) == 1 and len(set(labels[8:])) == 1 and labels[0] != labels[8] and -1 not in labels
     with pytest.raises(ValueError):
         clustering.project_and_cluster(a[:3])
+    # umap's compiled kernels were written to numba's disk cache: the next process loads them
+    from numba.core.caching import NullCache
+    from umap import umap_
+
+    cache = umap_.smooth_knn_dist._cache
+    assert not isinstance(cache, NullCache) and list(Path(cache._cache_path).glob("umap_.smooth_knn_dist-*.nbi"))
 
 
 # ---- BestOf --------------------------------------------------------------------------------------
