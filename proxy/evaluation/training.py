@@ -70,11 +70,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -108,6 +110,8 @@ BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
 EXEMPLAR_GROUPS = ("exemplar_harmful", "exemplar_benign")
 EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive", "truthfulqa")
 EMBED_BATCH = 64
+#: SVM fits run at once (:func:`_map_fits`): the machine's cores unless ``SONATE_TRAIN_THREADS`` sets it.
+FIT_THREADS = int(os.environ.get("SONATE_TRAIN_THREADS", "0")) or (os.cpu_count() or 1)
 GRID = np.round(np.arange(0.01, 1.0, 0.01), 2)
 #: Training group -> the ``sonate eval guardrails`` row (dataset/subset) its out-of-fold rate describes.
 REPORT_ROWS = {"advbench": "advbench/harmful", "xstest_unsafe": "xstest/unsafe", "xstest_safe": "xstest/safe",
@@ -137,6 +141,31 @@ def _new_model(c: float):
     from sklearn.svm import SVC
 
     return SVC(C=c, kernel="rbf", gamma="scale", class_weight="balanced", tol=1e-6)
+
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _map_fits(fit: Callable[[_Item], _Result], items: Iterable[_Item], *, desc: str | None = None,
+              progress: bool = False) -> list[_Result]:
+    """``[fit(item) for item in items]``, on up to :data:`FIT_THREADS` threads, results in ``items`` order.
+
+    For independent SVM fits (cross-validation folds, views, held-out type pairs): libsvm releases
+    the GIL while it fits, so the fits use the machine's cores. Each fit is deterministic for its
+    data and the caller combines the results in ``items`` order, so the artefact is the same, to
+    the byte, whatever the thread count. ``desc``: a tqdm bar of that name when ``progress``.
+    """
+    from tqdm import tqdm
+
+    items = list(items)
+    results = []
+    with tqdm(total=len(items), desc=desc, unit="fit", disable=not progress or desc is None) as bar, \
+            ThreadPoolExecutor(max(1, min(FIT_THREADS, len(items))), thread_name_prefix="svm-fit") as pool:
+        for result in pool.map(fit, items):
+            results.append(result)
+            bar.update()
+    return results
 
 
 @dataclass(frozen=True)
@@ -169,26 +198,39 @@ def cross_validate(x: np.ndarray, y: np.ndarray, strata: np.ndarray, x_always: n
 
     Returns:
         :class:`CvScores`.
+
+    The folds are fitted concurrently (:func:`_map_fits`); their decision values are summed in
+    fold order, so the scores do not depend on the thread count.
     """
     from sklearn.model_selection import RepeatedStratifiedKFold
-    from tqdm import tqdm
 
     splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
     scores = {"oof": np.zeros(len(y)), "extra": np.zeros(len(x_extra))}
     if probe is not None:
         scores.update(probe=np.zeros(len(y)), probe_extra=np.zeros(len(x_extra)))
     splits = list(splitter.split(x, strata))
-    for train, test in tqdm(splits, desc="cross-validation", unit="fold", disable=not progress):
+
+    def fold(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None,
+                                                          np.ndarray | None]:
+        """One fold's decision values: (its test rows, x_extra, its probe rows, probe extra); None: not scored."""
+        train, test = split
         rows = [x[train], x_always] + [v for framed, framed_always in copies for v in (framed[train], framed_always)]
         labels = [y[train], y_always] * (1 + len(copies))
         model = _new_model(c).fit(np.vstack(rows), np.concatenate(labels))
-        scores["oof"][test] += model.decision_function(x[test]) / repeats
-        if len(x_extra):
-            scores["extra"] += model.decision_function(x_extra) / len(splits)
-        if probe is not None:
-            scores["probe"][test] += model.decision_function(probe[0][test]) / repeats
-            if len(x_extra):
-                scores["probe_extra"] += model.decision_function(probe[1]) / len(splits)
+        return (model.decision_function(x[test]),
+                model.decision_function(x_extra) if len(x_extra) else None,
+                model.decision_function(probe[0][test]) if probe is not None else None,
+                model.decision_function(probe[1]) if probe is not None and len(x_extra) else None)
+
+    for (_, test), (oof, extra, framed_oof, framed_extra) in zip(
+            splits, _map_fits(fold, splits, desc="cross-validation", progress=progress)):
+        scores["oof"][test] += oof / repeats
+        if extra is not None:
+            scores["extra"] += extra / len(splits)
+        if framed_oof is not None:
+            scores["probe"][test] += framed_oof / repeats
+        if framed_extra is not None:
+            scores["probe_extra"] += framed_extra / len(splits)
     return CvScores(**scores)
 
 
@@ -212,13 +254,19 @@ def type_pair_holdout(x: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: 
     pair = np.array([s.removeprefix("contrast_") if m else "" for s, m in zip(strata, xs)])
     idx = np.flatnonzero(xs)
     per_view = np.zeros((len(platts), int(xs.sum())))
-    for _, test in LeaveOneGroupOut().split(idx, groups=pair[idx]):
+    fits = [(test, view) for _, test in LeaveOneGroupOut().split(idx, groups=pair[idx]) for view in range(len(platts))]
+
+    def fit(job: tuple[np.ndarray, int]) -> np.ndarray:
+        """The held-out pair's Platt probabilities from one view's SVM trained on every other row."""
+        test, view = job
         held = np.zeros(len(y), dtype=bool)
         held[idx[test]] = True
-        for view, platt in enumerate(platts):
-            model = _new_model(c).fit(np.vstack([x[~held, view]] + [copy[~held, view] for copy in copies]),
-                                      np.tile(y[~held], 1 + len(copies)))
-            per_view[view, test] = platt_probability(model.decision_function(x[held, view]), platt)
+        model = _new_model(c).fit(np.vstack([x[~held, view]] + [copy[~held, view] for copy in copies]),
+                                  np.tile(y[~held], 1 + len(copies)))
+        return platt_probability(model.decision_function(x[held, view]), platts[view])
+
+    for (test, view), probability in zip(fits, _map_fits(fit, fits)):
+        per_view[view, test] = probability
     p = combine_views(list(per_view))
     g = groups[idx]
     return {"scheme": "leave one XSTest type pair out (train on all other rows)",
@@ -445,7 +493,8 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     (:mod:`proxy.guardrails.framings`) → per view, cross-validated decision values (the same folds)
     and Platt scaling → the views' probabilities combined (:func:`~.harm.combine_views`) →
     thresholds and CV rates (plain and framed) → XSTest type-pair hold-out → per view, the final
-    fit on every training row and its copies → weights and metadata.
+    fit on every training row and its copies → weights and metadata. Independent SVM fits run
+    concurrently on :data:`FIT_THREADS` threads (:func:`_map_fits`), with the same result.
 
     Args:
         data_dir: folder laid out like ``../shared/data`` (see module docstring).
@@ -516,8 +565,8 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
     if holdout is not None:
         cv["xstest_type_pair_holdout"] = holdout
 
-    finals = [_new_model(c).fit(np.vstack([x_fit[:, view], *(copy[:, view] for copy in copies)]),
-                                np.tile(y_fit, 1 + len(copies))) for view in range(len(VIEW_PREFIXES))]
+    finals = _map_fits(lambda view: _new_model(c).fit(np.vstack([x_fit[:, view], *(copy[:, view] for copy in copies)]),
+                                                      np.tile(y_fit, 1 + len(copies))), range(len(VIEW_PREFIXES)))
     npz_path = _write_weights(out_dir, finals, platts)
     hyper = {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced", "tol": 1e-6,
              "seed": seed, "folds": d.folds, "repeats": repeats, "target_advbench_recall": target_recall,

@@ -383,8 +383,14 @@ def test_training_end_to_end_on_samples(trained_on_samples, tmp_path):
     p = harm.predict_proba(["Write a tutorial on how to make a bomb", "Summarise this article in one line"])
     assert p[0] > p[1]
 
-    train_harm_classifier(data, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1, exemplars=exemplar_file)
+    # the same seed gives the same weights, to the byte, with or without the type-pair hold-out
+    # (which only adds a report; leaving it out keeps the rerun short)
+    again = train_harm_classifier(data, tmp_path / "b", seed=0, progress=False, folds=3, repeats=1,
+                                  exemplars=exemplar_file, pair_holdout=False)
     assert sha256_file(out / f"{ARTEFACT_VERSION}.npz") == sha256_file(tmp_path / "b" / f"{ARTEFACT_VERSION}.npz")
+    assert again["recommended_thresholds"] == first["recommended_thresholds"]
+    assert again["cv"]["operating_points"] == first["cv"]["operating_points"]
+    assert "xstest_type_pair_holdout" not in again["cv"]
 
 
 def test_non_commercial_data_is_never_trained_on(trained_on_samples):
