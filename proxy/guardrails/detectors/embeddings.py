@@ -325,8 +325,8 @@ class OnnxEncoder:
                             "probe texts' vectors differ from the exact ones: keeping %s", ", ".join(EXACT_INT8))
 
     def encode(self, texts: list[str], pieces: list[TokenVectors | None] | None = None) -> np.ndarray:
-        """Embed ``texts`` → (n, :data:`LAYERS`, 384), longest first, in batches of at most ``self.batch``
-        texts and :data:`ATTENTION_BUDGET` batch × tokens² (sentence-transformers sorts by length the same way).
+        """Embed ``texts`` → (n, :data:`LAYERS`, 384), longest first, in the batches of :func:`batch_plan`
+        (at most ``self.batch`` texts and :data:`ATTENTION_BUDGET` batch × tokens²).
         ``pieces``: a list of n entries that receives each text's :class:`TokenVectors`."""
         if not texts:
             return np.zeros((0, LAYERS, DIMENSIONS), dtype=np.float32)
@@ -334,13 +334,7 @@ class OnnxEncoder:
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         types = np.array([e.type_ids for e in encodings], dtype=np.int64)
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        batches: list[list[int]] = []
-        start = 0
-        while start < len(order):
-            longest = len(encodings[order[start]].ids)
-            batches.append(order[start:start + max(1, min(self.batch, ATTENTION_BUDGET // max(1, longest * longest)))])
-            start += len(batches[-1])
+        batches = batch_plan([len(e.ids) for e in encodings], self.batch)
         out = np.empty((len(texts), LAYERS, DIMENSIONS), dtype=np.float32)
         workers = min(len(batches), os.cpu_count() or 1)
         hook = pause_hook()  # a screen's: each batch starts at a pause point (may wait, or abandon the screen)
@@ -374,6 +368,24 @@ class OnnxEncoder:
         return pooled, (outputs[1] if keep_second else None)
 
 
+def batch_plan(lengths: list[int], batch: int) -> list[list[int]]:
+    """The batches, as lists of indices into ``lengths`` (each text's token count), in which an
+    encoder runs texts: longest first (sentence-transformers sorts by length the same way, so a
+    batch pads its texts to about their own length), each batch at most ``batch`` texts and at
+    most :data:`ATTENTION_BUDGET` in texts × its longest length² (but at least one text).
+
+    Every index appears exactly once; ``[]`` for no texts.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    start = 0
+    while start < len(order):
+        longest = lengths[order[start]]
+        batches.append(order[start:start + max(1, min(batch, ATTENTION_BUDGET // max(1, longest * longest)))])
+        start += len(batches[-1])
+    return batches
+
+
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Token vectors ``hidden`` (b, seq, 384) → (b, 384): the mean over ``mask`` (b, seq), L2-normalised.
 
@@ -396,17 +408,22 @@ class _TorchEncoder:
         self.lock = threading.Lock()  # one torch model, serialised calls
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` → (n, :data:`LAYERS`, 384) float32, each vector L2-normalised, in the
+        batches of :func:`batch_plan` (as :meth:`OnnxEncoder.encode`: a batch pads to about its own
+        texts' length, and a long text never shares a batch with 31 others)."""
         import torch
 
         out = np.zeros((len(texts), LAYERS, DIMENSIONS), dtype=np.float32)
+        if not texts:
+            return out
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]]
         with self.lock, torch.no_grad():
-            for start in range(0, len(texts), BATCH):
-                batch = self.tokenizer(texts[start:start + BATCH], padding=True, truncation=True,
+            for chosen in batch_plan(lengths, BATCH):
+                batch = self.tokenizer([texts[i] for i in chosen], padding=True, truncation=True,
                                        max_length=MAX_SEQ_LENGTH, return_tensors="pt")
                 states = self.model(**batch, output_hidden_states=True).hidden_states
                 mask = batch["attention_mask"].numpy()
-                out[start:start + BATCH] = np.stack(
-                    [mean_pool(states[layer].numpy(), mask) for layer in (-1, SECOND_LAYER)], axis=1)
+                out[chosen] = np.stack([mean_pool(states[layer].numpy(), mask) for layer in (-1, SECOND_LAYER)], axis=1)
         return out
 
 

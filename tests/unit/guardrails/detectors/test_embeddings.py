@@ -36,34 +36,60 @@ def _texts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def torch_reference():
+def one_torch_thread():
+    """torch on one intra-op thread while this module's torch tests run, restored afterwards: the
+    suite runs one pytest-xdist worker per core, and torch's pool of one thread per core in each
+    worker oversubscribes them (the reference pass of the test below took 8.7-9.6 s of CPU on two
+    threads beside another busy worker, 5.1 s on one). The vectors do not depend on it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def torch_reference(one_torch_thread):
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(embeddings.source_dir()), device="cpu")
 
 
+@pytest.fixture(scope="module")
+def float32_vectors() -> np.ndarray:
+    """The float32 graph's embeddings of :func:`_texts`, (n, LAYERS, 384): one session and one pass
+    shared by the tests that compare other encoders with it (read-only)."""
+    vectors = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), embeddings.source_dir()).encode(_texts())
+    vectors.flags.writeable = False
+    return vectors
+
+
 def _fifth_layer(reference, texts: list[str]) -> np.ndarray:
     """transformers' fifth hidden layer of sentence-transformers' own model, mean-pooled over the
-    attention mask and L2-normalised in torch (the second view of the graph)."""
+    attention mask and L2-normalised in torch (the second view of the graph). Texts run in batches
+    of 32 of similar length (sorted by characters), so a batch pads little; rows in ``texts`` order."""
     import torch
 
     model, tokenizer = reference[0].auto_model, reference.tokenizer
-    out = []
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out = np.empty((len(texts), embeddings.DIMENSIONS), dtype=np.float32)
     with torch.no_grad():
         for start in range(0, len(texts), 32):
-            batch = tokenizer(texts[start:start + 32], padding=True, truncation=True, max_length=256,
+            chosen = order[start:start + 32]
+            batch = tokenizer([texts[i] for i in chosen], padding=True, truncation=True, max_length=256,
                               return_tensors="pt")
             hidden = model(**batch, output_hidden_states=True).hidden_states[5]
             mask = batch["attention_mask"].unsqueeze(-1).float()
-            out.append(torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), p=2, dim=1).numpy())
-    return np.vstack(out)
+            out[chosen] = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), p=2, dim=1).numpy()
+    return out
 
 
-def test_onnx_embeddings_match_sentence_transformers(torch_reference):
+def test_onnx_embeddings_match_sentence_transformers(torch_reference, float32_vectors):
     """View 0 equals sentence-transformers' sentence embedding, view 1 its model's fifth layer pooled alike."""
     texts = _texts()
     assert len(texts) >= 180
-    onnx = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), embeddings.source_dir()).encode(texts)
+    onnx = float32_vectors
     reference = torch_reference.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
     assert onnx.shape == (len(texts), embeddings.LAYERS, embeddings.DIMENSIONS) and onnx.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(onnx, axis=2), 1.0, atol=1e-5)
@@ -73,23 +99,39 @@ def test_onnx_embeddings_match_sentence_transformers(torch_reference):
         assert cosine.min() >= 0.9999, f"view {view}: cosine {cosine.min():.6f} for {texts[worst][:80]!r}"
 
 
-def test_torch_fallback_gives_the_float32_graphs_views():
+def test_torch_fallback_gives_the_float32_graphs_views(one_torch_thread, float32_vectors):
     """Without onnxruntime the same weights run on torch (transformers): both views equal the float32 graph's."""
     texts = _texts()[:60]
     torch_vectors = embeddings._TorchEncoder(embeddings.source_dir()).encode(texts)
-    onnx = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), embeddings.source_dir()).encode(texts)
+    onnx = float32_vectors[:60]
     assert torch_vectors.shape == onnx.shape == (len(texts), embeddings.LAYERS, embeddings.DIMENSIONS)
     cosine = (torch_vectors * onnx).sum(axis=2)
     assert cosine.min() >= 0.9999, cosine.min(axis=0)
 
 
-def test_int8_graph_stays_close_to_the_float32_one():
+def test_batch_plan_runs_every_text_once_longest_first_within_the_attention_budget():
+    """Both encoders batch by :func:`embeddings.batch_plan`: every index once, by length descending,
+    at most ``batch`` texts and texts × longest² within ATTENTION_BUDGET (a text longer than the
+    budget allows alone still gets its own batch)."""
+    lengths = [3, 256, 12, 128, 3, 64, 100, 1, 256, 40] * 5
+    plan = embeddings.batch_plan(lengths, 8)
+    flat = [i for chosen in plan for i in chosen]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths, reverse=True)
+    for chosen in plan:
+        longest = max(lengths[i] for i in chosen)
+        assert 1 <= len(chosen) <= 8 and len(chosen) * longest ** 2 <= embeddings.ATTENTION_BUDGET
+    assert [len(chosen) for chosen in plan[:4]] == [4, 4, 4, 8]  # 256 tokens longest: 4 a batch; 128: all 8
+    assert [len(chosen) for chosen in embeddings.batch_plan([2 * embeddings.MAX_SEQ_LENGTH] * 3, 8)] == [1, 1, 1]
+    assert embeddings.batch_plan([], 8) == []
+
+
+def test_int8_graph_stays_close_to_the_float32_one(float32_vectors):
     """The served int8 graph (dynamic per-channel quantization) against the float32 export: the
     classifiers are trained on the int8 output, this bounds how far it may drift."""
     texts = _texts()
-    source = embeddings.source_dir()
-    float32 = embeddings.OnnxEncoder(embeddings.ensure_float_onnx(), source).encode(texts)
-    int8 = embeddings.OnnxEncoder(embeddings.ensure_onnx(), source, batch=1).encode(texts)
+    float32 = float32_vectors
+    int8 = embeddings.OnnxEncoder(embeddings.ensure_onnx(), embeddings.source_dir(), batch=1).encode(texts)
     assert embeddings.ensure_onnx().name.endswith("-int8.onnx")
     assert int8.shape == float32.shape == (len(texts), embeddings.LAYERS, embeddings.DIMENSIONS)
     assert int8.dtype == np.float32
