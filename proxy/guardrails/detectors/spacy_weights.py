@@ -34,11 +34,11 @@ def _share_model(source: Any, target: Any) -> int:
     """Share the parameters of two thinc models of one structure, node by node (``Model.walk``)."""
     if source is None or target is None or not hasattr(source, "walk") or not hasattr(target, "walk"):
         return 0
-    nodes = list(zip(source.walk(), target.walk()))
-    if len(nodes) != len(list(target.walk())) or any(a.name != b.name for a, b in nodes):
+    theirs_nodes, ours_nodes = list(source.walk()), list(target.walk())
+    if len(theirs_nodes) != len(ours_nodes) or any(a.name != b.name for a, b in zip(theirs_nodes, ours_nodes)):
         return 0
     given_up = 0
-    for theirs, ours in nodes:
+    for theirs, ours in zip(theirs_nodes, ours_nodes):
         for param in ours.param_names:
             if not (theirs.has_param(param) and ours.has_param(param)):
                 continue

@@ -248,8 +248,7 @@ def test_token_vectors_are_kept_for_texts_embedded_whole_only():
     kept = embeddings.token_vectors(text)
     assert kept is not None and kept.complete
     assert kept.vectors.shape == (len(kept.spans), embeddings.DIMENSIONS) and kept.vectors.dtype == np.float16
-    assert [text[a:b] for a, b in kept.spans][:4] == ["request", "bc", "##d", "##j"] or \
-        "".join(text[a:b] for a, b in kept.spans).replace(" ", "") == text.replace(" ", "")
+    assert "".join(text[a:b] for a, b in kept.spans).replace(" ", "") == text.replace(" ", "")  # every piece
     first = kept.pooled(0, text.index("The"))
     assert first is not None and abs(float(np.linalg.norm(first)) - 1) < 1e-5
     alone = embeddings.embed_layers([text[:text.index("The")].strip()], remember=False)[0, 1]
