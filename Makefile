@@ -6,6 +6,8 @@
 #               repeats an order, TEST_ARGS narrows the run (e.g. TEST_ARGS=tests/integration),
 #               WORKERS=0 runs in this process (a debugger, -x, -s).
 #               CI runs it with no service reachable at a default address: .ci/run
+#               Python's bytecode cache stays on for the run even where the environment turns it
+#               off: every worker and every proxy process would otherwise compile the package anew.
 # Dependencies: pyproject.toml, the one list (the serving set, extras train, detoxify, eval, dev).
 # `make install` installs every extra from requirements.lock; the container image only the serving
 # set, from requirements-serve.lock (docs/development.md "Install variants").
@@ -39,7 +41,7 @@ WORKERS ?= auto
 
 test: install system-deps
 	@echo "test order: random, seed $(SEED) (repeat with: make test SEED=$(SEED))"
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --randomly-seed=$(SEED) $(TEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --randomly-seed=$(SEED) $(TEST_ARGS)
 
 # Static checks (configuration in pyproject.toml): the import layers and no import cycle
 # (import-linter), lint rules and import order (ruff), types (mypy, strict on the trust core).

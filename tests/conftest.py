@@ -20,11 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from proxy import offline  # noqa: F401  (offline settings for in-process model loading)
+from proxy import offline  # offline settings for in-process model loading
 from tests.support.proxy import RunningProxy, start_proxy, stop_proxy
 from tests.support.redis_server import ENV as REDIS_ENV
 from tests.support.redis_server import RedisServer, delete_redis_namespace, redis_namespace_url
 from tests.support.stub_upstream import StubUpstream
+
+# As the server does at start: spaCy and presidio imported without torch and transformers, which they
+# would otherwise import (seconds and hundreds of MB in every test process) to offer engines the
+# proxy never uses. Tests that need torch (the sentence-transformers reference) import it afterwards.
+offline.keep_torch_out_of_presidio()
 
 TESTS = Path(__file__).resolve().parent
 E2E = TESTS / "e2e"
