@@ -1,6 +1,6 @@
 """Per-key limits ("Bounded regex work"), against the real proxy with tiny limits.
 
-The proxy allows each key a burst of 2 requests refilled at 0.1 request/s and 1 request in
+The proxy allows each key a burst of 2 requests refilled at 0.25 request/s and 1 request in
 flight. Over a limit the real `openai` client (no retries) gets a 429 in OpenAI's error shape
 (`rate_limit_exceeded`, type `requests`) with an integer `Retry-After`; after waiting that long
 the key is served again. A refused request writes no receipt (nothing was screened or
@@ -37,7 +37,7 @@ from tests.support.proxy import (
 from tests.support.redis_server import free_port
 from tests.support.stub_upstream import Reply, StubUpstream
 
-LIMITS = {"max_concurrent_per_key": 1, "requests_per_second": 0.1, "burst": 2}
+LIMITS = {"max_concurrent_per_key": 1, "requests_per_second": 0.25, "burst": 2}
 CAROL_KEY = "sk-test-carol-0009-padded-to-32-chars"
 ROUTE = "/v1/chat/completions"
 
@@ -114,7 +114,7 @@ def test_rate_limit_answers_429_with_retry_after_then_serves_again(limited: Runn
     assert (error["type"], error["code"], error["param"]) == ("requests", "rate_limit_exceeded", None)
     assert "Rate limit reached" in error["message"]
     retry_after = response.headers["retry-after"]
-    assert retry_after.isdigit() and 1 <= int(retry_after) <= 10  # one token per 10 s, rounded up
+    assert retry_after.isdigit() and 1 <= int(retry_after) <= 4  # one token per 4 s, rounded up
     assert _receipts(limited) == receipts  # no receipt for a refused request...
     assert len(upstream.received()) == forwarded  # ...which never reached the provider
     assert _requests_metric(limited, "rate_limited") == refused_before + 1
@@ -125,7 +125,8 @@ def test_rate_limit_answers_429_with_retry_after_then_serves_again(limited: Runn
 
 def test_second_concurrent_request_of_a_key_gets_429_and_other_keys_are_unaffected(
         limited: RunningProxy, upstream) -> None:
-    upstream.queue(Reply(text="A slow answer.", delay=2.0))
+    released = threading.Event()  # bob's first request stays at the provider until the checks are done
+    upstream.queue(Reply(text="A slow answer.", gate=released))
     bob = _client(limited, OTHER_KEY)
     slow: dict = {}
     in_flight = threading.Thread(target=lambda: slow.update(answer=_ask(bob, "Tell me slowly.")))
@@ -138,6 +139,7 @@ def test_second_concurrent_request_of_a_key_gets_429_and_other_keys_are_unaffect
     assert refused.value.response.headers["retry-after"] == "1"
     assert "concurrent" in refused.value.response.json()["error"]["message"]
     assert _ask(_client(limited, CAROL_KEY)).choices[0].message.content  # carol is another key
+    released.set()
     in_flight.join(30)
     assert slow["answer"].choices[0].message.content == "A slow answer."
     assert _ask(bob).choices[0].message.content  # the refusal took no token: bob's second one is left

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -189,7 +190,8 @@ def test_sighup_reloads(hangup, upstream):
 
 def test_a_request_in_flight_finishes_on_the_version_it_started_with(pristine, upstream):
     before = version(pristine)
-    upstream.queue(Reply("one two three four five six seven eight", chunk_delay=1.5))
+    released = threading.Event()  # the answer's words wait until the reload is done
+    upstream.queue(Reply("one two three four five six seven eight", gate=released))
     stream_client = client(pristine)
     with stream_client.chat.completions.with_streaming_response.create(
             model="stub", stream=True, messages=[{"role": "user", "content": "Tell me a story."}]) as response:
@@ -198,6 +200,7 @@ def test_a_request_in_flight_finishes_on_the_version_it_started_with(pristine, u
         status, outcome = reload(pristine)
         assert status == 200 and outcome["result"] == "applied"
         assert call(pristine, "GET", f"/v1/receipts/{receipt_id}")[0] == 404  # still in flight: not sealed yet
+        released.set()
         text = "".join(chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices)
     assert text == "one two three four five six seven eight"
     assert receipt_version(pristine, receipt_id) == ("default", before)

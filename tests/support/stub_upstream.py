@@ -38,7 +38,9 @@ class Reply:
     (as given) after the content, ``finish_reason`` of the last chunk; ``truncate``: the connection
     is cut after the content chunks (no finish chunk, no ``[DONE]``: a provider failing mid-stream).
     ``raw``: the exact body of a non-streamed answer (JSON text the stub does not build: a malformed
-    or hostile provider).
+    or hostile provider). ``gate``: an event the test sets once it has done what must happen while
+    the request is at the provider; until then (at most 60 s) a non-streamed answer is held, and a
+    stream after its first (role) chunk.
     """
 
     text: str | None = None
@@ -46,6 +48,7 @@ class Reply:
     delay: float = 0.0
     chunks: list[str] | None = None
     chunk_delay: float = 0.0
+    gate: threading.Event | None = None
     tool_calls: list[list[dict[str, Any]]] | None = None
     finish_reason: str = "stop"
     truncate: bool = False
@@ -158,6 +161,8 @@ class StubUpstream:
             reply = self.replies.pop(0) if self.replies else Reply()
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if reply.gate is not None and not body.get("stream"):
+            await _wait(reply.gate)
         if reply.status != 200:
             return web.json_response({"error": {"message": f"stub error {reply.status}", "type": "server_error",
                                                 "param": None, "code": None}}, status=reply.status)
@@ -186,6 +191,8 @@ class StubUpstream:
         try:  # a proxy that stops reading (its client went away) closes the connection: stop sending
             base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
             await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+            if reply.gate is not None:
+                await _wait(reply.gate)
             for piece in _content_chunks(reply, text):
                 if reply.chunk_delay:
                     await asyncio.sleep(reply.chunk_delay)
@@ -203,6 +210,11 @@ class StubUpstream:
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
             pass
         return response
+
+
+async def _wait(gate: threading.Event) -> None:
+    """Wait for ``gate`` (at most 60 s) without blocking the stub's event loop."""
+    await asyncio.get_running_loop().run_in_executor(None, gate.wait, 60)
 
 
 def stub_vector(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
