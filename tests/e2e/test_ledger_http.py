@@ -27,7 +27,9 @@ ORIGIN = "sonate-trust-proxy/ledger"
 @pytest.fixture(scope="module")
 def sqlite_proxy(tmp_path_factory: pytest.TempPathFactory, stub):
     directory = tmp_path_factory.mktemp("ledger-http")
-    running = start_proxy(directory, stub.url, "sqlite:///" + str(directory / "ledger.db"))
+    url = "sqlite:///" + str(directory / "ledger.db")
+    # the publisher's checkpoint a second after new entries, not the default 10 s the tests would wait for
+    running = start_proxy(directory, stub.url, url, overrides={"ledger": {"url": url, "checkpoint_interval_seconds": 1}})
     yield running
     stop_proxy(running)
 
