@@ -61,14 +61,16 @@ def bounded(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> Run
 
 @pytest.fixture(scope="module")
 def unbounded(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
-    """No bound on characters or texts, a 10 s time budget, a large lane of one thread and no queue.
+    """No bound on characters or texts, a 10 s time budget, a large lane of one thread and no queue,
+    its thread at the server's own priority.
 
-    The budget leaves room for the 500 numbers of a large request (~1.1 s on an idle machine, past
-    5 s once when other jobs kept both CPUs busy beside the suite's two workers); 100,000 numbers
-    still take well over a minute."""
+    The budget leaves room for the 500 numbers of a large request (~1.1 s on an idle machine);
+    100,000 numbers still take well over a minute. The lane's thread keeps nice 0
+    (``large_input_nice``, default 10, tested in test_limits.py): at nice 10 beside two busy
+    processes it gets ~5% of a CPU, and the 500 numbers outlast the budget."""
     running = _proxy(tmp_path_factory.mktemp("unbounded"), stub,
                      {"max_screen_chars": 0, "max_screen_pieces": 0, "screen_timeout_seconds": 10,
-                      "large_input_threads": 1, "max_queued_large_screens": 0})
+                      "large_input_threads": 1, "max_queued_large_screens": 0, "large_input_nice": 0})
     yield running
     stop_proxy(running)
 
