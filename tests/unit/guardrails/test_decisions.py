@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from proxy.guardrails.decisions import (
+    Decision,
     decisive_action,
     escalation_decision,
     fmt_score,
@@ -22,6 +23,7 @@ from proxy.guardrails.decisions import (
     privacy_decision,
     safety_decision,
     summary_decision,
+    unreadable_decision,
     worst_scores,
 )
 from proxy.guardrails.schema import CompliancePolicy, ContinuityPolicy, PrivacyPolicy, SafetyPolicy
@@ -86,6 +88,29 @@ def test_safety_refuses_at_the_threshold_and_records_its_evidence() -> None:
     bare = safety_decision(policy, "input", {"threat": 0.8}, SimpleNamespace())
     assert bare.evidence["categories"] == ["threat"]
     assert bare.evidence["detector"] == {"name": "unknown", "version": "unknown", "components": []}
+
+
+def test_unreadable_parts_are_refused_only_when_the_policy_says_so_and_there_are_some() -> None:
+    """``unreadable_parts: refuse`` and at least one part: an input refusal scored 1 on the rule's category,
+    its evidence counting the part types present (sorted) and naming the rule as its detector."""
+    strict = SafetyPolicy(id="safety.parts", kind="safety", stages=["input"], thresholds={"toxicity": "0.5"},
+                          unreadable_parts="refuse")
+    lenient = strict.model_copy(update={"unreadable_parts": "forward"})
+    parts = {"input_audio": 1, "file": 0, "image_url": 2}
+    assert unreadable_decision(lenient, parts) is None
+    assert unreadable_decision(strict, {"image_url": 0, "file": 0}) is None
+    assert unreadable_decision(strict, {}) is None
+    decision = unreadable_decision(strict, parts)
+    assert decision == Decision(
+        policy_id="safety.parts", kind="safety", stage="input", action="refuse",
+        scores={"unreadable_content": "1.0000"},
+        evidence={
+            "stage": "input",
+            "categories": ["unreadable_content"],
+            "unreadable_parts": {"image_url": 2, "input_audio": 1},
+            "detector": {"name": "unreadable-parts", "version": "policy rule (unreadable_parts: refuse)"},
+        })
+    assert list(decision.evidence["unreadable_parts"]) == ["image_url", "input_audio"]
 
 
 def test_privacy_decision_records_offsets_never_values() -> None:

@@ -144,6 +144,38 @@ def test_agreement_intervals_bracket_ac1_with_the_bootstrap_of_the_items() -> No
     assert (interval["low"], interval["high"]) == pytest.approx((low, high))
     assert result["health"]["interval"]["low"] == result["health"]["interval"]["high"] == pytest.approx(1.0)  # one item
 
+def _double_rated(verdicts: list[tuple[Verdict, Verdict]], domain: str = "code") -> list[dict]:
+    items = []
+    for n, (a, b) in enumerate(verdicts):
+        item = new_item([_receipt("refuse", domain=domain, n=n)], messages=[], response="", model_apology=False,
+                        sampled=False, created="t")
+        item, _ = record_pass(item, reviewer="a", verdict=a, ts="t")
+        item, _ = record_pass(item, reviewer="b", verdict=b, ts="t")
+        items.append(item)
+    return items
+
+
+def test_agreement_intervals_use_the_confidence_asked_for_and_stay_within_ac1s_range() -> None:
+    """Another confidence gives the bootstrap interval at that confidence (narrower for a lower one);
+    two items, one agreed and one not, spread so widely that the interval is clipped to [-1, 1]
+    at both ends."""
+    verdicts = [(NEEDLESS, NEEDLESS), (JUSTIFIED, JUSTIFIED), (NEEDLESS, JUSTIFIED)] * 10
+    items = _double_rated(verdicts)
+    wide, narrow = agreement_intervals(items)["code"]["interval"], agreement_intervals(items, 0.8)["code"]["interval"]
+    assert narrow["confidence"] == 0.8 and narrow["high"] - narrow["low"] < wide["high"] - wide["low"]
+    labels = {id(NEEDLESS): "unnecessary_apology", id(JUSTIFIED): "correct"}
+    pairs = [(labels[id(a)], labels[id(b)]) for a, b in verdicts]
+    scale = ("correct", "unnecessary_apology", "false_positive", "false_negative")
+    _, low, high = bootstrap_interval(pairs, lambda p: gwet_ac1([x for x, _ in p], [y for _, y in p], categories=scale),
+                                      confidence=0.8)
+    assert (narrow["low"], narrow["high"]) == pytest.approx((low, high))
+    tiny = agreement_intervals(_double_rated([(JUSTIFIED, JUSTIFIED), (NEEDLESS, JUSTIFIED)]), 0.9999)["code"]
+    assert -1 < tiny["ac1"] < 1
+    assert (tiny["interval"]["low"], tiny["interval"]["high"]) == (-1.0, 1.0)
+    assert agreement_intervals(_double_rated([(JUSTIFIED, JUSTIFIED), (NEEDLESS, JUSTIFIED)]))["code"]["interval"][
+        "high"] == 1.0  # at 95% only the upper end reaches the bound
+
+
 def _candidates() -> list[dict]:
     """The 8 verdicts a reviewer with an empty note and no expected policy can give."""
     return [Verdict(breach=a, intent_permissible=b, content_harmful=c).model_dump()

@@ -134,6 +134,13 @@ def test_bundle_failures_name_the_fields_and_say_why_in_full() -> None:
     assert verify_bundle(document, keys) == [
         Failure(None, None, "inclusion", "missing field(s): leaf_index, hashes; unknown field(s): a, z",
                 where="inclusion proof")]
+    del proof["z"], proof["a"]  # one kind of fault: the other list is not mentioned
+    assert verify_bundle(document, keys) == [
+        Failure(None, None, "inclusion", "missing field(s): leaf_index, hashes", where="inclusion proof")]
+    document, keys = _valid_bundle()
+    document["inclusion_proof"]["extra"] = 1
+    assert verify_bundle(document, keys) == [
+        Failure(None, None, "inclusion", "unknown field(s): extra", where="inclusion proof")]
     document, keys = _valid_bundle()
     document["checkpoint"] = None
     assert verify_bundle(document, keys) == [
