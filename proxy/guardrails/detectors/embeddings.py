@@ -146,10 +146,10 @@ class TokenVectors:
 def _token_vectors(encoding, hidden: np.ndarray) -> TokenVectors:
     """:class:`TokenVectors` of one text from its tokenizer ``encoding`` and its pass's fifth-layer
     states ``hidden`` (seq, 384) (padding columns past the text's pieces ignored)."""
-    count = len(encoding.ids)
-    kept = [j for j in range(min(count, len(hidden)))
-            if not encoding.special_tokens_mask[j] and encoding.offsets[j][1] > encoding.offsets[j][0]]
-    spans = np.array([encoding.offsets[j] for j in kept], dtype=np.int32).reshape(-1, 2)
+    # the encoding's lists are read once: each attribute access converts the whole list anew
+    special, offsets = encoding.special_tokens_mask, encoding.offsets
+    kept = [j for j in range(min(len(offsets), len(hidden))) if not special[j] and offsets[j][1] > offsets[j][0]]
+    spans = np.array([offsets[j] for j in kept], dtype=np.int32).reshape(-1, 2)
     return TokenVectors(hidden[kept].astype(np.float16), spans, not encoding.overflowing)
 
 
@@ -336,7 +336,6 @@ class OnnxEncoder:
         types = np.array([e.type_ids for e in encodings], dtype=np.int64)
         batches = batch_plan([len(e.ids) for e in encodings], self.batch)
         out = np.empty((len(texts), LAYERS, DIMENSIONS), dtype=np.float32)
-        workers = min(len(batches), os.cpu_count() or 1)
         hook = pause_hook()  # a screen's: each batch starts at a pause point (may wait, or abandon the screen)
 
         def run(chosen: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -344,7 +343,9 @@ class OnnxEncoder:
                 pause_point()
                 return self._batch(ids[chosen], mask[chosen], types[chosen], pieces is not None)
 
-        if workers == 1 or len(texts) <= BATCH:  # request time: a few texts, on the caller's thread
+        # request time (a few texts) on the caller's thread, before asking the OS for its CPUs (~6 µs)
+        workers = 1 if len(texts) <= BATCH else min(len(batches), os.cpu_count() or 1)
+        if workers == 1:
             results = [run(chosen) for chosen in batches]
         else:  # a corpus (classifier set-up at start; a screen of many windows): batches in parallel
             with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:  # (sessions release the GIL)

@@ -183,12 +183,18 @@ def patterns_digest(recognizer: Any) -> str:
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:16]
 
 
+#: An ASCII digit: in an ASCII text, exactly the characters ``str.isdigit`` accepts.
+_ASCII_DIGIT = re.compile("[0-9]")
+
+
 def could_match(needs: str, text: str) -> bool:
     """Does ``text`` hold a character every match of a recognizer needing ``needs`` holds?
     ``needs``: ``"digit"`` (any ``str.isdigit`` character: a superset of the ``\\d`` and ``[0-9]``
     the patterns match), ``"digit:"`` (a digit or ``:``), or literal characters (any of them)."""
     if needs.startswith("digit"):
         extra = needs[len("digit"):]
+        if text.isascii():  # where str.isdigit is [0-9]: one regex search instead of a Python loop
+            return _ASCII_DIGIT.search(text) is not None or any(c in text for c in extra)
         return any(c.isdigit() or c in extra for c in text)
     return any(c in text for c in needs)
 

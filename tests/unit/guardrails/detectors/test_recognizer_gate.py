@@ -53,6 +53,19 @@ def test_could_match_reads_the_needed_characters():
     assert patterns.could_match("@", "a@b") and not patterns.could_match("@", "a at b")
 
 
+def test_could_match_is_str_isdigit_on_ascii_and_other_texts():
+    """The ASCII shortcut answers as the per-character ``str.isdigit`` walk does, on ASCII texts and
+    on texts with other digits (superscripts, Arabic-Indic, full-width) or none."""
+    rng = random.Random(7)
+    alphabet = string.printable + "\u00b2\u0664\uff17\u00e9\u2460:"
+    texts = ["", "abc", "a:b", "x\u00b2", "\uff17", "caf\u00e9 1", "caf\u00e9"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    for needs in ("digit", "digit:"):
+        extra = needs[len("digit"):]
+        for text in texts:
+            assert patterns.could_match(needs, text) == any(c.isdigit() or c in extra for c in text), (needs, text)
+
+
 @pytest.fixture(scope="module")
 def detectors(tmp_path_factory):
     """The detector with the gate, and one built with ``SONATE_PII_RECOGNIZER_GATE=0``."""
