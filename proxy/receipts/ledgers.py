@@ -176,7 +176,7 @@ async def discover_ledgers(url: str) -> list[str]:
         plain = parts._replace(query=urlencode(query, doseq=True)).geturl()
         from redis.asyncio import Redis
         from redis.asyncio.cluster import RedisCluster
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisClusterException, RedisError
 
         client: Any = RedisCluster.from_url(plain, decode_responses=True) if cluster else \
             Redis.from_url(plain, decode_responses=True)
@@ -186,7 +186,7 @@ async def discover_ledgers(url: str) -> list[str]:
                 name = key[len(namespace) + 2:-len("}:head")]
                 if LEDGER_NAME.fullmatch(name):
                     found.add(name)
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:  # the cluster's is no RedisError
             from proxy.storage.base import LedgerUnavailable
 
             raise LedgerUnavailable(f"Redis ledger unreachable: {exc}") from exc

@@ -194,6 +194,8 @@ async def test_unsupported_or_unreachable_ledger_urls() -> None:
     for scheme in ("redis", "rediss"):
         with pytest.raises(LedgerUnavailable):
             await discover_ledgers(f"{scheme}://127.0.0.1:{port}/0?socket_connect_timeout=1")
+    with pytest.raises(LedgerUnavailable):  # cluster=1 against a Redis that is not a cluster
+        await discover_ledgers(redis_url() + "?cluster=1")
 
 
 @pytest.fixture(scope="module")
