@@ -425,6 +425,20 @@ class Config(_Strict):
         return next((r for r in self.model_list if r.model_name == model_name), None)
 
 
+def safe_load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, parsed by libyaml when PyYAML was built with it (the same
+    constructor and resolver, so the same data; ~25x faster on the 138 KB Compliance policy read at
+    start-up). A text libyaml refuses is parsed again by the pure-Python loader: its result, or its
+    ``yaml.YAMLError`` (whose message quotes the offending line), is the one ``yaml.safe_load`` gives."""
+    loader = getattr(yaml, "CSafeLoader", None)
+    if loader is not None:
+        try:
+            return yaml.load(text, Loader=loader)  # CSafeLoader: the safe constructor
+        except yaml.YAMLError:
+            pass
+    return yaml.safe_load(text)
+
+
 def load_config(path: str | os.PathLike | None = None) -> Config:
     """Load, override and validate config.yaml.
 
@@ -435,7 +449,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     """
     source = Path(path or os.environ.get("SONATE_CONFIG") or DEFAULT_CONFIG)
     try:
-        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+        raw = safe_load_yaml(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{source}: file not found (set SONATE_CONFIG or pass --config)") from None
     except yaml.YAMLError as exc:

@@ -16,13 +16,14 @@ import argparse
 import importlib
 import logging
 import re
+import sys
 from types import ModuleType
 from typing import Any
 
 from proxy import __version__, offline  # noqa: F401  (offline settings before any model import)
 from proxy.cli.common import UsageError, report_usage_error
 
-__all__ = ["COMMANDS", "REDACTED_LOGGERS", "build_parser", "command_module", "main", "redact_record"]
+__all__ = ["COMMANDS", "REDACTED_LOGGERS", "build_parser", "command_module", "main", "named_command", "redact_record"]
 
 #: Top-level command → the module that implements it, in the order ``sonate --help`` lists them.
 COMMANDS: dict[str, str] = {
@@ -62,16 +63,30 @@ def _add_command(commands: Any, name: str, module: ModuleType) -> None:
         sub_parser.set_defaults(func=run)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``sonate`` argument parser: global flags, then every command of :data:`COMMANDS`."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``sonate`` argument parser: global flags, then every command of :data:`COMMANDS`, or
+    command ``only`` alone (the others' modules, such as the evaluation and training code that
+    ``sonate eval`` and ``sonate train`` import, are then not imported)."""
     parser = argparse.ArgumentParser(prog="sonate", description="Sonate Trust Proxy: guardrail gateway "
                                      "with signed, hash-chained trust receipts.")
     parser.add_argument("--version", action="version", version=f"sonate {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in [only] if only is not None else COMMANDS:
         _add_command(commands, name, command_module(name))
     return parser
+
+
+def named_command(argv: list[str]) -> str | None:
+    """The command of :data:`COMMANDS` that ``argv`` (``sonate``'s arguments) runs, when its first
+    argument is one or follows ``--log-level LEVEL`` alone; None otherwise (help, ``--version``,
+    an abbreviated flag or an unknown command: the whole parser answers those)."""
+    rest = list(argv)
+    if rest[:1] == ["--log-level"]:
+        rest = rest[2:]
+    elif rest[:1] and rest[0].startswith("--log-level="):
+        rest = rest[1:]
+    return rest[0] if rest and rest[0] in COMMANDS else None
 
 
 #: Libraries whose DEBUG records can carry request or response bodies (prompts, answers, keys):
@@ -140,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from proxy.config import ConfigError
     from proxy.receipts.signing import KeyFileError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(named_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     _configure_logging(args.log_level)
     try:
         return int(args.func(args) or 0)

@@ -13,9 +13,11 @@ binds the sockets, loads the models once, then forks the workers, which share th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shutil
 import socket
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -72,8 +74,12 @@ def _serve(config: Config, host: str, port: int, sock: socket.socket | None, ind
     from proxy.server.admission import workers
 
     offline.keep_torch_out_of_presidio()  # before anything imports presidio/spaCy: no torch in the server
+    loading = _load_embeddings_beside_imports() if preloaded is None else None
     from proxy.receipts.signing import KeyFileError
     from proxy.server.http.app import build_services, create_app
+
+    if loading is not None:
+        loading.join()
 
     async def make_app() -> web.Application:
         app = create_app(await build_services(config, preloaded))
@@ -92,6 +98,27 @@ def _serve(config: Config, host: str, port: int, sock: socket.socket | None, ind
     except (ConfigError, KeyFileError, ValueError) as exc:
         raise UsageError(f"cannot start:\n{exc}") from None
     return EXIT_OK
+
+
+def _load_embeddings_beside_imports() -> threading.Thread:
+    """Start loading the sentence-embedding model (:func:`proxy.guardrails.detectors.embeddings.warm_up`)
+    in a thread of its own and return the thread; join it before the services are built. The
+    serving modules imported meanwhile (litellm and the OpenAI SDK: seconds of Python holding the
+    GIL) leave it the time ONNX Runtime spends without the GIL (the graph's session set-up, the
+    exactness probe's runs), so most of the load is hidden behind them. A failure is left to the
+    services' own load, which raises it (a model that fails to load is not kept)."""
+    from proxy.guardrails.detectors import embeddings
+    from proxy.server.admission.limits import pin_mmap_threshold
+
+    pin_mmap_threshold()  # before the model's buffers are allocated, as build_services does
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            embeddings.warm_up()
+
+    thread = threading.Thread(target=load, name="sonate-embeddings", daemon=True)
+    thread.start()
+    return thread
 
 
 def _supervise(config: Config, count: int, host: str, port: int) -> int:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from proxy.config import ConfigError, format_validation_error
+from proxy.config import ConfigError, format_validation_error, safe_load_yaml
 
 Stage = Literal["input", "output"]
 
@@ -186,7 +186,7 @@ def validate_policy(raw: Any, source: str, prefix: str = "") -> Policy:
 def read_policy_file(path: Path) -> PolicyDocument:
     """Parse and validate one policy file; ConfigError names the file and the key."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = safe_load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -303,9 +303,11 @@ def _nlp_engine(config: PiiDetectorConfig):
     return nlp_engine
 
 
-def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
+def _recognizer_registry(config: PiiDetectorConfig, nlp_engine, words: frozenset[str]):
     """presidio's predefined recognizers minus the disabled ones, plus the YAML pattern recognizers,
-    with the configured context words and per-entity score thresholds applied."""
+    with the configured context words and per-entity score thresholds applied. ``words``: the
+    pipeline's dictionary words (:func:`~proxy.guardrails.detectors.privacy_names.english_words`)
+    for the name gazetteer."""
     from presidio_analyzer import PatternRecognizer
     from presidio_analyzer.recognizer_registry import RecognizerRegistry
 
@@ -323,7 +325,7 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
         registry.add_recognizer(AddressBlockRecognizer(supported_language=config.language))
     if config.name_gazetteer:
         registry.add_recognizer(NameGazetteerRecognizer(
-            supported_language=config.language, words=english_words(nlp_engine.get_nlp(config.language))))
+            supported_language=config.language, words=words))
     for recognizer_name in config.disabled_recognizers:
         registry.remove_recognizer(recognizer_name)
     for spec in config.recognizers:
@@ -347,12 +349,12 @@ def _recognizer_registry(config: PiiDetectorConfig, nlp_engine):
     return registry
 
 
-def _analyzer(config: PiiDetectorConfig):
-    """One presidio ``BatchAnalyzerEngine`` with its own spaCy pipeline and recognizer registry."""
+def _analyzer(config: PiiDetectorConfig, nlp_engine, words: frozenset[str]):
+    """One presidio ``BatchAnalyzerEngine`` over ``nlp_engine`` (:func:`_nlp_engine`: its own spaCy
+    pipeline) with its own recognizer registry; ``words``: see :func:`_recognizer_registry`."""
     from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
-    nlp_engine = _nlp_engine(config)
     analyzer = AnalyzerEngine(
-        registry=_recognizer_registry(config, nlp_engine),
+        registry=_recognizer_registry(config, nlp_engine, words),
         nlp_engine=nlp_engine,
         supported_languages=[config.language],
         default_score_threshold=config.score_threshold,
@@ -457,7 +459,11 @@ class PiiDetector:
         self.ner_windows_skipped = 0
         #: Of those, general questions settled from their tokens alone (:meth:`_general_question`).
         self.parses_skipped = 0
-        first = _analyzer(config)
+        nlp_engine = _nlp_engine(config)
+        #: The pipeline's dictionary words, one set for every analyzer's name gazetteer and for
+        #: :attr:`_question_words` (each pipeline loads the same tables: ~83,000 words).
+        self._words = english_words(nlp_engine.get_nlp(config.language))
+        first = _analyzer(config, nlp_engine, self._words)
         try:
             self._lemma_bound: LemmaBound | None = LemmaBound(first.analyzer_engine.nlp_engine.get_nlp(config.language))
         except ValueError:  # another kind of lemmatizer: every piece takes the full parse
@@ -486,7 +492,7 @@ class PiiDetector:
         #: (``question_name_threshold``, :meth:`_judges_question_names`); empty when that is off.
         self._question_words: frozenset[str] = frozenset()
         if self.person_head is not None and config.question_name_threshold is not None:
-            self._question_words = english_words(first.analyzer_engine.nlp_engine.get_nlp(config.language))
+            self._question_words = self._words
         self.version = (
             f"presidio-analyzer {metadata.version('presidio-analyzer')} + "
             f"{model_meta['lang']}_{model_meta['name']} {model_meta['version']}"
@@ -507,12 +513,13 @@ class PiiDetector:
 
     def _build(self):
         """Another analyzer, whose spaCy pipeline reads the first one's weights
-        (:func:`~proxy.guardrails.detectors.spacy_weights.share_weights`)."""
-        batch = _analyzer(self.config)
-        self.analyzers_built += 1
+        (:func:`~proxy.guardrails.detectors.spacy_weights.share_weights`) and whose name gazetteer
+        its dictionary words."""
         language = self.config.language
-        share_weights(self._weights.analyzer_engine.nlp_engine.nlp[language],
-                      batch.analyzer_engine.nlp_engine.nlp[language])
+        nlp_engine = _nlp_engine(self.config)
+        share_weights(self._weights.analyzer_engine.nlp_engine.nlp[language], nlp_engine.nlp[language])
+        batch = _analyzer(self.config, nlp_engine, self._words)
+        self.analyzers_built += 1
         return batch
 
     def prepare(self, threads: int) -> None:

@@ -42,7 +42,9 @@ only this recognizer names needs the detector's ``name_gazetteer_threshold``).
 
 The gazetteer is the first names and surnames of every locale of Faker's person providers
 (MIT), single words only, case-folded: about 27,000 first names and 28,000 surnames, read once
-per process (~0.3 s). A word of the English dictionary (the words of the pipeline's lemmatizer
+per process from the list shipped beside the other artefacts (:data:`GAZETTEER`, written from
+the installed Faker by ``python -m proxy.guardrails.detectors.privacy_names``), or from Faker's
+modules when that list was written from another Faker version. A word of the English dictionary (the words of the pipeline's lemmatizer
 index, :func:`english_words`: "chance", "summer", "will") counts only capitalised inside a
 sentence, never in a lower-case text. Cost: ~0.1 ms a text (one pass over the tokens), beside
 the ~35 ms of the privacy pass.
@@ -52,8 +54,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import pkgutil
 import re
+from importlib import metadata
+from pathlib import Path
 from typing import Iterable
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
@@ -78,6 +83,9 @@ _STEM_VOWELS = ("", "a", "e", "o", "i")
 _MIN_STEM = 3
 #: A name word glued to punctuation in one token: ``Elena:"I'm``.
 _GLUED = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+#: The gazetteer as :func:`faker_gazetteer` reads it, and the Faker version it was read from
+#: (``{"faker": "40.63.0", "first": [...], "last": [...]}``, sorted; :func:`write_gazetteer`).
+GAZETTEER = Path(__file__).resolve().parent.parent / "artefacts" / "name-gazetteer.json"
 #: Punctuation inside an address, a file name or a number, never between a name and its turn
 #: ("files.example.org", "a/b", "x@y", "v2"): such a token holds no glued name.
 _ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
@@ -142,6 +150,24 @@ def diminutive_of(word: str, first: frozenset[str]) -> str | None:
 
 @functools.cache
 def gazetteer() -> tuple[frozenset[str], frozenset[str]]:
+    """(first names, surnames): :func:`read_gazetteer` of :data:`GAZETTEER`, once per process."""
+    return read_gazetteer()
+
+
+def read_gazetteer(path: Path = GAZETTEER) -> tuple[frozenset[str], frozenset[str]]:
+    """(first names, surnames): :func:`faker_gazetteer`, read from ``path`` when that was written
+    from the installed Faker version (no Faker module imported: ~0.3 s and ~11 MB of provider lists
+    spared at start-up), else (another version, no file) from Faker's modules."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["faker"] == metadata.version("faker"):
+            return frozenset(record["first"]), frozenset(record["last"])
+    except (OSError, ValueError, KeyError, TypeError, metadata.PackageNotFoundError):
+        pass
+    return faker_gazetteer()
+
+
+def faker_gazetteer() -> tuple[frozenset[str], frozenset[str]]:
     """(first names, surnames), case-folded single words, of every locale of Faker's person providers:
     every list of a provider whose name ends in ``names`` and says ``first`` or ``middle`` (first
     names) or ``last`` (surnames), romanised lists included ("first_names_female",
@@ -159,6 +185,15 @@ def gazetteer() -> tuple[frozenset[str], frozenset[str]]:
                 # a dict (OrderedDict of name -> weight) in some locales
                 into.update(v.casefold() for v in values if isinstance(v, str) and _NAME_WORD.match(v))
     return frozenset(first), frozenset(last)
+
+
+def write_gazetteer(path: Path = GAZETTEER) -> Path:
+    """Write :func:`faker_gazetteer` and the installed Faker version to ``path`` (JSON, sorted
+    lists, one line); returns ``path``. Raises ImportError when Faker is not installed."""
+    first, last = faker_gazetteer()
+    record = {"faker": metadata.version("faker"), "first": sorted(first), "last": sorted(last)}
+    path.write_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+    return path
 
 
 class NameGazetteerRecognizer(EntityRecognizer):
@@ -387,3 +422,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and self._fits(doc, token.i, token.i + 1)):
                 add(token.i, token.i + 1)
         return sorted(found), roles
+
+
+if __name__ == "__main__":
+    print(write_gazetteer())

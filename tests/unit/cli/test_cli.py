@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import COMMANDS, build_parser, command_module, main
+from proxy.cli import COMMANDS, build_parser, command_module, main, named_command
 from proxy.cli.common import EXIT_USAGE
 from tests.support.forked import sonate
 
@@ -153,6 +153,22 @@ def test_python_m_proxy_is_sonate_and_parsing_loads_no_heavy_module() -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env,
                             cwd=ROOT)
     assert (loaded.returncode, loaded.stdout) == (0, "[]\n"), loaded.stderr
+
+
+def test_a_named_command_is_parsed_without_importing_the_other_commands() -> None:
+    assert [named_command(argv) for argv in (["serve"], ["--log-level", "DEBUG", "eval", "guardrails"],
+                                             ["--log-level=ERROR", "keys"], ["-h", "serve"], ["--version"],
+                                             ["--log", "DEBUG", "serve"], ["bogus"], [])] == \
+        ["serve", "eval", "keys", None, None, None, None, None]
+    argv = ["--log-level", "DEBUG", "serve", "--config", "c.yaml", "--port", "9"]
+    assert vars(build_parser("serve").parse_args(argv)) == vars(build_parser().parse_args(argv))
+    probe = ("import sys; from proxy.cli import build_parser, named_command; "
+             "build_parser(named_command(['serve', '--config', 'c.yaml'])); "
+             "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('proxy.')}))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert loaded.returncode == 0, loaded.stderr
+    assert "evaluation" not in loaded.stdout and "cli" in loaded.stdout
 
 
 def test_parser_keeps_the_global_flags() -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from importlib import metadata
 
 import numpy as np
 import pytest
 
+from proxy.guardrails.detectors import privacy_names
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, diminutive_of, english_words, gazetteer
+from tests.support.proxy import ROOT
 from tests.unit.guardrails.detectors.test_privacy_context import _block, _found
 
 
@@ -37,6 +44,26 @@ def test_the_gazetteer_holds_first_names_and_surnames_of_many_languages():
     first, last = gazetteer()
     assert {"leocadia", "sunniva", "hedda", "ingrid"} <= first and {"nielsen", "kowalski"} <= last
     assert all(" " not in name and name == name.casefold() for name in first | last)
+
+
+def test_the_shipped_gazetteer_is_the_one_faker_gives_and_is_read_without_faker():
+    record = json.loads(privacy_names.GAZETTEER.read_text(encoding="utf-8"))
+    assert record["faker"] == metadata.version("faker")  # else: python -m proxy.guardrails.detectors.privacy_names
+    assert gazetteer() == privacy_names.faker_gazetteer() == (frozenset(record["first"]), frozenset(record["last"]))
+    probe = ("import sys; from proxy.guardrails.detectors.privacy_names import gazetteer; gazetteer(); "
+             "print(sorted(m for m in sys.modules if m.startswith('faker')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+def test_a_list_from_another_faker_version_is_not_read(tmp_path):
+    stale = tmp_path / "name-gazetteer.json"
+    stale.write_text(json.dumps({"faker": "0.0.1", "first": ["zzfirst"], "last": ["zzlast"]}))
+    assert privacy_names.read_gazetteer(stale) == privacy_names.faker_gazetteer()
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps({"faker": metadata.version("faker"), "first": ["zzfirst"], "last": ["zzlast"]}))
+    assert privacy_names.read_gazetteer(current) == (frozenset({"zzfirst"}), frozenset({"zzlast"}))
 
 
 @pytest.mark.parametrize("text, name", [
