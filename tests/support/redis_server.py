@@ -94,10 +94,14 @@ def redis_namespace_url(prefix: str = "test") -> str:
 
 def delete_redis_namespace(url: str) -> None:
     """Delete every key of the namespace of ledger ``url`` (``redis://...?namespace=NS``)."""
-    namespace = url.split("namespace=", 1)[1]
-    client = redis.Redis.from_url(url.split("?", 1)[0])
+    delete_redis_keys(url.split("?", 1)[0], f"{{{url.split('namespace=', 1)[1]}}}*")
+
+
+def delete_redis_keys(url: str, match: str) -> None:
+    """Delete every key matching the SCAN pattern ``match`` in the database of Redis ``url``."""
+    client = redis.Redis.from_url(url)
     try:
-        keys = list(client.scan_iter(match=f"{{{namespace}}}*", count=1000))
+        keys = list(client.scan_iter(match=match, count=1000))
         if keys:
             client.delete(*keys)
     finally:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from proxy.config import LedgerConfig
 from proxy.receipts import Ledger, Signer
@@ -28,7 +27,7 @@ from proxy.receipts.verify import verify_receipt
 from proxy.storage.base import LedgerUnavailable
 from tests.support.ledger import make_receipt, sqlite_url
 from tests.support.redis_cluster import RedisCluster
-from tests.support.redis_server import free_port, redis_url
+from tests.support.redis_server import delete_redis_keys, free_port, redis_url
 
 
 def test_none_partition_names_no_ledger() -> None:
@@ -157,13 +156,7 @@ def redis_namespaces() -> Iterator[str]:
     prefix = "disc" + uuid.uuid4().hex[:8]
     yield prefix
     for db in (0, 5):
-        client = redis.Redis.from_url(redis_url().rsplit("/", 1)[0] + f"/{db}")
-        try:
-            keys = list(client.scan_iter(match=f"{{{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_redis_keys(redis_url().rsplit("/", 1)[0] + f"/{db}", f"{{{prefix}*")
 
 
 async def _ledgers_with_receipts(url: str, names: list[str]) -> None:
