@@ -52,7 +52,12 @@ from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, 
 from proxy.guardrails.detectors.embeddings import embed
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
-from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, english_words
+from proxy.guardrails.detectors.privacy_names import (
+    NameGazetteerRecognizer,
+    could_name_a_person,
+    english_words,
+    gazetteer,
+)
 from proxy.guardrails.detectors.privacy_person import (
     PersonHead,
     coreferent_spans,
@@ -605,7 +610,16 @@ class PiiDetector:
         results = self.analyzer().analyzer_engine.analyze(
             text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=entities or self._entities,
             allow_list=self.config.allow_list or None, context=context)
-        return [s for s in self._to_spans(results) if self._enough_digits(piece, s)]
+        return [s for s in self._to_spans(results) if self._enough_digits(piece, s) and self._could_be_person(piece, s)]
+
+    def _could_be_person(self, piece: str, span: PiiSpan) -> bool:
+        """A ``PERSON`` span of dictionary words only, none of them a gazetteer name, is no one
+        (:func:`~proxy.guardrails.detectors.privacy_names.could_name_a_person`; NER's or a name
+        slot's: "Customer: Hello, I ..."); every other span is kept. Off without the name gazetteer."""
+        if span.entity_type != "PERSON" or not self.config.name_gazetteer:
+            return True
+        first, last = gazetteer()
+        return could_name_a_person(piece[span.start:span.end], self._words, first, last)
 
     def _analyze_pieces(self, pieces: list[str]):
         """Per piece: its personal-data spans; a general question settled from its tokens alone

@@ -131,6 +131,22 @@ def english_words(nlp) -> frozenset[str]:
     return frozenset(w for words in index.values() for w in words)
 
 
+_POSSESSIVE = re.compile(r"['’]s?$")
+
+
+def could_name_a_person(span: str, words: frozenset[str], first: frozenset[str], last: frozenset[str]) -> bool:
+    """False when every word of ``span`` (a candidate ``PERSON`` span's text) is an English
+    dictionary word of ``words`` and none is a first name of ``first`` or a surname of ``last``
+    (all case-folded; a possessive ending is dropped): a greeting, a verb or a common noun in a
+    slot where a name could stand ("Customer: Hello, ...", "Student: Excuse me"). A span with no
+    letters is kept (nothing to judge), as is one with any word outside the dictionary or in the
+    gazetteer ("Rose", "Baker", "Oyelaran's")."""
+    folded = [_POSSESSIVE.sub("", w).casefold() for w in _GLUED.findall(span)]
+    if not folded or not words:
+        return True
+    return any(w not in words or w in first or w in last for w in folded)
+
+
 def diminutive_of(word: str, first: frozenset[str]) -> str | None:
     """The first name of ``first`` (case-folded) that ``word`` is a diminutive of, or None: its
     stem before a :data:`DIMINUTIVE_SUFFIXES` suffix, as is, with a vowel added or with a doubled

@@ -14,7 +14,13 @@ import pytest
 
 from proxy.guardrails.detectors import privacy_names
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
-from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, diminutive_of, english_words, gazetteer
+from proxy.guardrails.detectors.privacy_names import (
+    NameGazetteerRecognizer,
+    could_name_a_person,
+    diminutive_of,
+    english_words,
+    gazetteer,
+)
 from tests.support.proxy import ROOT
 from tests.unit.guardrails.detectors.test_privacy_context import _block, _found
 
@@ -109,6 +115,26 @@ def test_diminutives_glued_names_and_lower_case_slots_are_found(detector, text, 
 ])
 def test_words_that_only_look_like_names_are_not_reported(detector, text):
     assert _recognized(detector, text) == []
+
+
+def test_a_span_of_dictionary_words_only_names_no_one():
+    words = frozenset({"hello", "excuse", "me", "good", "morning", "rose", "baker", "will"})
+    first, last = frozenset({"rose", "will"}), frozenset({"baker"})
+    assert not could_name_a_person("Hello", words, first, last)
+    assert not could_name_a_person("Good Morning", words, first, last)
+    assert could_name_a_person("Rose Baker", words, first, last)  # dictionary words, and names
+    assert could_name_a_person("Will's", words, first, last)  # the possessive dropped
+    assert could_name_a_person("Hello Oyelaran", words, first, last)  # one word outside the dictionary
+    assert could_name_a_person("Hello", frozenset(), first, last)  # no dictionary: nothing to judge
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("Customer: Hello, I want to return the shoes I bought.", {}),  # a speaker label, then a greeting
+    ("Customer: Thanks, that fixed my order.", {}),
+    ("Customer: Rose Baker says the parcel never came and wants a refund.", {"Rose Baker": "PERSON"}),
+])
+def test_a_record_field_before_a_greeting_masks_nothing(detector, text, masked):
+    assert {k: v for k, v in _found(detector, text).items() if v == "PERSON"} == masked
 
 
 @pytest.mark.parametrize("text, name", [
