@@ -8,7 +8,9 @@ organisation. This presidio recognizer reads the parse presidio already made and
 
 - a **proper noun** (tag ``PROPN``) outside every NER entity that is a first name or a surname
   of the gazetteer, with the proper nouns and initials right before and after it
-  ("Ana M. Dimitrova"; at most :data:`MAX_TOKENS` tokens);
+  ("Ana M. Dimitrova"; at most :data:`MAX_TOKENS` tokens); a capitalised word tagged a common
+  noun counts when it is a gazetteer first name and no dictionary word (the tagger's reading of
+  a rare name opening a sentence: "Björn forgot his lunch box");
 - an ``ORG`` entity of at most :data:`MAX_TOKENS` name-shaped words whose first word is a first
   name of the gazetteer;
 - a proper noun joined to a ``PERSON`` (NER's or one above) in a list ("Hedda, Greta and Olav":
@@ -317,6 +319,13 @@ class NameGazetteerRecognizer(EntityRecognizer):
             start = token.i if fits else None
         return runs
 
+    def _proper(self, token, lower: bool) -> bool:
+        """``token`` is tagged a proper noun, or is a capitalised common noun that is a gazetteer
+        first name and no dictionary word (the tagger calls a rare name opening a sentence a noun:
+        "Björn forgot his lunch box")."""
+        return token.pos_ == "PROPN" or (not lower and token.pos_ == "NOUN" and token.text[:1].isupper()
+                                         and token.lower_ in self._first and token.lower_ not in self._words)
+
     def _shaped(self, token, lower: bool) -> bool:
         """A word that may be part of a name (module docstring)."""
         word = token.text
@@ -417,7 +426,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
         seen: set[int] = set()
         for token in doc:  # a first name, surname or diminutive, with the proper nouns and initials around it
             i = token.i
-            if (i in seen or i in taken or i in orgs or token.pos_ != "PROPN" or not self._shaped(token, lower)
+            if (i in seen or i in taken or i in orgs or not self._proper(token, lower) or not self._shaped(token, lower)
                     or not self._known(token.lower_)
                     or token.lower_ in self._words and (lower or self._opens(doc, i))):
                 continue

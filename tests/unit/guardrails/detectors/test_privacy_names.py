@@ -76,6 +76,7 @@ def test_a_list_from_another_faker_version_is_not_read(tmp_path):
     ("Leocadia forgot her umbrella in my car again.", "Leocadia"),  # NER finds nobody
     ("Our three tutors, Hedda, Greta and Olav, mark the exams together.", "Hedda"),  # a list with persons
     ("my cousin ingrid and her friend are staying with us this weekend", "ingrid"),  # a lower-case text
+    ("Björn forgot his lunch box at school again.", "Björn"),  # tagged a common noun, opening the sentence
 ])
 def test_a_private_name_ner_misses_is_masked(detector, text, name):
     assert _found(detector, text).get(name) == "PERSON"
