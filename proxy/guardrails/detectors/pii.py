@@ -64,6 +64,7 @@ from proxy.guardrails.detectors.privacy_person import (
     mention_features,
     name_parts,
     person_groups,
+    self_introduced,
 )
 from proxy.guardrails.detectors.spacy_weights import share_weights
 
@@ -717,7 +718,8 @@ class PiiDetector:
         - each person named (by NER or by a name-slot pattern), when the head judges them a private
           individual: the mean of p(private) over that person's mentions in the piece (mentions
           sharing a name word, :func:`~.privacy_person.person_groups`) reaches the head's
-          threshold, whatever the mood; in a general question parsed for its names
+          threshold, whatever the mood, or when one of the mentions is the writer introducing
+          themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question parsed for its names
           (``question_name_threshold``), a person NER or the name gazetteer names needs that
           threshold;
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
@@ -743,7 +745,8 @@ class PiiDetector:
                 threshold = max(threshold, self.config.name_gazetteer_threshold)
             if asked and all(persons[i].recognizer in _PARSED_NAMES for i in group):
                 threshold = max(threshold, self.config.question_name_threshold or 0.0)
-            private = bool(p[group].mean() >= threshold)
+            private = (bool(p[group].mean() >= threshold)
+                       or any(self_introduced(piece, persons[i].start) for i in group))
             judged.update({id(persons[i]): private for i in group})
         personal = any(judged.values()) or any(rule._always(s) for s in spans)
         return [s for s in spans if rule._always(s) or judged.get(id(s), personal)]

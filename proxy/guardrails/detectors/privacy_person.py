@@ -121,6 +121,17 @@ class PersonHead:
         return self.probability(features) >= self.threshold
 
 
+#: The writer naming themselves right before a mention: "I am X", "I'm X", "my name is X", "call me X".
+_SELF_INTRODUCTION = re.compile(r"(?i:\b(?:i\s+am|i['’]m|my\s+name\s+is|my\s+name['’]s|call\s+me)\s+)$")
+
+
+def self_introduced(text: str, start: int) -> bool:
+    """True when the mention starting at character ``start`` of ``text`` is the writer introducing
+    themselves ("I am John Smith, write to ..."): the writer's own name is personal data whoever
+    else bears it, so the person head's public-figure reading does not apply."""
+    return _SELF_INTRODUCTION.search(text, 0, start) is not None
+
+
 def name_parts(value: str) -> list[str]:
     """The words of a person's name that identify them on their own: every word of two or more
     letters that is not a title or particle ("Dr. Ana de Souza's" → ["Ana", "Souza"])."""

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, PiiMasker
-from proxy.guardrails.detectors.privacy_person import FEATURES, PersonHead, coreferent_spans, name_parts, person_groups
+from proxy.guardrails.detectors.privacy_person import (
+    FEATURES,
+    PersonHead,
+    coreferent_spans,
+    name_parts,
+    person_groups,
+    self_introduced,
+)
 from tests.unit.guardrails.detectors.test_privacy_context import _block, _found
 
 
@@ -66,6 +73,22 @@ def test_a_private_person_is_masked_everywhere_in_the_text(detector, text, name)
     first = name.split()[0]
     assert all(s.entity_type == "PERSON" for s in detector.analyze(text) if text[s.start:s.end] == first)
     assert sum(text[s.start:s.end] == first for s in detector.analyze(text)) == text.count(first) - 1
+
+
+def test_self_introduced_reads_only_the_words_right_before_the_mention():
+    text = "Summarise this. I am John Smith, my name is Tom Baker; ask Ada Lovelace."
+    assert self_introduced(text, text.index("John"))
+    assert self_introduced(text, text.index("Tom"))
+    assert not self_introduced(text, text.index("Ada"))
+    assert self_introduced("i'm Eve", 4) and not self_introduced("I am", 0)
+
+
+@pytest.mark.parametrize("text, name", [  # names a public figure also bears, after instructions the head reads as public
+    ("Write a poem about the sea. I am John Smith, write to john.smith@example.com.", "John Smith"),
+    ("Summarise this article about the election. I'm Tom Baker, order 4471.", "Tom Baker"),
+])
+def test_the_writer_s_own_name_is_masked_whoever_else_bears_it(detector, text, name):
+    assert _found(detector, text).get(name) == "PERSON"
 
 
 @pytest.mark.parametrize("text", [
