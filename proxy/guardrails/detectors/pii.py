@@ -719,9 +719,9 @@ class PiiDetector:
           individual: the mean of p(private) over that person's mentions in the piece (mentions
           sharing a name word, :func:`~.privacy_person.person_groups`) reaches the head's
           threshold, whatever the mood, or when one of the mentions is the writer introducing
-          themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question parsed for its names
-          (``question_name_threshold``), a person NER or the name gazetteer names needs that
-          threshold;
+          themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question
+          parsed for its names (``question_name_threshold``), a person NER or the name gazetteer
+          names needs that threshold;
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
           when the piece names a private person; in a piece naming nobody, those the context rule
