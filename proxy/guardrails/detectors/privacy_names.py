@@ -133,7 +133,7 @@ def english_words(nlp) -> frozenset[str]:
     return frozenset(w for words in index.values() for w in words)
 
 
-_POSSESSIVE = re.compile(r"['’]s?$")
+_POSSESSIVE = re.compile(r"['’]s$")
 
 
 def could_name_a_person(span: str, words: frozenset[str], first: frozenset[str], last: frozenset[str]) -> bool:
@@ -320,10 +320,10 @@ class NameGazetteerRecognizer(EntityRecognizer):
         return runs
 
     def _proper(self, token, lower: bool) -> bool:
-        """``token`` is tagged a proper noun, or is a capitalised common noun that is a gazetteer
-        first name and no dictionary word (the tagger calls a rare name opening a sentence a noun:
-        "Björn forgot his lunch box")."""
-        return token.pos_ == "PROPN" or (not lower and token.pos_ == "NOUN" and token.text[:1].isupper()
+        """``token`` is tagged a proper noun, or, outside a lower-case text, a common noun that is a
+        gazetteer first name and no dictionary word (the tagger calls a rare name opening a sentence
+        a noun: "Björn forgot his lunch box"; :meth:`_shaped`, asked beside this, wants it capitalised)."""
+        return token.pos_ == "PROPN" or (not lower and token.pos_ == "NOUN"
                                          and token.lower_ in self._first and token.lower_ not in self._words)
 
     def _shaped(self, token, lower: bool) -> bool:
