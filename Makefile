@@ -23,6 +23,7 @@ $(BIN)/python:
 $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m proxy.evaluation.conversation.clustering  # umap's numba kernels, compiled once
 	touch $@
 
 install: $(VENV)/.installed

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["MIN_POINTS", "cluster_toxicity", "project_and_cluster", "silhouette", "toxic_word_counts", "words"]
+__all__ = ["MIN_POINTS", "cluster_toxicity", "compile_kernels", "project_and_cluster", "silhouette", "toxic_word_counts", "words"]
 
 #: Fewest answers a clustering is attempted on (UMAP needs neighbours).
 MIN_POINTS = 5
@@ -108,6 +108,16 @@ def _umap() -> ModuleType:
     return umap
 
 
+def compile_kernels() -> None:
+    """Compile umap-learn's numba kernels into numba's disk cache (:func:`_umap`) by projecting and
+    clustering a fixed random set of :data:`MIN_POINTS` + 15 points (384-d) once, so that the first
+    clustering of an installation loads them (a few seconds) instead of compiling them (45 s on one
+    core of the slower host kind). ``make install`` runs it (``python -m
+    proxy.evaluation.conversation.clustering``); harmless to repeat."""
+    points = np.random.default_rng(0).normal(size=(MIN_POINTS + 15, 384)).astype(np.float32)
+    project_and_cluster(points)
+
+
 def project_and_cluster(embeddings: np.ndarray, *, seed: int = 0,
                         min_cluster_size: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(2-D UMAP coordinates (n, 2), HDBSCAN labels (n,)) of ``embeddings`` (n, d).
@@ -125,3 +135,7 @@ def project_and_cluster(embeddings: np.ndarray, *, seed: int = 0,
     coords = np.asarray(reducer.fit_transform(np.asarray(embeddings, dtype=np.float32)), dtype=float)
     labels = HDBSCAN(min_cluster_size=max(2, min_cluster_size), copy=True).fit_predict(coords)
     return coords, labels
+
+
+if __name__ == "__main__":
+    compile_kernels()
