@@ -47,11 +47,12 @@ FIELDS = ("support_vectors", "dual_coef", "intercept", "n_support", "gamma", "pr
 class PairwiseRbfSvm:
     """A fitted multi-class C-SVM with an RBF kernel, one-vs-one, with Platt-coupled probabilities.
 
-    Attributes (scikit-learn ``SVC`` names in brackets): ``support_vectors`` (n_sv, dim) float64,
-    grouped by class [``support_vectors_``]; ``dual_coef`` (n_classes - 1, n_sv) [``dual_coef_``];
-    ``intercept`` (n_pairs,) [``intercept_``]; ``n_support`` (n_classes,) int [``n_support_``];
-    ``gamma`` () the kernel's resolved width [``_gamma``]; ``prob_a``, ``prob_b`` (n_pairs,) the
-    pairwise Platt sigmoids [``probA_``, ``probB_``]. Pairs are ``(i, j)``, i < j, in class order.
+    Attributes (scikit-learn ``SVC`` names in brackets): ``support_vectors`` (n_sv, dim) float32
+    (embeddings, as the encoder gives them), grouped by class [``support_vectors_``]; ``dual_coef``
+    (n_classes - 1, n_sv) [``dual_coef_``]; ``intercept`` (n_pairs,) [``intercept_``]; ``n_support``
+    (n_classes,) int [``n_support_``]; ``gamma`` () the kernel's resolved width [``_gamma``];
+    ``prob_a``, ``prob_b`` (n_pairs,) the pairwise Platt sigmoids [``probA_``, ``probB_``]. Pairs
+    are ``(i, j)``, i < j, in class order.
 
     :meth:`proba` follows libsvm's ``svm_predict_probability`` (what scikit-learn's
     ``SVC.predict_proba`` runs): the decision value of each pair (Chang & Lin, "LIBSVM: a library
@@ -97,12 +98,12 @@ class PairwiseRbfSvm:
 
     @cached_property
     def _sv_norms(self) -> np.ndarray:
-        """(n_sv,) squared norms of the support vectors."""
-        return (self.support_vectors * self.support_vectors).sum(axis=1)
+        """(n_sv,) squared norms of the support vectors, summed in float64."""
+        return np.square(self.support_vectors, dtype=np.float64).sum(axis=1)
 
     @cached_property
     def _sv32(self) -> np.ndarray:
-        """The support vectors as float32 (what the encoder gives): half the memory read per text."""
+        """The support vectors as one contiguous float32 array (no copy when they are one already)."""
         return np.ascontiguousarray(self.support_vectors, dtype=np.float32)
 
     def decision(self, x: np.ndarray) -> np.ndarray:
@@ -178,9 +179,10 @@ def fit(vectors: np.ndarray, labels: list[int], c: float) -> PairwiseRbfSvm:
     # scikit-learn negates dual_coef_ and intercept_ of a two-class SVC (its decision_function then
     # favours classes_[1]); libsvm's own signs, which its probability estimate uses, are kept here.
     sign = -1.0 if len(model.classes_) == 2 else 1.0
-    return PairwiseRbfSvm(model.support_vectors_.astype(np.float64), sign * model.dual_coef_.astype(np.float64),
-                          sign * model.intercept_.astype(np.float64), model.n_support_.astype(np.int64),
-                          float(model._gamma), prob_a.astype(np.float64), prob_b.astype(np.float64))
+    return PairwiseRbfSvm(np.ascontiguousarray(model.support_vectors_, dtype=np.float32),
+                          sign * model.dual_coef_.astype(np.float64), sign * model.intercept_.astype(np.float64),
+                          model.n_support_.astype(np.int64), float(model._gamma), prob_a.astype(np.float64),
+                          prob_b.astype(np.float64))
 
 
 def cache_dir() -> Path:
@@ -196,7 +198,8 @@ def _read(path: Path, key: str) -> PairwiseRbfSvm | None:
                 return None
             arrays = {name: data[name] for name in FIELDS}
         return PairwiseRbfSvm(**{name: (float(v) if name == "gamma" else
-                                        v.astype(np.int64 if name == "n_support" else np.float64))
+                                        v.astype(np.int64 if name == "n_support" else
+                                                 np.float32 if name == "support_vectors" else np.float64))
                                  for name, v in arrays.items()})
     except (OSError, KeyError, ValueError) as exc:
         if path.exists():

@@ -253,6 +253,22 @@ def test_shipped_artefact_matches_the_shipped_policy(classifier):
         assert np.allclose(data["dual_coef"], classifier.weights.dual_coef)
 
 
+def test_support_vectors_are_held_once_as_float32(classifier):
+    """The served weights hold their support vectors once, as float32 (the kernel reads that array
+    without a copy), and score exactly as the same weights held in float64 do."""
+    import dataclasses
+
+    from proxy.guardrails.detectors import embeddings
+
+    weights = classifier.weights
+    assert weights.support_vectors.dtype == np.float32
+    assert np.shares_memory(weights._sv32, weights.support_vectors)
+    wide = dataclasses.replace(weights, support_vectors=weights.support_vectors.astype(np.float64))
+    x = embeddings.embed(["Can my landlord keep my deposit?", "How tall is the Eiffel Tower?",
+                          "Is ibuprofen safe with coffee?"])
+    np.testing.assert_array_equal(weights.proba(x), wide.proba(x))
+
+
 # --- operating point: the threshold rule and its out-of-fold figures (proxy/evaluation/training_compliance.py) ---
 
 def test_threshold_rule_takes_the_lowest_smoothed_cost_on_the_rows_it_is_chosen_on():
