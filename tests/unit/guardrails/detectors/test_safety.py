@@ -243,15 +243,19 @@ def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
     """The training code's classifier, trained without a third of the AdvBench/XSTest samples, on
     exactly those held-out rows (its rows file must not list them) and on benign questions.
 
-    One framed copy per trained row instead of the shipped two: the copies' embeddings and the
-    larger SVM fits are most of the training time (the shipped recipe, two copies, is trained end
-    to end by test_training_end_to_end_on_samples)."""
+    Every second exemplar and one framed copy per trained row instead of the shipped two: the
+    embeddings and the SVM fits are the training time, which this halves (the shipped recipe, two
+    copies, is trained end to end by test_training_end_to_end_on_samples)."""
     from proxy.evaluation.provenance import read_rows_file
     from proxy.evaluation.training import train_harm_classifier
 
     held = _split_samples(tmp_path / "data")
+    lines = EXEMPLARS.read_text(encoding="utf-8").splitlines(keepends=True)
+    exemplars = tmp_path / "exemplars.csv"
+    exemplars.write_text("".join([lines[0], *lines[1::2]]), encoding="utf-8")
     meta = train_harm_classifier(tmp_path / "data", tmp_path / "out", seed=0, progress=False, folds=3, repeats=1,
-                                 pair_holdout=False, framed_copies=1)  # the type-pair hold-out is reported only
+                                 pair_holdout=False, framed_copies=1,  # the type-pair hold-out is reported only
+                                 exemplars=exemplars)
     assert "xstest_type_pair_holdout" not in meta["cv"]
     harm = load_harm_classifier(tmp_path / "out" / f"{ARTEFACT_VERSION}")
     rows = read_rows_file(tmp_path / "out" / f"{ARTEFACT_VERSION}.rows.json")
@@ -266,7 +270,7 @@ def test_harm_classifier_recall_on_rows_held_out_of_its_training(tmp_path):
     def flagged(texts):
         return float((harm.predict_proba(texts) >= threshold).mean())
 
-    # measured: 20/20, 10/10, 1/10, 2/90 (two copies: 19/20, 6/10, 1/10, 1/90)
+    # measured: 19/20, 9/10, 0/10, 3/90 (every exemplar: 20/20, 10/10, 1/10, 2/90)
     assert flagged(advbench) >= 0.85
     assert flagged(unsafe) - flagged(safe) >= 0.3
     assert flagged(safe) <= 0.3
