@@ -24,6 +24,16 @@ organisation. This presidio recognizer reads the parse presidio already made and
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
+- a name in a **slot the parse shows** (recognizer name :data:`SLOT`, scored like a role so it
+  wins over NER's place or organisation label): the word a message goes to, after an addressee
+  verb opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", "Invite Sunniva and
+  Halvard"), after its gerund ("a note telling Bartek ...") or after a message noun and "to" /
+  "for" ("a reply to Zurab"), when it is no dictionary word or a capitalised gazetteer first name;
+  and a form field's whole value of two or three capitalised words none of which is a dictionary
+  word ("Guardian: Hamid Sadeghi", not "Subject: Quarterly Report"), cut at the line's end where
+  NER runs it into the next field's label;
+- a capitalised word **no list or dictionary holds** standing as a person: listed with the writer
+  ("Thanasis and I") or in a person's role as above ("Giorgos left his jacket");
 - a first name or surname **glued to punctuation** that spaCy's tokenizer left in one token
   (``Elena:"I'm``): the name word alone;
 - in a lower-case text, the word after a slot English introduces a name with ("call me",
@@ -65,8 +75,11 @@ from typing import Iterable
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-from proxy.guardrails.detectors.privacy_context import RELATIONS
+from proxy.guardrails.detectors.privacy_context import ADDRESSEE_GERUNDS, ADDRESSEE_NOTES, ADDRESSEE_VERBS, RELATIONS
 
+#: Recognizer name of the names standing in a slot the parse shows: a message's addressee
+#: (:meth:`NameGazetteerRecognizer._addressed`) or a form field's whole value (``_field_values``).
+SLOT = "ParsedNameSlotRecognizer"
 #: Longest name reported (tokens), and longest ORG entity read as a name.
 MAX_TOKENS = 4
 _INITIAL = re.compile(r"^[^\W\d_]\.?$")
@@ -91,8 +104,12 @@ GAZETTEER = Path(__file__).resolve().parent.parent / "artefacts" / "name-gazette
 #: Punctuation inside an address, a file name or a number, never between a name and its turn
 #: ("files.example.org", "a/b", "x@y", "v2"): such a token holds no glued name.
 _ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
+#: Two capitals in a row inside a word: a product or code name ("SQLAlchemy", "iOS"), no person's.
+_INNER_CAPITALS = re.compile(r"[A-Z]{2}")
 #: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
 _LOWER_SLOTS = (("call", "me"), ("name", "is"), ("named",), ("called",))
+#: Words that open a clause before an addressee verb ("please ask X", "and tell X").
+_CLAUSE_OPENERS = frozenset({"please", "and", "then"})
 #: Dependencies that join the items of a list ("Hedda, Greta and Olav").
 _LIST = ("conj", "appos")
 #: Words that make the proper nouns beside them a place or an organisation, not a person.
@@ -243,15 +260,19 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 or not doc.has_annotation("ENT_IOB")):
             return []
         lower = not any(c.isupper() for c in text)
-        names, role_names = self._names(doc, lower)
+        names, role_names, slot_names = self._names(doc, lower)
         if lower:
             covered = {i for a, b in names for i in range(a, b)}
             names += [(a, b) for a, b in self._slotted(doc) if not covered & set(range(a, b))]
         spans = [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in names] + self._glued(doc)
         roles = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in role_names}
-        return [RecognizerResult("PERSON", start, end, self.role_score if (start, end) in roles else self.score,
-                                 recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,  # type: ignore[has-type]
-                                                       RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
+        slots = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in slot_names}
+        return [RecognizerResult("PERSON", start, end,
+                                 self.role_score if (start, end) in roles | slots else self.score,
+                                 recognition_metadata={
+                                     RecognizerResult.RECOGNIZER_NAME_KEY: SLOT if (start, end) in slots
+                                     else self.name,  # type: ignore[has-type]
+                                     RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
                 for start, end in sorted(set(spans))]
 
     def _known(self, word: str) -> bool:
@@ -299,6 +320,71 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     if end < len(doc) and free(end) and doc[end - 1].whitespace_:
                         end += 1
                     found.append((i + n, end))
+        return found
+
+    def _addressed(self, doc, lower: bool) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the names a message goes to: the word after an addressee verb
+        opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after "please", "and",
+        "then" or punctuation), after its gerund ("a note telling Bartek ...") or after a message
+        noun and "to"/"for" ("a reply to Zurab"), with the proper nouns right after it
+        (:meth:`_extent`). The word is name-shaped (:meth:`_shaped`, no inner run of capitals:
+        "SQLAlchemy") and no dictionary word, unless a capitalised gazetteer first name
+        ("Marguerite")."""
+        found = []
+        for token in doc[1:]:
+            i = token.i
+            before = doc[i - 1]
+            verb = before.lower_ in ADDRESSEE_VERBS and (self._opens(doc, i - 1) or i > 1
+                                                        and doc[i - 2].lower_ in _CLAUSE_OPENERS)
+            note = i > 1 and before.lower_ in ("to", "for") and doc[i - 2].lower_ in ADDRESSEE_NOTES
+            if not (verb or note or before.lower_ in ADDRESSEE_GERUNDS) or not self._shaped(token, lower):
+                continue
+            folded = token.lower_
+            if _INNER_CAPITALS.search(token.text) or folded in self._words and (lower or folded not in self._first):
+                continue
+            found.append(self._extent(doc, i, lower, set()))
+        return found
+
+    @staticmethod
+    def _with_writer(doc, i: int) -> bool:
+        """Token ``i`` is listed with the writer: "Thanasis and I", "me and Thanasis" (read from the
+        words: the parser often takes a rare name opening a sentence for the root)."""
+        words = [t.lower_ for t in doc[max(0, i - 2):i + 3]]
+        at = min(i, 2)
+        return words[at + 1:at + 3] in (["and", "i"], ["and", "me"]) or at == 2 and words[:2] in (["me", "and"],
+                                                                                                 ["i", "and"])
+
+    def _common(self, token) -> bool:
+        """``token``'s word or lemma is a dictionary word and no gazetteer first name or surname."""
+        folded = token.lower_
+        return (folded in self._words or token.lemma_.lower() in self._words) and not (
+            folded in self._first or folded in self._last)
+
+    def _field_values(self, doc) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the full names that are a form field's whole value: a line of a
+        label of one to three words (the first capitalised), a colon and two or three capitalised
+        name-shaped words up to the line's end ("Guardian: Hamid Sadeghi"), none of them a dictionary
+        word (its lemma either) that is no gazetteer name ("Subject: Quarterly Report", "Assignee:
+        Backend Team")."""
+        found = []
+        for colon in doc:
+            if colon.text != ":" or not colon.i:
+                continue
+            start = colon.i
+            while start and not doc[start - 1].is_space and "\n" not in doc[start - 1].whitespace_:
+                start -= 1
+            label = [t for t in doc[start:colon.i] if t.text not in (">", "*", "-")]
+            end = colon.i + 1
+            while end < len(doc) and not doc[end].is_space and "\n" not in doc[end - 1].whitespace_ or end == colon.i + 1:
+                if end >= len(doc) or doc[end].is_space:
+                    break
+                end += 1
+            value = doc[colon.i + 1:end]
+            if (not 1 <= len(label) <= 3 or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
+                    or not 2 <= len(value) <= 3 or not all(self._shaped(t, False) for t in value)
+                    or any(self._common(t) for t in value)):
+                continue
+            found.append((value.start, value.end))
         return found
 
     def _unknown_runs(self, doc, lower: bool, blocked: set[int]) -> list[tuple[int, int]]:
@@ -395,12 +481,17 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 return False
         return False
 
-    def _names(self, doc, lower: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """[start, end) token ranges of the missed names of ``doc``, in order, disjoint; and those
-        of them read as a person by their role (:meth:`_person_role`)."""
+    def _names(self, doc, lower: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+        """[start, end) token ranges of the missed names of ``doc``, in order, disjoint; those
+        of them read as a person by their role (:meth:`_person_role`); and those standing where a
+        message's addressee stands (:meth:`_addressed`)."""
         persons = {t.i for e in doc.ents if e.label_ == "PERSON" for t in e}
         orgs = {t.i for e in doc.ents if e.label_ == "ORG" for t in e}
         taken = persons | {t.i for e in doc.ents if e.label_ in _OTHER_ENTITY for t in e}
+        # NER's entities a name in an addressee's slot does not override: all but a place, an organisation
+        # or a group (a rare name's usual labels) and a person NER ran into the verb before it ("Warn Levan")
+        held = {t.i for e in doc.ents if e.label_ not in _ROLE_LABELS
+                and not (e.label_ == "PERSON" and e[0].lower_ in ADDRESSEE_VERBS) for t in e}
         found: list[tuple[int, int]] = []
         roles: list[tuple[int, int]] = []
 
@@ -423,6 +514,14 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and self._fits(doc, entity.start, entity.end) and self._person_role(doc, entity)):
                 add(entity.start, entity.end)
                 roles.append((entity.start, entity.end))
+        for token in doc:  # a word no list or dictionary holds, standing as a person: "Giorgos left his keys"
+            if (token.i not in taken and token.i not in orgs and token.pos_ in ("PROPN", "NOUN")
+                    and self._shaped(token, lower) and not self._common(token) and not _INNER_CAPITALS.search(token.text)
+                    and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1]))):
+                start, end = self._extent(doc, token.i, lower, taken | orgs)
+                if self._fits(doc, start, end):
+                    add(start, end)
+                    roles.append((start, end))
         seen: set[int] = set()
         for token in doc:  # a first name, surname or diminutive, with the proper nouns and initials around it
             i = token.i
@@ -434,6 +533,20 @@ class NameGazetteerRecognizer(EntityRecognizer):
             seen.update(range(start, end))  # a run that is no name ("the Prince Regent") gives no name either
             if self._fits(doc, start, end):
                 add(start, end)
+        slots: list[tuple[int, int]] = []
+        for start, end in self._addressed(doc, lower):  # the one a message goes to: "Ask Thabo whether ..."
+            inside = set(range(start, end))
+            if not inside & held and self._fits(doc, start, end):
+                found[:] = [(a, b) for a, b in found if not inside & set(range(a, b))]
+                add(start, end)
+                slots.append((start, end))
+        fields = {t.i for e in doc.ents if e.label_ not in ("PERSON", "ORG") for t in e}
+        for start, end in self._field_values(doc):  # a form field's value: "Guardian: Hamid Sadeghi"
+            inside = set(range(start, end))
+            if not inside & fields and self._fits(doc, start, end):
+                found[:] = [(a, b) for a, b in found if not inside & set(range(a, b))]
+                add(start, end)
+                slots.append((start, end))
         if lower:  # a full name of words no list holds: two or more unknown proper nouns in a row
             for a, b in self._unknown_runs(doc, lower, taken | orgs):
                 if self._fits(doc, a, b):
@@ -446,7 +559,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
             if (listed and token.i not in taken and token.pos_ == "PROPN" and self._shaped(token, lower)
                     and self._fits(doc, token.i, token.i + 1)):
                 add(token.i, token.i + 1)
-        return sorted(found), roles
+        return sorted(found), roles, slots
 
 
 if __name__ == "__main__":
