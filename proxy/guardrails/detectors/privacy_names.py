@@ -40,8 +40,8 @@ organisation. This presidio recognizer reads the parse presidio already made and
   "my name is", "named", "called") when it is no dictionary word ("just call me jagódka"), and
   two or more proper nouns in a row that no list holds and no dictionary has ("obinwa ekwueme");
 
-each only where a name can stand: no determiner before it ("the Prince Regent"), no number
-after it ("Kaplanova 12") and no place or organisation word in or right after it ("Ivana
+each only where a name can stand: no determiner or number in digits before it ("the Prince
+Regent", a street: "14 Milovana Ridge"), no number after it ("Kaplanova 12") and no place or organisation word in or right after it ("Ivana
 Station").
 
 A word is name-shaped when it is letters (an inner hyphen or apostrophe allowed) of two or more
@@ -53,7 +53,9 @@ here is masked only where NER's would be (the context rule and the person head d
 only this recognizer names needs the detector's ``name_gazetteer_threshold``).
 
 The gazetteer is the first names and surnames of every locale of Faker's person providers
-(MIT), single words only, case-folded: about 27,000 first names and 28,000 surnames, read once
+(MIT), single words only, case-folded, the names Faker lists in Greek, Cyrillic, Georgian or
+Armenian letters also in Latin ones (:func:`romanisations`: "Γιώργος" as "giorgos", "ქეთევან" as
+"ketevan"; names written in English are romanised): about 32,000 first names and 32,500 surnames, read once
 per process from the list shipped beside the other artefacts (:data:`GAZETTEER`, written from
 the installed Faker by ``python -m proxy.guardrails.detectors.privacy_names``), or from Faker's
 modules when that list was written from another Faker version. A word of the English dictionary (the words of the pipeline's lemmatizer
@@ -69,6 +71,7 @@ import importlib
 import json
 import pkgutil
 import re
+import unicodedata
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
@@ -183,6 +186,78 @@ def diminutive_of(word: str, first: frozenset[str]) -> str | None:
     return None
 
 
+_ARMENIAN = dict(zip("աբգդեզէըթժիլխծկհձղճմյնշոչպջռսվտրցւփքօֆ",
+                     ["a", "b", "g", "d", "e", "z", "e", "y", "t", "zh", "i", "l", "kh", "ts", "k", "h", "dz", "gh",
+                      "ch", "m", "y", "n", "sh", "o", "ch", "p", "j", "r", "s", "v", "t", "r", "ts", "v", "p", "k",
+                      "o", "f"]))
+#: Letters of the scripts whose names Faker lists unromanised, in two readings each ("common" and
+#: "formal", same length as the pairs): Greek (ELOT 743 and the spelling names are usually given
+#: in: η, υ, ει, οι as "i"), Cyrillic (BGN/PCGN and the passport reading), Georgian (national
+#: system) and Armenian (one reading). Digraphs come first; a word with any other letter is not romanised.
+_ROMAN = {
+    "greek": ((("ου", "ou", "ou"), ("αι", "ai", "e"), ("ει", "ei", "i"), ("οι", "oi", "i"), ("γγ", "ng", "ng"),
+               ("γκ", "gk", "g"), ("μπ", "mp", "b"), ("ντ", "nt", "d"), ("τζ", "tz", "tz"), ("αυ", "av", "af"),
+               ("ευ", "ev", "ef")),
+              dict(zip("αβγδεζηθικλμνξοπρσςτυφχψωϊϋ",
+                       ["a", "v", "g", "d", "e", "z", "i", "th", "i", "k", "l", "m", "n", "x", "o", "p", "r", "s",
+                        "s", "t", "y", "f", "ch", "ps", "o", "i", "y"])),
+              dict(zip("αβγδεζηθικλμνξοπρσςτυφχψωϊϋ",
+                       ["a", "v", "g", "d", "e", "z", "i", "th", "i", "k", "l", "m", "n", "ks", "o", "p", "r", "s",
+                        "s", "t", "i", "f", "h", "ps", "o", "i", "i"]))),
+    "cyrillic": ((("ий", "iy", "y"), ("ый", "yy", "y")),
+                 dict(zip("абвгґдђеёєжзѕиіїйјклљмнњопрстћуфхцчџшщъыьэюя",
+                          ["a", "b", "v", "g", "g", "d", "dj", "e", "e", "ye", "zh", "z", "dz", "i", "i", "yi", "y",
+                           "j", "k", "l", "lj", "m", "n", "nj", "o", "p", "r", "s", "t", "c", "u", "f", "kh", "ts",
+                           "ch", "dzh", "sh", "shch", "", "y", "", "e", "yu", "ya"])),
+                 dict(zip("абвгґдђеёєжзѕиіїйјклљмнњопрстћуфхцчџшщъыьэюя",
+                          ["a", "b", "v", "h", "g", "d", "d", "e", "yo", "ie", "zh", "z", "z", "i", "i", "i", "i",
+                           "j", "k", "l", "l", "m", "n", "n", "o", "p", "r", "s", "t", "c", "u", "f", "h", "ts",
+                           "ch", "j", "sh", "sht", "a", "i", "", "e", "iu", "ia"]))),
+    "georgian": ((),
+                 dict(zip("აბგდევზთიკლმნოპჟრსტუფქღყშჩცძწჭხჯჰ",
+                          ["a", "b", "g", "d", "e", "v", "z", "t", "i", "k", "l", "m", "n", "o", "p", "zh", "r", "s",
+                           "t", "u", "p", "k", "gh", "q", "sh", "ch", "ts", "dz", "ts", "ch", "kh", "j", "h"])),
+                 dict(zip("აბგდევზთიკლმნოპჟრსტუფქღყშჩცძწჭხჯჰ",
+                          ["a", "b", "g", "d", "e", "v", "z", "t", "i", "k", "l", "m", "n", "o", "p", "zh", "r", "s",
+                           "t", "u", "f", "k", "g", "k", "sh", "ch", "ts", "dz", "ts", "ch", "kh", "j", "h"]))),
+    "armenian": ((("ու", "u", "u"), ("և", "ev", "ev")),
+                 _ARMENIAN, _ARMENIAN),
+}
+
+
+#: Accents dropped before romanising (Greek tonos; a breve or diaeresis stays: "й", "ё", "ϊ").
+_ACCENTS = frozenset("\u0300\u0301")
+
+
+def romanisations(word: str) -> frozenset[str]:
+    """The Latin spellings of ``word`` (a name in Greek, Cyrillic, Georgian or Armenian letters,
+    any case, accents ignored) by :data:`_ROMAN`'s two readings of its script: "Γιώργος" →
+    {"giorgos"}, "Θανάσης" → {"thanasis"}, "ქეთევან" → {"ketevan"}; empty for a word in another
+    script or with a letter outside the tables. Case-folded, letters a-z only."""
+    folded = unicodedata.normalize("NFC", "".join(c for c in unicodedata.normalize("NFD", word.casefold())
+                                                  if c not in _ACCENTS))
+    for digraphs, common, formal in _ROMAN.values():
+        if not all(c in common for c in folded if not any(c in d for d, _, _ in digraphs)):
+            continue
+        spellings = set()
+        for reading, table in ((1, common), (2, formal)):
+            out, i = [], 0
+            while i < len(folded):
+                pair = next((d for d in digraphs if folded.startswith(d[0], i)), None)
+                if pair is not None:
+                    out.append(pair[reading])
+                    i += len(pair[0])
+                elif folded[i] in table:
+                    out.append(table[folded[i]])
+                    i += 1
+                else:
+                    break
+            else:
+                spellings.add("".join(out))
+        return frozenset(w for w in spellings if len(w) >= 2)
+    return frozenset()
+
+
 @functools.cache
 def gazetteer() -> tuple[frozenset[str], frozenset[str]]:
     """(first names, surnames): :func:`read_gazetteer` of :data:`GAZETTEER`, once per process."""
@@ -219,7 +294,12 @@ def faker_gazetteer() -> tuple[frozenset[str], frozenset[str]]:
             if into is not None and attribute.endswith("names") and isinstance(values, (list, tuple, dict)):
                 # a dict (OrderedDict of name -> weight) in some locales
                 into.update(v.casefold() for v in values if isinstance(v, str) and _NAME_WORD.match(v))
-    return frozenset(first), frozenset(last)
+    return frozenset(_romanised(first)), frozenset(_romanised(last))
+
+
+def _romanised(names: set[str]) -> set[str]:
+    """``names`` with the :func:`romanisations` of each one added."""
+    return names | {w for name in names for w in romanisations(name)}
 
 
 def write_gazetteer(path: Path = GAZETTEER) -> Path:
@@ -444,10 +524,11 @@ class NameGazetteerRecognizer(EntityRecognizer):
         return i == 0 or doc[i].is_sent_start or doc[i - 1].is_punct or doc[i - 1].is_space
 
     def _fits(self, doc, start: int, end: int) -> bool:
-        """Tokens ``[start, end)`` can be a person's name where they stand: no determiner before
-        them ("the Prince Regent"), no number after them ("Kaplanova 12") and no place or
+        """Tokens ``[start, end)`` can be a person's name where they stand: no determiner or house
+        number before them ("the Prince Regent", "14 Milovana Ridge"), no number after them
+        ("Kaplanova 12") and no place or
         organisation word in or right after them ("Ivana Station")."""
-        if start and doc[start - 1].pos_ == "DET":
+        if start and (doc[start - 1].pos_ == "DET" or doc[start - 1].is_digit):
             return False
         if end < len(doc) and doc[end].like_num:
             return False

@@ -10,13 +10,14 @@ import pytest
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule
+from proxy.guardrails.detectors.privacy_names import NameGazetteerRecognizer, english_words, gazetteer, romanisations
 from tests.support.proxy import ROOT
 from tests.unit.guardrails.detectors.test_privacy_context import _block
-from tests.unit.guardrails.detectors.test_privacy_names import _recognized
+from tests.unit.guardrails.detectors.test_privacy_names import _nlp, _recognized
 
 CHECKS = json.loads((ROOT / "tests" / "data" / "privacy" / "recognition-checks.json").read_text(encoding="utf-8"))
 #: Names masked per kind of the check set (each was 0-3 before the slots were read).
-FLOORS = {"lowercase_first_name": 17, "romanised_name": 9, "no_cue_instruction": 18, "form_field": 16}
+FLOORS = {"lowercase_first_name": 17, "romanised_name": 12, "no_cue_instruction": 18, "form_field": 16}
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +89,24 @@ def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recog
 ])
 def test_dictionary_words_code_names_and_places_are_no_slot_name(detector, text, word):
     assert word not in _recognized(detector, text)
+
+
+@pytest.mark.parametrize(("word", "spellings"), [
+    ("Γιώργος", {"giorgos"}), ("Θανάσης", {"thanasis"}), ("Σταυρούλα", {"stavroula", "stafroula"}),
+    ("Дмитрий", {"dmitriy", "dmitry"}), ("ქეთევან", {"ketevan"}), ("Սիմոն", {"simon"}),
+    ("Tomasz", set()), ("王", set()),
+])
+def test_names_in_greek_cyrillic_georgian_and_armenian_letters_are_romanised(word, spellings):
+    assert romanisations(word) == spellings
+
+
+def test_the_gazetteer_holds_the_romanised_names_of_fakers_unromanised_lists():
+    first, last = gazetteer()
+    assert {"giorgos", "tornike", "ketevan", "zurab"} <= first and {"papadopoulos", "beridze"} <= last
+
+
+def test_a_name_after_a_house_number_is_a_street(detector):
+    nlp = _nlp(detector)
+    recognizer = NameGazetteerRecognizer(words=english_words(nlp))
+    assert not recognizer._fits(nlp("They live at 14 Tornike Ridge."), 4, 6)
+    assert recognizer._fits(nlp("They live with Tornike Beridze."), 3, 5)
