@@ -25,7 +25,7 @@ time):
 - a field of a record about a person ("Name:", "Address:", "User:", "Where:");
 - a personal verb phrase (lives at/in, born on, was born, contact, address);
 - an addressee: a message passed on to someone named ("Ask Thabo whether ...", "remind tomasz
-  to ...", "a note telling Bartek ...", "a reply to Zurab"; not "tell everyone", "let them know");
+  to ...", "a note telling Bartek ..."; not "tell everyone", "let them know");
 - a name field: a form line whose whole value is a full name ("Guardian: Hamid Sadeghi").
 
 The last two are no feature of the person head (:data:`~.privacy_person.CUES`): they only let
@@ -145,10 +145,10 @@ _RECORD_FIELD = re.compile(
 _CAPITAL = "A-ZÀ-ÖØ-ÞĆČĐŁŃŒŘŚŠŞŢŤŮŰŹŻŽ"
 # a field of a form whose whole value is a full name: a label of one to three words opening its line,
 # a colon and two or three capitalised words up to the line's end ("Guardian: Hamid Sadeghi")
+_NAME_WORD = rf"[{_CAPITAL}][^\W\d_{_CAPITAL}]+(?:['’-][^\W\d_]+)?"  # "Sadeghi", "O'Neill"; not "API"
 _NAME_FIELD = re.compile(
     rf"^[ \t>*-]*[{_CAPITAL}][^\W\d_]*(?:[ \t][^\W\d_]+){{0,2}}[ \t]*:[ \t]*"
-    rf"[{_CAPITAL}][^\W\d_]*[a-zß-ÿ][^\W\d_]*(?:['’-][^\W\d_]+)?"
-    rf"(?:[ \t][{_CAPITAL}][^\W\d_]*[a-zß-ÿ][^\W\d_]*(?:['’-][^\W\d_]+)?){{1,2}}[ \t]*$", re.MULTILINE)
+    rf"{_NAME_WORD}(?:[ \t]{_NAME_WORD}){{1,2}}[ \t]*$", re.MULTILINE)
 
 
 #: Verbs of passing a message on to someone, in base form (an instruction: "Ask Thabo whether ...",
@@ -157,7 +157,9 @@ ADDRESSEE_VERBS = ("remind", "tell", "ask", "let", "text", "email", "e-mail", "p
                    "thank", "warn", "congratulate", "notify", "inform", "cc", "send")
 ADDRESSEE_GERUNDS = ("reminding", "telling", "asking", "letting", "texting", "emailing", "pinging", "messaging",
                      "inviting", "thanking", "warning", "congratulating", "notifying", "informing")
-#: Nouns of a message written to someone: "a note to Zurab", "a birthday message for Funmilayo".
+#: Nouns of a message written to someone: "a note to Zurab", "a birthday message for Funmilayo". The
+#: name recognizer reads the name after them; they are no cue ("Write a letter to Santa ..." is a
+#: writing exercise as often as a message to someone).
 ADDRESSEE_NOTES = ("note", "message", "reply", "email", "e-mail", "letter", "card", "text", "invitation", "memo")
 #: Closed-class words after such a verb that are nobody's name ("tell everyone", "ask the team", "let them").
 _NOT_ADDRESSEES = ("me", "us", "them", "him", "her", "it", "you", "everyone", "everybody", "all", "the", "a", "an",
@@ -166,11 +168,10 @@ _NOT_ADDRESSEES = ("me", "us", "them", "him", "her", "it", "you", "everyone", "e
                    "any", "some", "whether", "if", "about", "for", "to", "what", "how", "why", "when", "where",
                    "who", "which", "again", "back", "out", "up", "in", "on", "off", "over", "and", "or", "know")
 # someone named as the one a message goes to: an addressee verb opening a clause (text or line start,
-# after ".!?;:," or "please", "and", "then") or its gerund, or a message noun with "to"/"for", then a word
+# after ".!?;:," or "please", "and", "then") or its gerund, then a word
 _ADDRESSEE = re.compile(
     r"(?:(?:(?:^|(?<=[.!?;:,\n])|\b(?:please|and|then)\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")"
-    r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r")"
-    r"|\b(?:" + "|".join(ADDRESSEE_NOTES) + r")\s+(?:to|for))"
+    r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r"))"
     r"\s+(?!(?:" + "|".join(_NOT_ADDRESSEES) + r")\b)[^\W\d_][\w'’-]*\b)", re.IGNORECASE | re.MULTILINE)
 
 
