@@ -161,6 +161,8 @@ ADDRESSEE_GERUNDS = ("reminding", "telling", "asking", "letting", "texting", "em
 #: name recognizer reads the name after them; they are no cue ("Write a letter to Santa ..." is a
 #: writing exercise as often as a message to someone).
 ADDRESSEE_NOTES = ("note", "message", "reply", "email", "e-mail", "letter", "card", "text", "invitation", "memo")
+#: Words an addressee verb's clause may open with: "please ask ...", "and tell ...", "can you remind ...".
+CLAUSE_OPENERS = ("please", "pls", "plz", "and", "then", "you")
 #: Closed-class words after such a verb that are nobody's name ("tell everyone", "ask the team", "let them").
 _NOT_ADDRESSEES = ("me", "us", "them", "him", "her", "it", "you", "everyone", "everybody", "all", "the", "a", "an",
                    "this", "that", "these", "those", "my", "our", "your", "their", "his", "its", "someone",
@@ -168,9 +170,9 @@ _NOT_ADDRESSEES = ("me", "us", "them", "him", "her", "it", "you", "everyone", "e
                    "any", "some", "whether", "if", "about", "for", "to", "what", "how", "why", "when", "where",
                    "who", "which", "again", "back", "out", "up", "in", "on", "off", "over", "and", "or", "know")
 # someone named as the one a message goes to: an addressee verb opening a clause (text or line start,
-# after ".!?;:," or "please", "and", "then") or its gerund, then a word
+# after ".!?;:," or a clause opener) or its gerund, then a word
 _ADDRESSEE = re.compile(
-    r"(?:(?:(?:^|(?<=[.!?;:,\n])|\b(?:please|and|then)\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")"
+    r"(?:(?:(?:^|(?<=[.!?;:,\n])|\b(?:" + "|".join(CLAUSE_OPENERS) + r")\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")"
     r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r"))"
     r"\s+(?!(?:" + "|".join(_NOT_ADDRESSEES) + r")\b)[^\W\d_][\w'’-]*\b)", re.IGNORECASE | re.MULTILINE)
 

@@ -78,7 +78,13 @@ from typing import Iterable
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-from proxy.guardrails.detectors.privacy_context import ADDRESSEE_GERUNDS, ADDRESSEE_NOTES, ADDRESSEE_VERBS, RELATIONS
+from proxy.guardrails.detectors.privacy_context import (
+    ADDRESSEE_GERUNDS,
+    ADDRESSEE_NOTES,
+    ADDRESSEE_VERBS,
+    CLAUSE_OPENERS,
+    RELATIONS,
+)
 
 #: Recognizer name of the names standing in a slot the parse shows: a message's addressee
 #: (:meth:`NameGazetteerRecognizer._addressed`) or a form field's whole value (``_field_values``).
@@ -111,8 +117,6 @@ _ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
 _INNER_CAPITALS = re.compile(r"[A-Z]{2}")
 #: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
 _LOWER_SLOTS = (("call", "me"), ("name", "is"), ("named",), ("called",))
-#: Words that open a clause before an addressee verb ("please ask X", "and tell X").
-_CLAUSE_OPENERS = frozenset({"please", "and", "then"})
 #: Dependencies that join the items of a list ("Hedda, Greta and Olav").
 _LIST = ("conj", "appos")
 #: Words that make the proper nouns beside them a place or an organisation, not a person.
@@ -404,9 +408,10 @@ class NameGazetteerRecognizer(EntityRecognizer):
 
     def _addressed(self, doc, lower: bool) -> list[tuple[int, int]]:
         """Token ``[start, end)`` of the names a message goes to: the word after an addressee verb
-        opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after "please", "and",
-        "then" or punctuation), after its gerund ("a note telling Bartek ...") or after a message
-        noun and "to"/"for" ("a reply to Zurab"), with the proper nouns right after it
+        opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
+        :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
+        ("a note telling Bartek ...") or after a message noun and "to"/"for" ("a reply to Zurab"),
+        with the proper nouns right after it
         (:meth:`_extent`). The word is name-shaped (:meth:`_shaped`, no inner run of capitals:
         "SQLAlchemy") and no dictionary word, unless a capitalised gazetteer first name
         ("Marguerite")."""
@@ -415,7 +420,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
             i = token.i
             before = doc[i - 1]
             verb = before.lower_ in ADDRESSEE_VERBS and (self._opens(doc, i - 1) or i > 1
-                                                        and doc[i - 2].lower_ in _CLAUSE_OPENERS)
+                                                        and doc[i - 2].lower_ in CLAUSE_OPENERS)
             note = i > 1 and before.lower_ in ("to", "for") and doc[i - 2].lower_ in ADDRESSEE_NOTES
             if not (verb or note or before.lower_ in ADDRESSEE_GERUNDS) or not self._shaped(token, lower):
                 continue

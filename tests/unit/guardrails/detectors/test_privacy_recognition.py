@@ -16,8 +16,8 @@ from tests.unit.guardrails.detectors.test_privacy_context import _block
 from tests.unit.guardrails.detectors.test_privacy_names import _nlp, _recognized
 
 CHECKS = json.loads((ROOT / "tests" / "data" / "privacy" / "recognition-checks.json").read_text(encoding="utf-8"))
-#: Names masked per kind of the check set (each was 0-3 before the slots were read).
-FLOORS = {"lowercase_first_name": 17, "romanised_name": 11, "no_cue_instruction": 18, "form_field": 16}
+#: Names masked per kind of the check set (0/20, 3/18, 2/20 and 2/18 before the slots were read).
+FLOORS = {"lowercase_first_name": 19, "romanised_name": 11, "no_cue_instruction": 19, "form_field": 16}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,7 @@ def test_the_near_misses_of_the_check_set_are_left_untouched(detector):
 @pytest.mark.parametrize(("text", "cue"), [
     ("Ask Thabo whether he can cover the shift.", "addressee"),
     ("remind tomasz to water the plants", "addressee"),
+    ("can you remind olga to send the slides?", "addressee"),
     ("Write a short note telling Bartek the van is booked.", "addressee"),
     ("Child: Amani Mwangi\nAge: 7", "name_field"),
     ("Next of kin: Teodor Blaga\nWard: 6", "name_field"),
