@@ -41,8 +41,8 @@ organisation. This presidio recognizer reads the parse presidio already made and
   two or more proper nouns in a row that no list holds and no dictionary has ("obinwa ekwueme");
 
 each only where a name can stand: no determiner or number in digits before it ("the Prince
-Regent", a street: "14 Milovana Ridge"), no number after it ("Kaplanova 12") and no place or organisation word in or right after it ("Ivana
-Station").
+Regent", a street: "14 Milovana Ridge"), no number after it ("Kaplanova 12") and no place or
+organisation word in or right after it ("Ivana Station").
 
 A word is name-shaped when it is letters (an inner hyphen or apostrophe allowed) of two or more
 letters, not an English stop word, month or weekday, and capitalised — or in lower case when the
@@ -411,8 +411,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
         opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
         :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
         ("a note telling Bartek ...") or after a message noun and "to"/"for" ("a reply to Zurab"),
-        with the proper nouns right after it
-        (:meth:`_extent`). The word is name-shaped (:meth:`_shaped`, no inner run of capitals:
+        with the proper nouns right after it (:meth:`_extent`). The word is name-shaped (:meth:`_shaped`, no inner run of capitals:
         "SQLAlchemy") and no dictionary word, unless a capitalised gazetteer first name
         ("Marguerite")."""
         found = []
@@ -460,9 +459,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 start -= 1
             label = [t for t in doc[start:colon.i] if t.text not in (">", "*", "-")]
             end = colon.i + 1
-            while end < len(doc) and not doc[end].is_space and "\n" not in doc[end - 1].whitespace_ or end == colon.i + 1:
-                if end >= len(doc) or doc[end].is_space:
-                    break
+            while end < len(doc) and not doc[end].is_space and "\n" not in doc[end - 1].whitespace_:
                 end += 1
             value = doc[colon.i + 1:end]
             if (not 1 <= len(label) <= 3 or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
@@ -567,17 +564,40 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 return False
         return False
 
+    def _unlisted_person(self, doc, token, lower: bool) -> bool:
+        """``token`` is a name-shaped proper or common noun that no list or dictionary holds (no
+        inner run of capitals) and stands as a person: listed with the writer (:meth:`_with_writer`)
+        or in a person's role (:meth:`_person_role`)."""
+        return (token.pos_ in ("PROPN", "NOUN") and self._shaped(token, lower) and not self._common(token)
+                and not _INNER_CAPITALS.search(token.text)
+                and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1])))
+
+    def _slots(self, doc, lower: bool) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the names in a slot the parse shows, disjoint, in order: an
+        addressee's (:meth:`_addressed`) unless NER put it in an entity other than a place, an
+        organisation or a group (a rare name's usual labels) or a person run into the verb before it
+        ("Warn Levan"), and a form field's value (:meth:`_field_values`) unless NER put it in an entity
+        other than a person or an organisation; each where a name can stand (:meth:`_fits`)."""
+        held = {t.i for e in doc.ents if e.label_ not in _ROLE_LABELS
+                and not (e.label_ == "PERSON" and e[0].lower_ in ADDRESSEE_VERBS) for t in e}
+        places = {t.i for e in doc.ents if e.label_ not in ("PERSON", "ORG") for t in e}
+        slots: list[tuple[int, int]] = []
+        taken: set[int] = set()
+        for spans, blocked in ((self._addressed(doc, lower), held), (self._field_values(doc), places)):
+            for start, end in spans:
+                inside = set(range(start, end))
+                if not inside & (blocked | taken) and self._fits(doc, start, end):
+                    slots.append((start, end))
+                    taken |= inside
+        return sorted(slots)
+
     def _names(self, doc, lower: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
         """[start, end) token ranges of the missed names of ``doc``, in order, disjoint; those
-        of them read as a person by their role (:meth:`_person_role`); and those standing where a
-        message's addressee stands (:meth:`_addressed`)."""
+        of them read as a person by their role (:meth:`_person_role`); and those in a slot the parse
+        shows (:meth:`_slots`)."""
         persons = {t.i for e in doc.ents if e.label_ == "PERSON" for t in e}
         orgs = {t.i for e in doc.ents if e.label_ == "ORG" for t in e}
         taken = persons | {t.i for e in doc.ents if e.label_ in _OTHER_ENTITY for t in e}
-        # NER's entities a name in an addressee's slot does not override: all but a place, an organisation
-        # or a group (a rare name's usual labels) and a person NER ran into the verb before it ("Warn Levan")
-        held = {t.i for e in doc.ents if e.label_ not in _ROLE_LABELS
-                and not (e.label_ == "PERSON" and e[0].lower_ in ADDRESSEE_VERBS) for t in e}
         found: list[tuple[int, int]] = []
         roles: list[tuple[int, int]] = []
 
@@ -601,9 +621,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 add(entity.start, entity.end)
                 roles.append((entity.start, entity.end))
         for token in doc:  # a word no list or dictionary holds, standing as a person: "Giorgos left his keys"
-            if (token.i not in taken and token.i not in orgs and token.pos_ in ("PROPN", "NOUN")
-                    and self._shaped(token, lower) and not self._common(token) and not _INNER_CAPITALS.search(token.text)
-                    and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1]))):
+            if token.i not in taken and token.i not in orgs and self._unlisted_person(doc, token, lower):
                 start, end = self._extent(doc, token.i, lower, taken | orgs)
                 if self._fits(doc, start, end):
                     add(start, end)
@@ -619,20 +637,10 @@ class NameGazetteerRecognizer(EntityRecognizer):
             seen.update(range(start, end))  # a run that is no name ("the Prince Regent") gives no name either
             if self._fits(doc, start, end):
                 add(start, end)
-        slots: list[tuple[int, int]] = []
-        for start, end in self._addressed(doc, lower):  # the one a message goes to: "Ask Thabo whether ..."
-            inside = set(range(start, end))
-            if not inside & held and self._fits(doc, start, end):
-                found[:] = [(a, b) for a, b in found if not inside & set(range(a, b))]
-                add(start, end)
-                slots.append((start, end))
-        fields = {t.i for e in doc.ents if e.label_ not in ("PERSON", "ORG") for t in e}
-        for start, end in self._field_values(doc):  # a form field's value: "Guardian: Hamid Sadeghi"
-            inside = set(range(start, end))
-            if not inside & fields and self._fits(doc, start, end):
-                found[:] = [(a, b) for a, b in found if not inside & set(range(a, b))]
-                add(start, end)
-                slots.append((start, end))
+        slots = self._slots(doc, lower)  # they win over the names found above where they overlap
+        for start, end in slots:
+            found[:] = [(a, b) for a, b in found if b <= start or a >= end]
+            add(start, end)
         if lower:  # a full name of words no list holds: two or more unknown proper nouns in a row
             for a, b in self._unknown_runs(doc, lower, taken | orgs):
                 if self._fits(doc, a, b):
