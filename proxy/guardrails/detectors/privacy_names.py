@@ -113,6 +113,8 @@ GAZETTEER = Path(__file__).resolve().parent.parent / "artefacts" / "name-gazette
 #: Punctuation inside an address, a file name or a number, never between a name and its turn
 #: ("files.example.org", "a/b", "x@y", "v2"): such a token holds no glued name.
 _ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
+#: Most tokens of a form field's label, list markers included ("> * Next of kin:").
+_FIELD_LABEL_TOKENS = 6
 #: Two capitals in a row inside a word: a product or code name ("SQLAlchemy", "iOS"), no person's.
 _INNER_CAPITALS = re.compile(r"[A-Z]{2}")
 #: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
@@ -454,15 +456,17 @@ class NameGazetteerRecognizer(EntityRecognizer):
         for colon in doc:
             if colon.text != ":" or not colon.i:
                 continue
-            start = colon.i
-            while start and not doc[start - 1].is_space and "\n" not in doc[start - 1].whitespace_:
+            start = colon.i  # at most one token past the longest label or value is read: bounded work
+            while (start and colon.i - start <= _FIELD_LABEL_TOKENS and not doc[start - 1].is_space
+                   and "\n" not in doc[start - 1].whitespace_):
                 start -= 1
             label = [t for t in doc[start:colon.i] if t.text not in (">", "*", "-")]
             end = colon.i + 1
-            while end < len(doc) and not doc[end].is_space and "\n" not in doc[end - 1].whitespace_:
+            while (end < len(doc) and end - colon.i <= 3 and not doc[end].is_space
+                   and "\n" not in doc[end - 1].whitespace_):
                 end += 1
             value = doc[colon.i + 1:end]
-            if (not 1 <= len(label) <= 3 or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
+            if (colon.i - start > _FIELD_LABEL_TOKENS or not 1 <= len(label) <= 3 or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
                     or not 2 <= len(value) <= 3 or not all(self._shaped(t, False) for t in value)
                     or any(self._common(t) for t in value)):
                 continue
