@@ -53,6 +53,7 @@ from proxy.guardrails.detectors.embeddings import embed
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
 from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
 from proxy.guardrails.detectors.privacy_names import (
+    SLOT,
     NameGazetteerRecognizer,
     could_name_a_person,
     english_words,
@@ -164,7 +165,9 @@ class PiiDetectorConfig(BaseModel):
             missed: gazetteer first names and surnames, names in a list with a person).
         name_gazetteer_threshold: the p(private) a person named only by that recognizer needs
             (when above the person head's own threshold): such a word is less surely a person's
-            name, and the head learnt from the names NER finds.
+            name, and the head learnt from the names NER finds. A name it reports in a slot the parse
+            shows (:data:`~.privacy_names.SLOT`: an addressee, a form field's value) needs only the
+            head's own threshold.
         question_name_threshold: with the person head and ``ner_gate`` on, a general question
             (no personal cue, no direct identifier or address shape) holding a capitalised word
             after its first that could be a name (no dictionary word, plural of one, stop word
@@ -845,7 +848,7 @@ def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
 
 
 #: Recognizers whose names a general question shows only when parsed with NER (``question_name_threshold``).
-_PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME})
+_PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME, SLOT})
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
 
 

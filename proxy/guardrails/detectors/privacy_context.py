@@ -23,7 +23,13 @@ time):
 - a relation word (patient, customer, employee, tenant, neighbour, my wife, ...), configurable;
 - an honorific (Mr., Mrs., Ms., Dr.) or a greeting ("Hi Victor,", "Dear Ms. Lee");
 - a field of a record about a person ("Name:", "Address:", "User:", "Where:");
-- a personal verb phrase (lives at/in, born on, was born, contact, address).
+- a personal verb phrase (lives at/in, born on, was born, contact, address);
+- an addressee: a message passed on to someone named ("Ask Thabo whether ...", "remind tomasz
+  to ...", "a note telling Bartek ..."; not "tell everyone", "let them know");
+- a name field: a form line whose whole value is a full name ("Guardian: Hamid Sadeghi").
+
+The last two are no feature of the person head (:data:`~.privacy_person.CUES`): they only let
+the names in such a text be read and judged.
 
 A public mention in a general question ("in which year did Yao Ming retire?", "What is the
 capital of France?") has none of them and is left alone. The decision is per analysed text
@@ -136,6 +142,41 @@ _RECORD_FIELD = re.compile(
     r"|(?<!\w)(?:" + "|".join(_FIELDS) + r")\s*:")  # capitalised anywhere ("... User: Eve")
 
 
+_CAPITAL = "A-ZÀ-ÖØ-ÞĆČĐŁŃŒŘŚŠŞŢŤŮŰŹŻŽ"
+# a field of a form whose whole value is a full name: a label of one to three words opening its line,
+# a colon and two or three capitalised words up to the line's end ("Guardian: Hamid Sadeghi")
+_NAME_WORD = rf"[{_CAPITAL}][^\W\d_{_CAPITAL}]+(?:['’-][^\W\d_]+)?"  # "Sadeghi", "O'Neill"; not "API"
+_NAME_FIELD = re.compile(
+    rf"^[ \t>*-]*[{_CAPITAL}][^\W\d_]*(?:[ \t][^\W\d_]+){{0,2}}[ \t]*:[ \t]*"
+    rf"{_NAME_WORD}(?:[ \t]{_NAME_WORD}){{1,2}}[ \t]*$", re.MULTILINE)
+
+
+#: Verbs of passing a message on to someone, in base form (an instruction: "Ask Thabo whether ...",
+#: "remind tomasz to ...") and as a gerund ("a note telling Bartek ...").
+ADDRESSEE_VERBS = ("remind", "tell", "ask", "let", "text", "email", "e-mail", "ping", "message", "invite",
+                   "thank", "warn", "congratulate", "notify", "inform", "cc", "send")
+ADDRESSEE_GERUNDS = ("reminding", "telling", "asking", "letting", "texting", "emailing", "pinging", "messaging",
+                     "inviting", "thanking", "warning", "congratulating", "notifying", "informing")
+#: Nouns of a message written to someone: "a note to Zurab", "a birthday message for Funmilayo". The
+#: name recognizer reads the name after them; they are no cue ("Write a letter to Santa ..." is a
+#: writing exercise as often as a message to someone).
+ADDRESSEE_NOTES = ("note", "message", "reply", "email", "e-mail", "letter", "card", "text", "invitation", "memo")
+#: Words an addressee verb's clause may open with: "please ask ...", "and tell ...", "can you remind ...".
+CLAUSE_OPENERS = ("please", "pls", "plz", "and", "then", "you")
+#: Closed-class words after such a verb that are nobody's name ("tell everyone", "ask the team", "let them").
+_NOT_ADDRESSEES = ("me", "us", "them", "him", "her", "it", "you", "everyone", "everybody", "all", "the", "a", "an",
+                   "this", "that", "these", "those", "my", "our", "your", "their", "his", "its", "someone",
+                   "somebody", "anyone", "anybody", "people", "whoever", "each", "both", "every", "no", "nobody",
+                   "any", "some", "whether", "if", "about", "for", "to", "what", "how", "why", "when", "where",
+                   "who", "which", "again", "back", "out", "up", "in", "on", "off", "over", "and", "or", "know")
+# someone named as the one a message goes to: an addressee verb opening a clause (text or line start,
+# after ".!?;:," or a clause opener) or its gerund, then a word
+_ADDRESSEE = re.compile(
+    r"(?:(?:(?:^|(?<=[.!?;:,\n])|\b(?:" + "|".join(CLAUSE_OPENERS) + r")\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")"
+    r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r"))"
+    r"\s+(?!(?:" + "|".join(_NOT_ADDRESSEES) + r")\b)[^\W\d_][\w'’-]*\b)", re.IGNORECASE | re.MULTILINE)
+
+
 # a request of the writer to the assistant, not about the writer: "tell me", "give us", "let's"
 _REQUEST_TO_ASSISTANT = re.compile(
     r"\b(?i:tell|give|show|teach|explain to|remind)\s+(?i:me|us)\b|\b(?i:let's|let us)\b")
@@ -202,6 +243,10 @@ class ContextRule:
             cues.append("greeting")
         if _RECORD_FIELD.search(text):
             cues.append("record_field")
+        if _NAME_FIELD.search(text):
+            cues.append("name_field")
+        if _ADDRESSEE.search(text):
+            cues.append("addressee")
         return cues
 
     def _always(self, span: _Span) -> bool:

@@ -24,15 +24,25 @@ organisation. This presidio recognizer reads the parse presidio already made and
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
+- a name in a **slot the parse shows** (recognizer name :data:`SLOT`, scored like a role so it
+  wins over NER's place or organisation label): the word a message goes to, after an addressee
+  verb opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", "Invite Sunniva and
+  Halvard"), after its gerund ("a note telling Bartek ...") or after a message noun and "to" /
+  "for" ("a reply to Zurab"), when it is no dictionary word or a capitalised gazetteer first name;
+  and a form field's whole value of two or three capitalised words none of which is a dictionary
+  word ("Guardian: Hamid Sadeghi", not "Subject: Quarterly Report"), cut at the line's end where
+  NER runs it into the next field's label;
+- a capitalised word **no list or dictionary holds** standing as a person: listed with the writer
+  ("Thanasis and I") or in a person's role as above ("Giorgos left his jacket");
 - a first name or surname **glued to punctuation** that spaCy's tokenizer left in one token
   (``Elena:"I'm``): the name word alone;
 - in a lower-case text, the word after a slot English introduces a name with ("call me",
   "my name is", "named", "called") when it is no dictionary word ("just call me jagódka"), and
   two or more proper nouns in a row that no list holds and no dictionary has ("obinwa ekwueme");
 
-each only where a name can stand: no determiner before it ("the Prince Regent"), no number
-after it ("Kaplanova 12") and no place or organisation word in or right after it ("Ivana
-Station").
+each only where a name can stand: no determiner or number in digits before it ("the Prince
+Regent", a street: "14 Milovana Ridge"), no number after it ("Kaplanova 12") and no place or
+organisation word in or right after it ("Ivana Station").
 
 A word is name-shaped when it is letters (an inner hyphen or apostrophe allowed) of two or more
 letters, not an English stop word, month or weekday, and capitalised — or in lower case when the
@@ -43,7 +53,9 @@ here is masked only where NER's would be (the context rule and the person head d
 only this recognizer names needs the detector's ``name_gazetteer_threshold``).
 
 The gazetteer is the first names and surnames of every locale of Faker's person providers
-(MIT), single words only, case-folded: about 27,000 first names and 28,000 surnames, read once
+(MIT), single words only, case-folded, the names Faker lists in Greek, Cyrillic, Georgian or
+Armenian letters also in Latin ones (:func:`romanisations`: "Γιώργος" as "giorgos", "ქეთევან" as
+"ketevan"; names written in English are romanised): about 32,000 first names and 32,500 surnames, read once
 per process from the list shipped beside the other artefacts (:data:`GAZETTEER`, written from
 the installed Faker by ``python -m proxy.guardrails.detectors.privacy_names``), or from Faker's
 modules when that list was written from another Faker version. A word of the English dictionary (the words of the pipeline's lemmatizer
@@ -59,14 +71,24 @@ import importlib
 import json
 import pkgutil
 import re
+import unicodedata
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-from proxy.guardrails.detectors.privacy_context import RELATIONS
+from proxy.guardrails.detectors.privacy_context import (
+    ADDRESSEE_GERUNDS,
+    ADDRESSEE_NOTES,
+    ADDRESSEE_VERBS,
+    CLAUSE_OPENERS,
+    RELATIONS,
+)
 
+#: Recognizer name of the names standing in a slot the parse shows: a message's addressee
+#: (:meth:`NameGazetteerRecognizer._addressed`) or a form field's whole value (``_field_values``).
+SLOT = "ParsedNameSlotRecognizer"
 #: Longest name reported (tokens), and longest ORG entity read as a name.
 MAX_TOKENS = 4
 _INITIAL = re.compile(r"^[^\W\d_]\.?$")
@@ -91,6 +113,10 @@ GAZETTEER = Path(__file__).resolve().parent.parent / "artefacts" / "name-gazette
 #: Punctuation inside an address, a file name or a number, never between a name and its turn
 #: ("files.example.org", "a/b", "x@y", "v2"): such a token holds no glued name.
 _ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
+#: Most tokens of a form field's label, list markers included ("> * Next of kin:").
+_FIELD_LABEL_TOKENS = 6
+#: Two capitals in a row inside a word: a product or code name ("SQLAlchemy", "iOS"), no person's.
+_INNER_CAPITALS = re.compile(r"[A-Z]{2}")
 #: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
 _LOWER_SLOTS = (("call", "me"), ("name", "is"), ("named",), ("called",))
 #: Dependencies that join the items of a list ("Hedda, Greta and Olav").
@@ -166,6 +192,78 @@ def diminutive_of(word: str, first: frozenset[str]) -> str | None:
     return None
 
 
+_ARMENIAN = dict(zip("աբգդեզէըթժիլխծկհձղճմյնշոչպջռսվտրցւփքօֆ",
+                     ["a", "b", "g", "d", "e", "z", "e", "y", "t", "zh", "i", "l", "kh", "ts", "k", "h", "dz", "gh",
+                      "ch", "m", "y", "n", "sh", "o", "ch", "p", "j", "r", "s", "v", "t", "r", "ts", "v", "p", "k",
+                      "o", "f"]))
+#: Letters of the scripts whose names Faker lists unromanised, in two readings each ("common" and
+#: "formal", same length as the pairs): Greek (ELOT 743 and the spelling names are usually given
+#: in: η, υ, ει, οι as "i"), Cyrillic (BGN/PCGN and the passport reading), Georgian (national
+#: system) and Armenian (one reading). Digraphs come first; a word with any other letter is not romanised.
+_ROMAN = {
+    "greek": ((("ου", "ou", "ou"), ("αι", "ai", "e"), ("ει", "ei", "i"), ("οι", "oi", "i"), ("γγ", "ng", "ng"),
+               ("γκ", "gk", "g"), ("μπ", "mp", "b"), ("ντ", "nt", "d"), ("τζ", "tz", "tz"), ("αυ", "av", "af"),
+               ("ευ", "ev", "ef")),
+              dict(zip("αβγδεζηθικλμνξοπρσςτυφχψωϊϋ",
+                       ["a", "v", "g", "d", "e", "z", "i", "th", "i", "k", "l", "m", "n", "x", "o", "p", "r", "s",
+                        "s", "t", "y", "f", "ch", "ps", "o", "i", "y"])),
+              dict(zip("αβγδεζηθικλμνξοπρσςτυφχψωϊϋ",
+                       ["a", "v", "g", "d", "e", "z", "i", "th", "i", "k", "l", "m", "n", "ks", "o", "p", "r", "s",
+                        "s", "t", "i", "f", "h", "ps", "o", "i", "i"]))),
+    "cyrillic": ((("ий", "iy", "y"), ("ый", "yy", "y")),
+                 dict(zip("абвгґдђеёєжзѕиіїйјклљмнњопрстћуфхцчџшщъыьэюя",
+                          ["a", "b", "v", "g", "g", "d", "dj", "e", "e", "ye", "zh", "z", "dz", "i", "i", "yi", "y",
+                           "j", "k", "l", "lj", "m", "n", "nj", "o", "p", "r", "s", "t", "c", "u", "f", "kh", "ts",
+                           "ch", "dzh", "sh", "shch", "", "y", "", "e", "yu", "ya"])),
+                 dict(zip("абвгґдђеёєжзѕиіїйјклљмнњопрстћуфхцчџшщъыьэюя",
+                          ["a", "b", "v", "h", "g", "d", "d", "e", "yo", "ie", "zh", "z", "z", "i", "i", "i", "i",
+                           "j", "k", "l", "l", "m", "n", "n", "o", "p", "r", "s", "t", "c", "u", "f", "h", "ts",
+                           "ch", "j", "sh", "sht", "a", "i", "", "e", "iu", "ia"]))),
+    "georgian": ((),
+                 dict(zip("აბგდევზთიკლმნოპჟრსტუფქღყშჩცძწჭხჯჰ",
+                          ["a", "b", "g", "d", "e", "v", "z", "t", "i", "k", "l", "m", "n", "o", "p", "zh", "r", "s",
+                           "t", "u", "p", "k", "gh", "q", "sh", "ch", "ts", "dz", "ts", "ch", "kh", "j", "h"])),
+                 dict(zip("აბგდევზთიკლმნოპჟრსტუფქღყშჩცძწჭხჯჰ",
+                          ["a", "b", "g", "d", "e", "v", "z", "t", "i", "k", "l", "m", "n", "o", "p", "zh", "r", "s",
+                           "t", "u", "f", "k", "g", "k", "sh", "ch", "ts", "dz", "ts", "ch", "kh", "j", "h"]))),
+    "armenian": ((("ու", "u", "u"), ("և", "ev", "ev")),
+                 _ARMENIAN, _ARMENIAN),
+}
+
+
+#: Accents dropped before romanising (Greek tonos; a breve or diaeresis stays: "й", "ё", "ϊ").
+_ACCENTS = frozenset("\u0300\u0301")
+
+
+def romanisations(word: str) -> frozenset[str]:
+    """The Latin spellings of ``word`` (a name in Greek, Cyrillic, Georgian or Armenian letters,
+    any case, accents ignored) by :data:`_ROMAN`'s two readings of its script: "Γιώργος" →
+    {"giorgos"}, "Θανάσης" → {"thanasis"}, "ქეთევან" → {"ketevan"}; empty for a word in another
+    script or with a letter outside the tables. Case-folded, letters a-z only."""
+    folded = unicodedata.normalize("NFC", "".join(c for c in unicodedata.normalize("NFD", word.casefold())
+                                                  if c not in _ACCENTS))
+    for digraphs, common, formal in _ROMAN.values():
+        if not all(c in common for c in folded if not any(c in d for d, _, _ in digraphs)):
+            continue
+        spellings = set()
+        for reading, table in ((1, common), (2, formal)):
+            out, i = [], 0
+            while i < len(folded):
+                pair = next((d for d in digraphs if folded.startswith(d[0], i)), None)
+                if pair is not None:
+                    out.append(pair[reading])
+                    i += len(pair[0])
+                elif folded[i] in table:
+                    out.append(table[folded[i]])
+                    i += 1
+                else:
+                    break
+            else:
+                spellings.add("".join(out))
+        return frozenset(w for w in spellings if len(w) >= 2)
+    return frozenset()
+
+
 @functools.cache
 def gazetteer() -> tuple[frozenset[str], frozenset[str]]:
     """(first names, surnames): :func:`read_gazetteer` of :data:`GAZETTEER`, once per process."""
@@ -202,7 +300,12 @@ def faker_gazetteer() -> tuple[frozenset[str], frozenset[str]]:
             if into is not None and attribute.endswith("names") and isinstance(values, (list, tuple, dict)):
                 # a dict (OrderedDict of name -> weight) in some locales
                 into.update(v.casefold() for v in values if isinstance(v, str) and _NAME_WORD.match(v))
-    return frozenset(first), frozenset(last)
+    return frozenset(_romanised(first)), frozenset(_romanised(last))
+
+
+def _romanised(names: set[str]) -> set[str]:
+    """``names`` with the :func:`romanisations` of each one added."""
+    return names | {w for name in names for w in romanisations(name)}
 
 
 def write_gazetteer(path: Path = GAZETTEER) -> Path:
@@ -243,15 +346,19 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 or not doc.has_annotation("ENT_IOB")):
             return []
         lower = not any(c.isupper() for c in text)
-        names, role_names = self._names(doc, lower)
+        names, role_names, slot_names = self._names(doc, lower)
         if lower:
             covered = {i for a, b in names for i in range(a, b)}
             names += [(a, b) for a, b in self._slotted(doc) if not covered & set(range(a, b))]
         spans = [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in names] + self._glued(doc)
         roles = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in role_names}
-        return [RecognizerResult("PERSON", start, end, self.role_score if (start, end) in roles else self.score,
-                                 recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: self.name,  # type: ignore[has-type]
-                                                       RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
+        slots = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in slot_names}
+        return [RecognizerResult("PERSON", start, end,
+                                 self.role_score if (start, end) in roles | slots else self.score,
+                                 recognition_metadata={
+                                     RecognizerResult.RECOGNIZER_NAME_KEY: SLOT if (start, end) in slots
+                                     else self.name,  # type: ignore[has-type]
+                                     RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
                 for start, end in sorted(set(spans))]
 
     def _known(self, word: str) -> bool:
@@ -299,6 +406,71 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     if end < len(doc) and free(end) and doc[end - 1].whitespace_:
                         end += 1
                     found.append((i + n, end))
+        return found
+
+    def _addressed(self, doc, lower: bool) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the names a message goes to: the word after an addressee verb
+        opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
+        :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
+        ("a note telling Bartek ...") or after a message noun and "to"/"for" ("a reply to Zurab"),
+        with the proper nouns right after it (:meth:`_extent`). The word is name-shaped (:meth:`_shaped`, no inner run of capitals:
+        "SQLAlchemy") and no dictionary word, unless a capitalised gazetteer first name
+        ("Marguerite")."""
+        found = []
+        for token in doc[1:]:
+            i = token.i
+            before = doc[i - 1]
+            verb = before.lower_ in ADDRESSEE_VERBS and (self._opens(doc, i - 1) or i > 1
+                                                        and doc[i - 2].lower_ in CLAUSE_OPENERS)
+            note = i > 1 and before.lower_ in ("to", "for") and doc[i - 2].lower_ in ADDRESSEE_NOTES
+            if not (verb or note or before.lower_ in ADDRESSEE_GERUNDS) or not self._shaped(token, lower):
+                continue
+            folded = token.lower_
+            if _INNER_CAPITALS.search(token.text) or folded in self._words and (lower or folded not in self._first):
+                continue
+            found.append(self._extent(doc, i, lower, set()))
+        return found
+
+    @staticmethod
+    def _with_writer(doc, i: int) -> bool:
+        """Token ``i`` is listed with the writer: "Thanasis and I", "me and Thanasis" (read from the
+        words: the parser often takes a rare name opening a sentence for the root)."""
+        words = [t.lower_ for t in doc[max(0, i - 2):i + 3]]
+        at = min(i, 2)
+        return words[at + 1:at + 3] in (["and", "i"], ["and", "me"]) or at == 2 and words[:2] in (["me", "and"],
+                                                                                                 ["i", "and"])
+
+    def _common(self, token) -> bool:
+        """``token``'s word or lemma is a dictionary word and no gazetteer first name or surname."""
+        folded = token.lower_
+        return (folded in self._words or token.lemma_.lower() in self._words) and not (
+            folded in self._first or folded in self._last)
+
+    def _field_values(self, doc) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the full names that are a form field's whole value: a line of a
+        label of one to three words (the first capitalised), a colon and two or three capitalised
+        name-shaped words up to the line's end ("Guardian: Hamid Sadeghi"), none of them a dictionary
+        word (its lemma either) that is no gazetteer name ("Subject: Quarterly Report", "Assignee:
+        Backend Team")."""
+        found = []
+        for colon in doc:
+            if colon.text != ":" or not colon.i:
+                continue
+            start = colon.i  # at most one token past the longest label or value is read: bounded work
+            while (start and colon.i - start <= _FIELD_LABEL_TOKENS and not doc[start - 1].is_space
+                   and "\n" not in doc[start - 1].whitespace_):
+                start -= 1
+            label = [t for t in doc[start:colon.i] if t.text not in (">", "*", "-")]
+            end = colon.i + 1
+            while (end < len(doc) and end - colon.i <= 3 and not doc[end].is_space
+                   and "\n" not in doc[end - 1].whitespace_):
+                end += 1
+            value = doc[colon.i + 1:end]
+            if (colon.i - start > _FIELD_LABEL_TOKENS or not 1 <= len(label) <= 3 or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
+                    or not 2 <= len(value) <= 3 or not all(self._shaped(t, False) for t in value)
+                    or any(self._common(t) for t in value)):
+                continue
+            found.append((value.start, value.end))
         return found
 
     def _unknown_runs(self, doc, lower: bool, blocked: set[int]) -> list[tuple[int, int]]:
@@ -358,10 +530,11 @@ class NameGazetteerRecognizer(EntityRecognizer):
         return i == 0 or doc[i].is_sent_start or doc[i - 1].is_punct or doc[i - 1].is_space
 
     def _fits(self, doc, start: int, end: int) -> bool:
-        """Tokens ``[start, end)`` can be a person's name where they stand: no determiner before
-        them ("the Prince Regent"), no number after them ("Kaplanova 12") and no place or
+        """Tokens ``[start, end)`` can be a person's name where they stand: no determiner or house
+        number before them ("the Prince Regent", "14 Milovana Ridge"), no number after them
+        ("Kaplanova 12") and no place or
         organisation word in or right after them ("Ivana Station")."""
-        if start and doc[start - 1].pos_ == "DET":
+        if start and (doc[start - 1].pos_ == "DET" or doc[start - 1].is_digit):
             return False
         if end < len(doc) and doc[end].like_num:
             return False
@@ -395,9 +568,37 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 return False
         return False
 
-    def _names(self, doc, lower: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """[start, end) token ranges of the missed names of ``doc``, in order, disjoint; and those
-        of them read as a person by their role (:meth:`_person_role`)."""
+    def _unlisted_person(self, doc, token, lower: bool) -> bool:
+        """``token`` is a name-shaped proper or common noun that no list or dictionary holds (no
+        inner run of capitals) and stands as a person: listed with the writer (:meth:`_with_writer`)
+        or in a person's role (:meth:`_person_role`)."""
+        return (token.pos_ in ("PROPN", "NOUN") and self._shaped(token, lower) and not self._common(token)
+                and not _INNER_CAPITALS.search(token.text)
+                and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1])))
+
+    def _slots(self, doc, lower: bool) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the names in a slot the parse shows, disjoint, in order: an
+        addressee's (:meth:`_addressed`) unless NER put it in an entity other than a place, an
+        organisation or a group (a rare name's usual labels) or a person run into the verb before it
+        ("Warn Levan"), and a form field's value (:meth:`_field_values`) unless NER put it in an entity
+        other than a person or an organisation; each where a name can stand (:meth:`_fits`)."""
+        held = {t.i for e in doc.ents if e.label_ not in _ROLE_LABELS
+                and not (e.label_ == "PERSON" and e[0].lower_ in ADDRESSEE_VERBS) for t in e}
+        places = {t.i for e in doc.ents if e.label_ not in ("PERSON", "ORG") for t in e}
+        slots: list[tuple[int, int]] = []
+        taken: set[int] = set()
+        for spans, blocked in ((self._addressed(doc, lower), held), (self._field_values(doc), places)):
+            for start, end in spans:
+                inside = set(range(start, end))
+                if not inside & (blocked | taken) and self._fits(doc, start, end):
+                    slots.append((start, end))
+                    taken |= inside
+        return sorted(slots)
+
+    def _names(self, doc, lower: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+        """[start, end) token ranges of the missed names of ``doc``, in order, disjoint; those
+        of them read as a person by their role (:meth:`_person_role`); and those in a slot the parse
+        shows (:meth:`_slots`)."""
         persons = {t.i for e in doc.ents if e.label_ == "PERSON" for t in e}
         orgs = {t.i for e in doc.ents if e.label_ == "ORG" for t in e}
         taken = persons | {t.i for e in doc.ents if e.label_ in _OTHER_ENTITY for t in e}
@@ -423,6 +624,12 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and self._fits(doc, entity.start, entity.end) and self._person_role(doc, entity)):
                 add(entity.start, entity.end)
                 roles.append((entity.start, entity.end))
+        for token in doc:  # a word no list or dictionary holds, standing as a person: "Giorgos left his keys"
+            if token.i not in taken and token.i not in orgs and self._unlisted_person(doc, token, lower):
+                start, end = self._extent(doc, token.i, lower, taken | orgs)
+                if self._fits(doc, start, end):
+                    add(start, end)
+                    roles.append((start, end))
         seen: set[int] = set()
         for token in doc:  # a first name, surname or diminutive, with the proper nouns and initials around it
             i = token.i
@@ -434,6 +641,10 @@ class NameGazetteerRecognizer(EntityRecognizer):
             seen.update(range(start, end))  # a run that is no name ("the Prince Regent") gives no name either
             if self._fits(doc, start, end):
                 add(start, end)
+        slots = self._slots(doc, lower)  # they win over the names found above where they overlap
+        for start, end in slots:
+            found[:] = [(a, b) for a, b in found if b <= start or a >= end]
+            add(start, end)
         if lower:  # a full name of words no list holds: two or more unknown proper nouns in a row
             for a, b in self._unknown_runs(doc, lower, taken | orgs):
                 if self._fits(doc, a, b):
@@ -446,7 +657,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
             if (listed and token.i not in taken and token.pos_ == "PROPN" and self._shaped(token, lower)
                     and self._fits(doc, token.i, token.i + 1)):
                 add(token.i, token.i + 1)
-        return sorted(found), roles
+        return sorted(found), roles, slots
 
 
 if __name__ == "__main__":
