@@ -25,7 +25,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["MIN_POINTS", "cluster_toxicity", "compile_kernels", "project_and_cluster", "silhouette", "toxic_word_counts", "words"]
+__all__ = ["MIN_POINTS", "cluster_toxicity", "compile_kernels", "project_and_cluster", "silhouette", "toxic_word_counts",
+           "words"]
 
 #: Fewest answers a clustering is attempted on (UMAP needs neighbours).
 MIN_POINTS = 5

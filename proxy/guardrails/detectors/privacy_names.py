@@ -52,16 +52,16 @@ detector runs NER on every text whose names could be masked (``ner_gate``), and 
 here is masked only where NER's would be (the context rule and the person head decide; a person
 only this recognizer names needs the detector's ``name_gazetteer_threshold``).
 
-The gazetteer is the first names and surnames of every locale of Faker's person providers
-(MIT), single words only, case-folded, the names Faker lists in Greek, Cyrillic, Georgian or
-Armenian letters also in Latin ones (:func:`romanisations`: "Γιώργος" as "giorgos", "ქეთევან" as
-"ketevan"; names written in English are romanised): about 32,000 first names and 32,500 surnames, read once
-per process from the list shipped beside the other artefacts (:data:`GAZETTEER`, written from
-the installed Faker by ``python -m proxy.guardrails.detectors.privacy_names``), or from Faker's
-modules when that list was written from another Faker version. A word of the English dictionary (the words of the pipeline's lemmatizer
-index, :func:`english_words`: "chance", "summer", "will") counts only capitalised inside a
-sentence, never in a lower-case text. Cost: ~0.1 ms a text (one pass over the tokens), beside
-the ~35 ms of the privacy pass.
+The gazetteer is the first names and surnames of every locale of Faker's person providers (MIT),
+single words only, case-folded, the names Faker lists in Greek, Cyrillic, Georgian or Armenian
+letters also in Latin ones (:func:`romanisations`: "Γιώργος" as "giorgos", "ქეთევან" as "ketevan";
+names written in English are romanised): about 32,000 first names and 32,500 surnames, read once per
+process from the list shipped beside the other artefacts (:data:`GAZETTEER`, written from the
+installed Faker by ``python -m proxy.guardrails.detectors.privacy_names``), or from Faker's modules
+when that list was written from another Faker version. A word of the English dictionary (the words
+of the pipeline's lemmatizer index, :func:`english_words`: "chance", "summer", "will") counts only
+capitalised inside a sentence, never in a lower-case text. Cost: ~0.1 ms a text (one pass over the
+tokens), beside the ~35 ms of the privacy pass.
 """
 
 from __future__ import annotations
@@ -413,9 +413,9 @@ class NameGazetteerRecognizer(EntityRecognizer):
         opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
         :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
         ("a note telling Bartek ...") or after a message noun and "to"/"for" ("a reply to Zurab"),
-        with the proper nouns right after it (:meth:`_extent`). The word is name-shaped (:meth:`_shaped`, no inner run of capitals:
-        "SQLAlchemy") and no dictionary word, unless a capitalised gazetteer first name
-        ("Marguerite")."""
+        with the proper nouns right after it (:meth:`_extent`). The word is name-shaped
+        (:meth:`_shaped`, no inner run of capitals: "SQLAlchemy") and no dictionary word, unless a
+        capitalised gazetteer first name ("Marguerite")."""
         found = []
         for token in doc[1:]:
             i = token.i
@@ -466,7 +466,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
                    and "\n" not in doc[end - 1].whitespace_):
                 end += 1
             value = doc[colon.i + 1:end]
-            if (colon.i - start > _FIELD_LABEL_TOKENS or not 1 <= len(label) <= 3 or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
+            if (colon.i - start > _FIELD_LABEL_TOKENS or not 1 <= len(label) <= 3
+                    or not label[0].text[:1].isupper() or not all(t.is_alpha for t in label)
                     or not 2 <= len(value) <= 3 or not all(self._shaped(t, False) for t in value)
                     or any(self._common(t) for t in value)):
                 continue
@@ -532,8 +533,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
     def _fits(self, doc, start: int, end: int) -> bool:
         """Tokens ``[start, end)`` can be a person's name where they stand: no determiner or house
         number before them ("the Prince Regent", "14 Milovana Ridge"), no number after them
-        ("Kaplanova 12") and no place or
-        organisation word in or right after them ("Ivana Station")."""
+        ("Kaplanova 12") and no place or organisation word in or right after them ("Ivana Station")."""
         if start and (doc[start - 1].pos_ == "DET" or doc[start - 1].is_digit):
             return False
         if end < len(doc) and doc[end].like_num:
