@@ -80,6 +80,22 @@ def wait_for_checkpoint(proxy, size: int, timeout: float = 20.0) -> str:
         time.sleep(0.3)
 
 
+def settled_checkpoint(proxy, quiet: float = 2.5, timeout: float = 30.0) -> str:
+    """The latest checkpoint once the publisher has caught up with the ledger: the same note for
+    ``quiet`` seconds (more than two of the fixture's 1 s checkpoint intervals). A receipt of an
+    earlier test can leave a newer checkpoint a second away; after this, a command reading the
+    stored checkpoint and a GET of it see the same note."""
+    deadline = time.monotonic() + timeout
+    note, since = wait_for_checkpoint(proxy, 1), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the checkpoint kept changing"
+        time.sleep(0.3)
+        latest = get(proxy, "/v1/ledger/checkpoint")[2].decode()
+        if latest != note:
+            note, since = latest, time.monotonic()
+    return note
+
+
 def test_background_checkpoint_and_inclusion_proofs(sqlite_proxy, receipts, keys) -> None:
     top = max(r["ledger_height"] for r in receipts) + 1
     note = wait_for_checkpoint(sqlite_proxy, top)  # no bundle asked yet: the publisher did this
@@ -152,8 +168,9 @@ def test_sonate_ledger_bundle_and_checkpoint_commands(sqlite_proxy, receipts, tm
     done = sonate("verify", str(out), "--keys-url",
                   sqlite_proxy.v1 + "/keys", "--origin", ORIGIN, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    note = settled_checkpoint(sqlite_proxy)
     done = sonate("ledger", "checkpoint", "--config", config, env=env, timeout=120)
-    assert done.returncode == 0 and done.stdout == get(sqlite_proxy, "/v1/ledger/checkpoint")[2].decode()
+    assert done.returncode == 0 and done.stdout == note == get(sqlite_proxy, "/v1/ledger/checkpoint")[2].decode()
     done = sonate("ledger", "bundle", "rcpt_" + "0" * 32, "--config", config, env=env, timeout=120)
     assert done.returncode == 2 and "no receipt with id" in done.stderr and "Traceback" not in done.stderr
 
