@@ -154,6 +154,12 @@ class _Span:
     ("Tom lives at the end of the road", "phrase"),
     ("Hi Victor, nice to meet", "greeting"),
     ("Name: Ana\nAddress: somewhere", "record_field"),
+    ("Ask Thabo whether he can cover the shift.", "addressee"),
+    ("remind tomasz to water the plants", "addressee"),
+    ("can you remind olga to send the slides?", "addressee"),
+    ("Write a short note telling Bartek the van is booked.", "addressee"),
+    ("Child: Amani Mwangi\nAge: 7", "name_field"),
+    ("Next of kin: Teodor Blaga\nWard: 6", "name_field"),
 ])
 def test_personal_cues(text, cue):
     assert cue in ContextRule.from_config(ContextConfig()).personal_cues(text)
