@@ -295,7 +295,15 @@ def resolve_overlaps(spans: Iterable[PiiSpan]) -> list[PiiSpan]:
 
 
 def _nlp_engine(config: PiiDetectorConfig):
-    """presidio's SpacyNlpEngine over the installed spaCy package, with the NER label mapping; loaded."""
+    """presidio's SpacyNlpEngine over the installed spaCy package, with the NER label mapping; loaded.
+
+    The pipeline is loaded without the package's string store (``vocab/strings.json``: ~85,000
+    training strings, ~13 MB once loaded): spaCy's models read features as hashes of the text and
+    every table the detector reads (lemmatizer lookups, attribute-ruler patterns) brings its own
+    strings, so the pipeline parses every text as one loaded with them would, adding the strings
+    a text needs as it goes (``tests/unit/guardrails/detectors/test_spacy_weights.py``).
+    """
+    import spacy
     from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
 
     model_dir = _spacy_model_path(config.spacy_model)
@@ -308,7 +316,8 @@ def _nlp_engine(config: PiiDetectorConfig):
         models=[{"lang_code": config.language, "model_name": str(model_dir)}],
         ner_model_configuration=ner_config,
     )
-    nlp_engine.load()
+    # what SpacyNlpEngine.load does (spacy.load of each model), with the string store left out
+    nlp_engine.nlp = {config.language: spacy.load(model_dir, exclude=["strings"])}
     return nlp_engine
 
 

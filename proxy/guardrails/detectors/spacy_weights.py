@@ -3,7 +3,8 @@
 Privacy gives each detector thread a presidio analyzer of its own, with its own spaCy pipeline
 (spaCy does not document a pipeline as safe for concurrent use: parsing adds strings to the
 pipeline's vocabulary). Most of what a loaded pipeline holds is per pipeline and stays so (the
-vocabulary and string store, tokenizer rules, the parser's state); the trained weights of its
+vocabulary and string store, tokenizer rules, the parser's state; no copy loads the package's
+string store: :func:`proxy.guardrails.detectors.pii._nlp_engine`); the trained weights of its
 components and the lemmatizer's lookup tables are only read while parsing, so every copy can read
 the same arrays. For ``en_core_web_sm`` 3.8 that is ~13 MB of weights and ~4 MB of tables of a
 ~40 MB pipeline. Pure: no I/O.

@@ -1,4 +1,5 @@
-"""Every detector thread's spaCy pipeline reads one copy of the weights, and parses as its own would."""
+"""Every detector thread's spaCy pipeline reads one copy of the weights, holds no package string
+store, and parses as its own would."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 import spacy
 import yaml
 
-from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, _spacy_model_path
+from proxy.guardrails.detectors.context_enhancer import LemmaBound
+from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, _nlp_engine, _spacy_model_path
+from proxy.guardrails.detectors.privacy_names import english_words
 from proxy.guardrails.detectors.spacy_weights import share_weights
 
 pytestmark = pytest.mark.models
@@ -52,6 +55,22 @@ def test_a_pipeline_reading_anothers_weights_parses_as_it_did_alone():
     assert share_weights(source, target) == 0  # nothing left to give up
 
 
+def test_a_pipeline_without_the_package_strings_parses_as_one_with_them():
+    with_strings = load()
+    without = _nlp_engine(CONFIG).nlp[CONFIG.language]
+    assert len(with_strings.vocab.strings) > 50_000 > 5_000 > len(without.vocab.strings)
+    texts = TEXTS + ["Dr. O'Neill-Smith paid $1,200.50 on 3/4/2021 via café Zürich; e-mail: a.b@c.io :-)",
+                     "UNESCO's Nkosazana Dlamini-Zuma met Xi Jinping in Addis Ababa on Tuesday."]
+    assert parse(without, texts) == parse(with_strings, texts)
+    with without.memory_zone():  # the strings a text adds inside a zone are dropped after it
+        assert parse(without, texts) == parse(with_strings, texts)
+    assert parse(without, texts) == parse(with_strings, texts)
+    assert english_words(without) == english_words(with_strings) and len(english_words(without)) > 80_000
+    ours, theirs = LemmaBound(without), LemmaBound(with_strings)
+    docs = list(with_strings.pipe(texts + ["I'm gonna wanna go, ain't it? The mice were running."]))
+    assert [ours.lemmas(doc) for doc in docs] == [theirs.lemmas(doc) for doc in docs]
+
+
 def test_pipelines_of_another_structure_keep_their_own_weights():
     source = load()
     blank = spacy.blank("en")
@@ -82,6 +101,7 @@ def test_every_threads_analyzer_reads_the_first_ones_weights():
         thread.join()
     pipelines, spans = [p for p, _ in found], [s for _, s in found]
     assert len({id(p) for p in pipelines}) == 3 and detector.analyzers_built >= 3
+    assert all(len(p.vocab.strings) < 5_000 for p in pipelines)  # no package string store
     first = arrays(pipelines[0])
     assert all(all(a is b for a, b in zip(first, arrays(p))) for p in pipelines[1:])
     assert spans[0] == spans[1] == spans[2] and "PHONE_NUMBER" in {s.entity_type for s in spans[0][0]}
