@@ -184,7 +184,7 @@ def wait_until_up(proxy: RunningProxy, path: str, timeout: float) -> RunningProx
                 if r.status == 200:
                     return proxy
         except OSError:
-            time.sleep(0.3)
+            time.sleep(0.05)
     proxy.process.kill()
     raise RuntimeError(f"proxy did not become ready:\n{proxy.log()}")
 

@@ -79,7 +79,7 @@ def wait_ready(url: str, process: subprocess.Popen, timeout: float) -> float:
                 if response.status == 200:
                     return time.monotonic() - start
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.05)
     raise RuntimeError(f"no 200 from {url} within {timeout:.0f} s")
 
 

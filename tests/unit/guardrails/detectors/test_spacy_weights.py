@@ -11,7 +11,13 @@ import spacy
 import yaml
 
 from proxy.guardrails.detectors.context_enhancer import LemmaBound
-from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, _nlp_engine, _spacy_model_path
+from proxy.guardrails.detectors.pii import (
+    PiiDetector,
+    PiiDetectorConfig,
+    _index_entry_points,
+    _nlp_engine,
+    _spacy_model_path,
+)
 from proxy.guardrails.detectors.privacy_names import english_words
 from proxy.guardrails.detectors.spacy_weights import share_weights
 
@@ -69,6 +75,25 @@ def test_a_pipeline_without_the_package_strings_parses_as_one_with_them():
     ours, theirs = LemmaBound(without), LemmaBound(with_strings)
     docs = list(with_strings.pipe(texts + ["I'm gonna wanna go, ain't it? The mice were running."]))
     assert [ours.lemmas(doc) for doc in docs] == [theirs.lemmas(doc) for doc in docs]
+
+
+def test_indexed_entry_points_are_the_installed_ones_and_registries_resolve_them():
+    import importlib.metadata
+
+    import catalogue
+
+    _index_entry_points()
+    _index_entry_points()  # idempotent
+    installed = importlib.metadata.entry_points()
+    indexed = catalogue.AVAILABLE_ENTRY_POINTS
+    assert not hasattr(indexed, "select") and set(indexed) == set(installed.groups)  # a plain dict by group
+    assert all(sorted(ep.name for ep in indexed[group]) == sorted(ep.name for ep in installed.select(group=group))
+               for group in indexed)
+    # a name only an entry point provides (spacy-legacy's), and one spaCy registers itself
+    legacy = "spacy-legacy.HashEmbedCNN.v1"
+    (entry_point,) = installed.select(group="spacy_architectures", name=legacy)
+    assert spacy.registry.architectures.get(legacy) is entry_point.load()
+    assert "spacy.Tok2Vec.v2" in spacy.registry.architectures.get_all()
 
 
 def test_pipelines_of_another_structure_keep_their_own_weights():
