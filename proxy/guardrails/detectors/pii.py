@@ -462,8 +462,8 @@ class PiiDetector:
     Thread-safe without a lock: each calling thread gets its own presidio analyzer (spaCy
     pipeline + recognizer registry; spaCy pipelines are not documented as safe for concurrent
     use), built on its first call (about half a second and 4-6 MB per thread: its pipeline reads
-    the first one's weights; the one built at construction goes to the first thread that asks). CPU-bound: on an event
-    loop, call it in an executor.
+    the first one's weights; the one built at construction goes to the first thread that asks).
+    CPU-bound: on an event loop, call it in an executor.
 
     Every text longer than ``analysis_window_chars`` is analysed in overlapping windows
     (:func:`~proxy.guardrails.detectors.patterns.windows`), so no recognizer ever sees more;

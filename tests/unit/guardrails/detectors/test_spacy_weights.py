@@ -70,7 +70,7 @@ def test_a_pipeline_without_the_package_strings_parses_as_one_with_them():
     assert parse(without, texts) == parse(with_strings, texts)
     with without.memory_zone():  # the strings a text adds inside a zone are dropped after it
         assert parse(without, texts) == parse(with_strings, texts)
-    assert parse(without, texts) == parse(with_strings, texts)
+    assert parse(without, texts) == parse(with_strings, texts)  # and are added again
     assert english_words(without) == english_words(with_strings) and len(english_words(without)) > 80_000
     ours, theirs = LemmaBound(without), LemmaBound(with_strings)
     docs = list(with_strings.pipe(texts + ["I'm gonna wanna go, ain't it? The mice were running."]))
