@@ -350,11 +350,14 @@ class NameGazetteerRecognizer(EntityRecognizer):
         if lower:
             covered = {i for a, b in names for i in range(a, b)}
             names += [(a, b) for a, b in self._slotted(doc) if not covered & set(range(a, b))]
-        spans = [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in names] + self._glued(doc)
-        roles = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in role_names}
-        slots = {(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in slot_names}
+        def chars(a: int, b: int) -> tuple[int, int]:  # token range -> character range
+            return doc[a:b].start_char, doc[a:b].end_char
+
+        spans = [chars(a, b) for a, b in names] + self._glued(doc)
+        slots = {chars(a, b) for a, b in slot_names}
+        scored_as_roles = slots | {chars(a, b) for a, b in role_names}
         return [RecognizerResult("PERSON", start, end,
-                                 self.role_score if (start, end) in roles | slots else self.score,
+                                 self.role_score if (start, end) in scored_as_roles else self.score,
                                  recognition_metadata={
                                      RecognizerResult.RECOGNIZER_NAME_KEY: SLOT if (start, end) in slots
                                      else self.name,  # type: ignore[has-type]
