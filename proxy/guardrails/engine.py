@@ -310,6 +310,7 @@ class GuardrailEngine:
         screen only contends for the GIL; docs/operations.md "Performance"). Same decisions either way.
         """
         pieces = self._pieces(messages, definitions)
+        patterns.pause_point()  # walking a request of many fields takes seconds; an abandoned screen stops here
         scan: _PrivacyScan | None = None
         if side_by_side and self._parallel(pieces):  # Privacy here while Safety and Compliance run in a side thread
             side = _side_pool().submit(_pausing_with(patterns.pause_hook(), self._judge_input), messages, definitions)
@@ -345,8 +346,10 @@ class GuardrailEngine:
         settled = self.settled(messages)
         withheld = withheld_indexes(messages, settled)
         route = self.classify_domain(messages, definitions, withheld)
+        patterns.pause_point()
         judged = [m for i, m in enumerate(messages) if i not in withheld]
         tool_texts = definition_texts(definitions)
+        patterns.pause_point()
         message_refusals = (self._safety("input", lambda p: input_texts(judged, p.input_assistant_turns))
                             or self._unreadable(judged))
         refusals = message_refusals or (self._safety("input", lambda p: tool_texts, definitions=True)

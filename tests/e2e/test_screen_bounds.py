@@ -8,7 +8,7 @@ naming ``server.limits.max_screen_pieces`` before any detector runs (nothing for
 nothing was decided); a request under the bound but large by its count of texts is screened in the
 large-input lane (``sonate_guardrail_screens_total{lane="large"}``), masked as before; and a screen
 that outlasts ``screen_timeout_seconds`` stops at its next group of texts, so its lane is free again
-long before the work would have ended (the second proxy: no bounds, a 10 s budget). Only the LLM
+long before the work would have ended (the second proxy: no bounds, a 3 s budget). Only the LLM
 provider is a stub.
 """
 
@@ -39,6 +39,7 @@ from tests.support.stub_upstream import StubUpstream
 
 MAX_PIECES = 2_500  # the shipped server.limits.max_screen_pieces
 LARGE_PIECES = 500  # the shipped server.limits.large_input_pieces
+UNBOUNDED_LARGE_PIECES = 50  # the unbounded proxy's: a large request that screens in well under its budget
 
 
 def _proxy(directory: Path, stub: StubUpstream, limits: dict) -> RunningProxy:
@@ -61,15 +62,17 @@ def bounded(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> Run
 
 @pytest.fixture(scope="module")
 def unbounded(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> RunningProxy:
-    """No bound on characters or texts, a 10 s time budget, a large lane of one thread and no queue,
-    its thread at the server's own priority.
+    """No bound on characters or texts, a 3 s time budget, a large lane of one thread and no queue
+    that takes requests of 50 texts or more (:data:`UNBOUNDED_LARGE_PIECES`), its thread at the
+    server's own priority.
 
-    The budget leaves room for the 500 numbers of a large request (~1.1 s on an idle machine);
-    100,000 numbers still take well over a minute. The lane's thread keeps nice 0
+    The budget leaves room for the 50 numbers of a large request (~0.1 s on an idle machine);
+    20,000 numbers take ~50 s. The lane's thread keeps nice 0
     (``large_input_nice``, default 10, tested in test_limits.py): at nice 10 beside two busy
     processes it gets ~5% of a CPU, and the 500 numbers outlast the budget."""
     running = _proxy(tmp_path_factory.mktemp("unbounded"), stub,
-                     {"max_screen_chars": 0, "max_screen_pieces": 0, "screen_timeout_seconds": 10,
+                     {"max_screen_chars": 0, "max_screen_pieces": 0, "screen_timeout_seconds": 3,
+                      "large_input_pieces": UNBOUNDED_LARGE_PIECES,
                       "large_input_threads": 1, "max_queued_large_screens": 0, "large_input_nice": 0})
     yield running
     stop_proxy(running)
@@ -171,14 +174,16 @@ def test_many_values_under_the_bound_are_screened_in_the_large_lane_and_still_ma
 
 def test_a_timed_out_screen_stops_and_frees_its_lane_long_before_its_work_would_end(
         unbounded: RunningProxy, upstream: StubUpstream) -> None:
-    # 100,000 numbers: well over a minute of Privacy work on one core (about 1.2 ms each)
-    status, body = post(unbounded, "/v1/chat/completions", chat(x_list=list(range(100_000))))
+    # 20,000 numbers: ~50 s of Safety and Privacy work on one core, far over the 3 s budget
+    status, body = post(unbounded, "/v1/chat/completions", chat(x_list=list(range(20_000))))
     assert status == 503 and body["error"]["code"] == "guardrail_timeout"
-    deadline = time.monotonic() + 30  # an abandoned screen stops within one group of 32 numbers
+    deadline = time.monotonic() + 30  # an abandoned screen stops at its next pause point (< 1 s apart)
     while metric(unbounded, "sonate_guardrail_lane_busy", lane="large") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert metric(unbounded, "sonate_guardrail_lane_busy", lane="large") == 0
     # the lane (one thread, no queue) takes the next large request: it would answer 503 overloaded while busy
-    status, body = post(unbounded, "/v1/chat/completions", chat(x_list=list(range(LARGE_PIECES))))
+    large = metric(unbounded, "sonate_guardrail_screens_total", lane="large")
+    status, body = post(unbounded, "/v1/chat/completions", chat(x_list=list(range(UNBOUNDED_LARGE_PIECES))))
     assert status == 200, body
-    assert upstream.received()[-1]["x_list"] == list(range(LARGE_PIECES))
+    assert metric(unbounded, "sonate_guardrail_screens_total", lane="large") == large + 1
+    assert upstream.received()[-1]["x_list"] == list(range(UNBOUNDED_LARGE_PIECES))

@@ -447,19 +447,32 @@ def test_many_texts_are_detected_in_groups_with_a_pause_point_between_them(rig):
         screen = rig.engine.screen_input([user("hi")], {"extra_body": {"x": values}}, side_by_side=False)
     groups = [len(call) for call in rig.pii.calls]
     assert groups == [engine_module.DETECT_GROUP] * 3 + [102 - 3 * engine_module.DETECT_GROUP]
-    assert len(pauses) == 3  # between the four groups, none before the first
+    # after the walk of the fields, after Compliance, after the definitions' texts; then between
+    # Privacy's four groups, none before the first
+    assert len(pauses) == 3 + 3
     assert screen.definitions["extra_body"]["x"][100] == "<EMAIL_ADDRESS_1>"  # results stay in their place
     assert screen.definitions["extra_body"]["x"][:100] == values[:100]
 
 
 def test_an_abandoned_screen_stops_at_its_next_group(rig):
     def abandon() -> None:
-        raise Abandoned
+        if rig.pii.calls:  # abandoned while Privacy works through its groups
+            raise Abandoned
 
     with patterns.pausing(abandon), pytest.raises(Abandoned):
         rig.engine.screen_input([user("hi")], {"extra_body": {"x": [f"v{i}" for i in range(1000)]}},
                                 side_by_side=False)
     assert sum(map(len, rig.pii.calls)) == engine_module.DETECT_GROUP  # one group of 1,001 texts, then it stopped
+
+
+def test_a_screen_abandoned_while_its_fields_are_walked_runs_no_detector(rig):
+    def abandon() -> None:
+        raise Abandoned
+
+    with patterns.pausing(abandon), pytest.raises(Abandoned):
+        rig.engine.screen_input([user("hi")], {"extra_body": {"x": [f"v{i}" for i in range(1000)]}},
+                                side_by_side=False)
+    assert rig.pii.calls == [] and rig.safety.calls == []
 
 
 def test_the_side_thread_pauses_and_is_abandoned_with_its_screen(rig):

@@ -458,6 +458,37 @@ def test_rbf_svm_scoring_matches_libsvm():
                         "intercept": 0.0, "platt_a": 1.0, "platt_b": 0.0}, {"name": "t", "version": "t"})
 
 
+def test_svm_scores_many_rows_in_groups_with_a_pause_point_between_them():
+    """A screen's many windows are scored :data:`KERNEL_ROWS` at a time: the values are the whole
+    batch's to float32 rounding, and a pause hook that raises (an abandoned screen) stops the
+    scoring at the first group boundary."""
+    from sklearn.svm import SVC
+
+    from proxy.guardrails.detectors.harm import KERNEL_ROWS, HarmClassifier
+    from proxy.guardrails.detectors.kernels import rbf_kernel
+    from proxy.guardrails.detectors.patterns import pausing
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(60, 384))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    svm = HarmClassifier(harm_arrays(SVC(C=3.0, gamma="scale").fit(x, x[:, 0] > 0), 2.0, -0.5),
+                         {"name": "t", "version": "t-v0"}).views[0]
+    many = rng.normal(size=(2 * KERNEL_ROWS + 3, 384))
+    whole = rbf_kernel(many, svm._sv32, svm._sv_sq, svm.gamma) @ svm.dual_coef + svm.intercept
+    calls = []
+    with pausing(lambda: calls.append(1)):
+        np.testing.assert_allclose(svm.decision(many), whole, rtol=0, atol=1e-6)
+    assert len(calls) == 2  # between the three groups
+
+    def abandon() -> None:
+        raise TimeoutError("the screen's caller stopped waiting")
+
+    with pausing(abandon), pytest.raises(TimeoutError):
+        svm.decision(many)
+    with pausing(abandon):  # one group: no pause point, scored whole
+        assert svm.decision(many[:KERNEL_ROWS]).shape == (KERNEL_ROWS,)
+
+
 def _guarded(upstream, band, fail_mode="first-stage"):
     """The default safety detector with an LLM guard pointed at the stub provider."""
     return load_safety_detector(SafetyDetectorConfig.model_validate({"guard": {
