@@ -497,7 +497,7 @@ def definition_pieces(definitions: dict[str, Any] | None) -> list[TextPiece]:
         return text
 
     if definitions:
-        _walk_definitions(copy.deepcopy(definitions), collect)
+        _walk_definitions(definitions, collect)  # read only: the walk builds new containers, ``collect`` changes nothing
     return pieces
 
 

@@ -271,6 +271,9 @@ def test_definition_pieces_name_each_place_and_skip_only_keywords():
         ('extra_body.weights', '2.5'),
         ('other', 'k'),
         ('other', 'v')]
+    before = copy.deepcopy(DEFINITIONS)
+    definition_pieces(DEFINITIONS)  # read without a copy: the walk must leave the request as it was
+    assert DEFINITIONS == before
 
 
 def test_map_definitions_rewrites_exactly_the_pieces_and_keeps_the_structure():
