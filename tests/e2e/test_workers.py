@@ -381,18 +381,23 @@ def test_a_bad_signing_key_stops_the_supervisor_with_exit_code_2_before_the_mode
 def test_supervisor_restarts_a_dying_worker_with_the_socket_and_metrics_dir(tmp_path: Path, caplog) -> None:
     # A forked worker that records what it inherited, then dies at once (exit 1): re-forked, same socket.
     socks = bind("127.0.0.1", 0, 1)
+    runs_dir, partial = tmp_path / "runs", tmp_path / "partial"
+    runs_dir.mkdir()
+    partial.mkdir()
 
     def record_and_die(index: int, sock: socket.socket) -> int:  # in the forked worker
         os.fstat(sock.fileno())
-        (tmp_path / str(os.getpid())).write_text(json.dumps({"index": index, "port": sock.getsockname()[1],
-                                                             "metrics": os.environ["PROMETHEUS_MULTIPROC_DIR"]}))
+        written = partial / str(os.getpid())
+        written.write_text(json.dumps({"index": index, "port": sock.getsockname()[1],
+                                       "metrics": os.environ["PROMETHEUS_MULTIPROC_DIR"]}))
+        written.replace(runs_dir / written.name)  # whole or not at all: the stop below may kill it mid-write
         return 1
 
     supervisor = Supervisor(record_and_die, socks)
 
     def stop_after_two_runs() -> None:
         deadline = time.monotonic() + 120
-        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+        while len(list(runs_dir.iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         supervisor.stop()
 
@@ -403,7 +408,7 @@ def test_supervisor_restarts_a_dying_worker_with_the_socket_and_metrics_dir(tmp_
             port = socks[0].getsockname()[1]
         finally:
             socks[0].close()
-    runs = [json.loads(path.read_text()) for path in tmp_path.iterdir()]
+    runs = [json.loads(path.read_text()) for path in runs_dir.iterdir()]
     assert len(runs) >= 2
     assert {run["index"] for run in runs} == {0} and {run["port"] for run in runs} == {port}
     assert len({run["metrics"] for run in runs}) == 1
