@@ -43,16 +43,17 @@ PROXY_LAUNCHERS = ("start_proxy", "start_proxy_with", "serve_proxy", "fork_serve
 #: under ``make test``), slowest first: run first (:func:`_slowest_files_first`). A file missing
 #: here only costs balance between the workers, never a test.
 SLOWEST_FILES = (
-    "unit/guardrails/detectors/test_safety.py", "e2e/test_faults_extended.py",
-    "unit/guardrails/detectors/test_embeddings.py", "e2e/test_fuzz.py", "e2e/test_screen_bounds.py",
-    "unit/evaluation/test_kpi_report.py", "e2e/test_workers.py", "unit/repo/test_import_each_module.py",
-    "unit/guardrails/test_stream_output.py", "e2e/test_eval_suite.py", "e2e/test_web_verifier.py",
-    "e2e/test_eval_conversation.py", "unit/guardrails/detectors/test_pii_bounded.py", "e2e/test_safe_defaults.py",
-    "e2e/test_leaks.py", "e2e/test_review_console.py", "e2e/test_policy_reload.py", "e2e/test_messages_api.py",
-    "e2e/test_kpi_inputs.py", "unit/guardrails/detectors/test_recognizer_gate.py",
-    "unit/guardrails/detectors/test_ner_gate.py", "e2e/test_canaries.py", "e2e/test_faults.py",
-    "e2e/test_responses_api.py", "integration/test_serving_install.py", "e2e/test_limits.py",
-    "unit/repo/test_no_torch_at_run_time.py",
+    "e2e/test_faults_extended.py", "unit/guardrails/detectors/test_safety.py", "e2e/test_workers.py",
+    "e2e/test_eval_suite.py", "e2e/test_fuzz.py", "unit/guardrails/detectors/test_embeddings.py",
+    "e2e/test_web_verifier.py", "unit/evaluation/test_kpi_report.py", "unit/repo/test_import_each_module.py",
+    "unit/guardrails/test_stream_output.py", "e2e/test_eval_conversation.py",
+    "unit/guardrails/detectors/test_privacy_names.py", "integration/test_serving_install.py",
+    "e2e/test_review_console.py", "e2e/test_kpi_inputs.py", "e2e/test_faults.py", "unit/guardrails/test_models.py",
+    "unit/guardrails/detectors/test_pii_bounded.py", "e2e/test_screen_bounds.py", "e2e/test_safe_defaults.py",
+    "e2e/test_ledger_cluster.py", "e2e/test_policy_reload.py", "unit/repo/test_no_torch_at_run_time.py",
+    "e2e/test_replay.py", "e2e/test_proxy_e2e.py", "e2e/test_streaming.py", "integration/test_kpi_report.py",
+    "e2e/test_leaks.py", "e2e/test_limits.py", "e2e/test_canaries.py", "integration/test_keys.py",
+    "unit/guardrails/detectors/test_recognizer_gate.py", "unit/guardrails/detectors/test_ner_gate.py",
 )
 
 _session_redis: RedisServer | None = None
