@@ -497,7 +497,8 @@ def definition_pieces(definitions: dict[str, Any] | None) -> list[TextPiece]:
         return text
 
     if definitions:
-        _walk_definitions(definitions, collect)  # read only: the walk builds new containers, ``collect`` changes nothing
+        # no copy: the walk builds new containers and ``collect`` returns each text as it was
+        _walk_definitions(definitions, collect)
     return pieces
 
 
