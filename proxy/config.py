@@ -413,6 +413,12 @@ class Config(_Strict):
         return p if p.is_absolute() else (self.base_dir / p)
 
     @property
+    def signing_paths(self) -> tuple[Path, Path | None]:
+        """(signing key file, keyring file or None for the default beside it), resolved as :meth:`path`."""
+        keyring = self.signing.keyring_file
+        return self.path(self.signing.key_file), self.path(keyring) if keyring else None
+
+    @property
     def ledger_url(self) -> str:
         """ledger.url with a relative SQLite path made absolute against the config directory."""
         url = self.ledger.url

@@ -62,9 +62,7 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
         return Path(args.key_file), Path(args.keyring) if args.keyring else None
     if args.keyring:
         raise UsageError("--keyring needs --key-file (or set signing.keyring_file in config.yaml)")
-    config = load_config(args.config)
-    keyring = config.signing.keyring_file
-    return config.path(config.signing.key_file), config.path(keyring) if keyring else None
+    return load_config(args.config).signing_paths
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)  # before the heavy imports: a bad config fails fast
     host = args.host or config.server.host
     check_exposure(config, host)
+    _check_before_imports(config)  # so do a bad signing key and an invalid policy
     from proxy.server.telemetry import tracing
 
     tracing.setup(config.observability)  # JSON log lines; OTLP traces when configured (docs/operations.md)
@@ -58,6 +59,27 @@ def run(args: argparse.Namespace) -> int:
     if config.server.workers > 1:
         return _supervise(config, config.server.workers, host, port)
     return _serve(config, host, port, None, None)
+
+
+def _check_before_imports(config: Config) -> None:
+    """Load the signing key and keyring (creating the key on first start, mode 0600 enforced) and
+    read the policy files and policy sets, before the serving modules are imported: an unusable key
+    or an invalid policy stops the start in a fraction of a second instead of after seconds of
+    imports. The services read both again when they are built, and check each policy's
+    ``detector:`` block then (that needs the detectors' modules).
+
+    Raises :class:`UsageError` (``cannot start:`` and the file's problem).
+    """
+    from proxy.config import ConfigError
+    from proxy.guardrails.policy_sets import load_policy_bundle
+    from proxy.receipts.keyring import Keyring
+    from proxy.receipts.signing import KeyFileError
+
+    try:
+        Keyring(*config.signing_paths).load()
+        load_policy_bundle(config)
+    except (ConfigError, KeyFileError) as exc:
+        raise UsageError(f"cannot start:\n{exc}") from None
 
 
 def _serve(config: Config, host: str, port: int, sock: socket.socket | None, index: int | None,

@@ -122,9 +122,7 @@ def prepare_threads(engine: GuardrailEngine, threads: int) -> None:
 
 
 def _load_keyring(config: Config) -> Keyring:
-    keyring_file = config.signing.keyring_file
-    return Keyring(config.path(config.signing.key_file),
-                   config.path(keyring_file) if keyring_file else None).load()  # 0600 enforced here
+    return Keyring(*config.signing_paths).load()  # 0600 enforced here
 
 
 def _load_snapshot(config: Config, builder: SnapshotBuilder, preloaded: PolicySnapshot | None = None) -> PolicySnapshot:

@@ -3,7 +3,8 @@ module that needs a half-initialised partner) fails here, whichever module a com
 
 One child interpreter imports each module in turn with every ``proxy`` module dropped from
 ``sys.modules`` before it, so each import starts from nothing of the project (third-party
-libraries stay loaded: that keeps the batch to seconds). The layers themselves are checked by
+libraries stay loaded: that keeps the batch to seconds; presidio and spaCy are loaded first without
+torch, as every command loads them). The layers themselves are checked by
 import-linter (``make lint``, the contracts in pyproject.toml).
 """
 
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 CHILD = """
 import importlib, json, sys, traceback
+from proxy import offline
+offline.keep_torch_out_of_presidio()  # as every command does first: presidio and spaCy without torch
 failed = {}
 for name in sys.argv[1:]:
     for loaded in [m for m in sys.modules if m == "proxy" or m.startswith("proxy.")]:

@@ -56,7 +56,8 @@ def test_the_shipped_gazetteer_is_the_one_faker_gives_and_is_read_without_faker(
     record = json.loads(privacy_names.GAZETTEER.read_text(encoding="utf-8"))
     assert record["faker"] == metadata.version("faker")  # else: python -m proxy.guardrails.detectors.privacy_names
     assert gazetteer() == privacy_names.faker_gazetteer() == (frozenset(record["first"]), frozenset(record["last"]))
-    probe = ("import sys; from proxy.guardrails.detectors.privacy_names import gazetteer; gazetteer(); "
+    probe = ("import sys; from proxy import offline; offline.keep_torch_out_of_presidio(); "  # as the server
+             "from proxy.guardrails.detectors.privacy_names import gazetteer; gazetteer(); "
              "print(sorted(m for m in sys.modules if m.startswith('faker')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
