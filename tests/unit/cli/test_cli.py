@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,32 @@ def test_python_m_proxy_is_sonate_and_parsing_loads_no_heavy_module() -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env,
                             cwd=ROOT)
     assert (loaded.returncode, loaded.stdout) == (0, "[]\n"), loaded.stderr
+
+
+@pytest.mark.parametrize("broken", ["key", "policy"])
+def test_serve_stops_on_a_bad_key_or_policy_before_the_serving_modules_load(tmp_path: Path, broken: str) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies)
+    key_file = tmp_path / "signing-key.json"
+    if broken == "key":
+        key_file.write_text("not a key")
+        key_file.chmod(0o600)
+        problem = f"{key_file}: cannot read signing key file"
+    else:
+        privacy = policies / "privacy.yaml"
+        privacy.write_text(privacy.read_text().replace("restore_in_answer: true", "restore_in_answer: maybe"))
+        problem = f"{privacy}: privacy.restore_in_answer: Input should be a valid boolean"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"model_list: [{{model_name: demo, litellm_params: {{model: openai/demo, api_key: x}}}}]\n"
+                      f"policies: {policies}\nledger: {{url: 'sqlite:///{tmp_path / 'ledger.db'}'}}\n"
+                      f"signing: {{key_file: {key_file}}}\n"
+                      "auth: {keys: [{key: sk-test-client-0001-padded-to-32-chars, actor: alice, role: client}]}\n")
+    probe = ("import sys; from proxy.cli import main; code = main(['serve', '--config', sys.argv[1]]); "
+             f"print(code, sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert done.stdout == f"{EXIT_USAGE} []\n", done.stderr
+    assert done.stderr.startswith(f"sonate: cannot start:\n{problem}") and "Traceback" not in done.stderr
 
 
 def test_a_named_command_is_parsed_without_importing_the_other_commands() -> None:
