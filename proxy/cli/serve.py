@@ -19,7 +19,7 @@ import shutil
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from proxy.cli.common import EXIT_OK, UsageError, report_usage_error
 
@@ -61,6 +61,15 @@ def run(args: argparse.Namespace) -> int:
     return _serve(config, host, port, None, None)
 
 
+@contextlib.contextmanager
+def _cannot_start(*errors: type[Exception]) -> Iterator[None]:
+    """Turn any of ``errors`` raised inside into :class:`UsageError` ``cannot start:`` and its message."""
+    try:
+        yield
+    except errors as exc:
+        raise UsageError(f"cannot start:\n{exc}") from None
+
+
 def _check_before_imports(config: Config) -> None:
     """Load the signing key and keyring (creating the key on first start, mode 0600 enforced) and
     read the policy files and policy sets, before the serving modules are imported: an unusable key
@@ -75,11 +84,9 @@ def _check_before_imports(config: Config) -> None:
     from proxy.receipts.keyring import Keyring
     from proxy.receipts.signing import KeyFileError
 
-    try:
+    with _cannot_start(ConfigError, KeyFileError):
         Keyring(*config.signing_paths).load()
         load_policy_bundle(config)
-    except (ConfigError, KeyFileError) as exc:
-        raise UsageError(f"cannot start:\n{exc}") from None
 
 
 def _serve(config: Config, host: str, port: int, sock: socket.socket | None, index: int | None,
@@ -114,11 +121,9 @@ def _serve(config: Config, host: str, port: int, sock: socket.socket | None, ind
                                          port, "" if index is None else f" (worker {index})")
 
     offline.configure_tldextract()
-    try:
-        where = {"sock": sock} if sock is not None else {"host": host, "port": port}
+    where = {"sock": sock} if sock is not None else {"host": host, "port": port}
+    with _cannot_start(ConfigError, KeyFileError, ValueError):
         web.run_app(make_app(), **where, access_log_format='%a "%r" %s %b %Tfs', print=announce)
-    except (ConfigError, KeyFileError, ValueError) as exc:
-        raise UsageError(f"cannot start:\n{exc}") from None
     return EXIT_OK
 
 
@@ -167,10 +172,8 @@ def _supervise(config: Config, count: int, host: str, port: int) -> int:
         from proxy.server.http.app import preload
 
         started = time.monotonic()
-        try:
+        with _cannot_start(ConfigError, KeyFileError, ValueError):
             preloaded = preload(config)
-        except (ConfigError, KeyFileError, ValueError) as exc:
-            raise UsageError(f"cannot start:\n{exc}") from None
         log.info("models loaded in %.1f s, shared by %d workers", time.monotonic() - started, count)
 
         def serve_worker(index: int, sock: socket.socket) -> int:  # in a forked worker

@@ -69,7 +69,7 @@ def unbounded(tmp_path_factory: pytest.TempPathFactory, stub: StubUpstream) -> R
     The budget leaves room for the 50 numbers of a large request (~0.1 s on an idle machine);
     20,000 numbers take ~50 s. The lane's thread keeps nice 0
     (``large_input_nice``, default 10, tested in test_limits.py): at nice 10 beside two busy
-    processes it gets ~5% of a CPU, and the 500 numbers outlast the budget."""
+    processes it gets ~5% of a CPU, and the large request's time would follow the other processes' load."""
     running = _proxy(tmp_path_factory.mktemp("unbounded"), stub,
                      {"max_screen_chars": 0, "max_screen_pieces": 0, "screen_timeout_seconds": 3,
                       "large_input_pieces": UNBOUNDED_LARGE_PIECES,
