@@ -168,14 +168,15 @@ class PiiDetectorConfig(BaseModel):
             name, and the head learnt from the names NER finds. A name it reports in a slot the parse
             shows (:data:`~.privacy_names.SLOT`: an addressee, a form field's value) needs only the
             head's own threshold.
-        question_name_threshold: with the person head and ``ner_gate`` on, a general question
-            (no personal cue, no direct identifier or address shape) holding a capitalised word
-            after its first that could be a name (no dictionary word, plural of one, stop word
-            or acronym) is parsed with NER too, and a person NER or the name gazetteer names
-            there is masked when the head's p(private) reaches this ("is Tomasz still angry about
-            the dent?"): most names in such a question are public figures asked about, so it is
-            stricter than the head's own threshold. None: such a question is not parsed and its
-            names are left alone.
+        question_name_threshold: with the person head and ``ner_gate`` on, a general question,
+            instruction or fragment (no personal cue, no direct identifier or address shape)
+            holding a capitalised word after its first that could be a name (no dictionary word,
+            plural of one, stop word or acronym) is parsed with NER too, and a person NER or the
+            name gazetteer names there is masked when the head's p(private) reaches this ("is
+            Tomasz still angry about the dent?", "forward to Marek: Halina Borowska needs the
+            invoices"): most names in such a text are public figures asked or written about, so it
+            is stricter than the head's own threshold. None: such a text is not parsed with NER
+            and its names are left alone.
         min_digits: per entity type, the fewest digits a span must hold to be reported (a
             4-digit year is no phone number, whatever a lenient phone parser says).
         phone_max_tries: rejected phone-number candidates python-phonenumbers may try per
@@ -191,8 +192,10 @@ class PiiDetectorConfig(BaseModel):
             pattern spans could not make it personal whatever the parse (no direct identifier or
             address shape at any context score): that is settled from its tokens alone, without
             tok2vec, tagger and parser (:meth:`PiiDetector._general_question`; ~2 ms of a short
-            question's ~3 ms). Exact: the same spans as with NER on every window (a test compares
-            them), since NER's spans of a general request are all dropped.
+            question's ~3 ms). Exact for the context rule alone (``person_head`` off): the same
+            spans as with NER on every window (a test compares them), since NER's spans of a
+            general request are all dropped. With the person head, a general request that could
+            name someone is parsed with NER (``question_name_threshold``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -676,7 +679,7 @@ class PiiDetector:
                 and not self._judges_question_names(piece))
 
     def _judges_question_names(self, piece: str) -> bool:
-        """A general question whose names the head judges (``question_name_threshold``): a
+        """A general text whose names the head judges (``question_name_threshold``): a
         capitalised word after another word of its sentence (possessive aside) is no dictionary
         word, plural of one, stop word or acronym (a possible name; "France", "Americans", "US"
         are not)."""
@@ -722,12 +725,12 @@ class PiiDetector:
     def _analyze_parsed(self, pieces: list[str]):
         """Per piece: its personal-data spans (:class:`ContextRule` applied to presidio's
         non-overlapping results). With ``ner_gate``, NER runs when the mood or a personal cue
-        makes the text personal, or when a span found without it (a direct identifier) does;
+        makes the text personal, when a capitalised word could be a name for the person head to
+        judge (:meth:`_judges_question_names`), or when a span found without it (a direct identifier) does;
         the decision looks at every span before overlaps are resolved, so NER spans could not
         have changed it."""
         for piece, artifacts, mood, pending in self._nlp_artifacts(pieces):
-            if pending and (self._keeps_contextual(piece, [], mood)
-                            or mood == "question" and self._judges_question_names(piece)):
+            if pending and (self._keeps_contextual(piece, [], mood) or self._judges_question_names(piece)):
                 artifacts, pending = self._with_ner(artifacts), False
             spans = self._raw_spans(piece, artifacts)
             if pending and self._keeps_contextual(piece, spans, mood):
@@ -746,9 +749,9 @@ class PiiDetector:
           individual: the mean of p(private) over that person's mentions in the piece (mentions
           sharing a name word, :func:`~.privacy_person.person_groups`) reaches the head's
           threshold, whatever the mood, or when one of the mentions is the writer introducing
-          themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question
-          parsed for its names (``question_name_threshold``), a person NER or the name gazetteer
-          names needs that threshold;
+          themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question,
+          instruction or fragment parsed for its names (``question_name_threshold``), a person
+          NER or the name gazetteer names needs that threshold;
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
           when the piece names a private person; in a piece naming nobody, those the context rule
@@ -760,7 +763,7 @@ class PiiDetector:
             return kept if any(rule._always(s) for s in spans) else [s for s in kept if rule._always(s)]
         cues = rule.personal_cues(piece)
         # a person NER (or the gazetteer over its parse) names in a general question: the stricter threshold
-        asked = (mood == "question" and not cues and not any(rule._always(s) for s in spans)
+        asked = (not self._keeps_contextual(piece, [s for s in spans if rule._always(s)], mood)
                  and self._judges_question_names(piece))
         (sentence,) = embed([piece])  # the message's own embedding: Safety's and Compliance's pass, cached
         p = self.person_head.probability(np.stack([mention_features(doc, s.start, s.end, cues, mood, sentence)

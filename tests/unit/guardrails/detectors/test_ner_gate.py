@@ -5,10 +5,12 @@ Real presidio + spaCy, no mocks. The gate is exact for the context rule (``perso
 the same spans as NER on every window, on the
 presidio sample (tests/data/presidio, every text also lower-cased and turned into a general
 question), the TruthfulQA sample's questions and hand-written cases; general requests skip NER,
-personal texts do not. With the person head on, the gate still keeps NER off a general question
-without a capitalised word after its first, and off every general question when
+personal texts do not. With the person head on, the gate still keeps NER off a general question or
+request without a capitalised word after its first, and off every one when
 ``question_name_threshold`` is unset (its names are left, the head never judges them): that is
-where the two differ.
+where the two differ. A request with no personal cue that names someone is parsed with NER, and
+its names judged at ``question_name_threshold``: a colleague named in a note to forward is masked,
+colleges to rank are left.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ def gated() -> PiiDetector:
 
 
 @pytest.fixture(scope="module")
+def headed() -> PiiDetector:
+    return _detector()
+
+
+@pytest.fixture(scope="module")
 def ungated() -> PiiDetector:
     return _rule_only(ner_gate=False)
 
@@ -76,6 +83,22 @@ def test_with_the_person_head_a_general_question_names_nobody_without_the_questi
     before = head.ner_windows_skipped
     assert head.analyze("Is Tomasz Wrona still angry about the dent in the door?") == []  # no NER: nothing judged
     assert head.ner_windows_skipped == before + 1
+
+
+@pytest.mark.parametrize("text, names", [
+    ("Please forward to Marek: Halina Borowska from accounts needs the signed invoices by Wednesday. "
+     "Borowska says she won't approve anything unsigned.", {"Marek", "Halina Borowska", "Borowska"}),
+    ("Tell the night shift that Oksana Melnyk from facilities replaces the badge readers tonight.",
+     {"Oksana Melnyk"}),
+    ("Sort these colleges by founding year: Yale, Dartmouth, Cornell, Brown.", set()),
+    ("Write a short bio of Marie Curie for a school poster.", set()),
+])
+def test_a_request_without_a_personal_cue_is_parsed_for_the_names_in_it(headed: PiiDetector, text: str,
+                                                                       names: set[str]) -> None:
+    before = headed.ner_windows_skipped
+    assert {text[s.start:s.end] for s in headed.analyze(text) if s.entity_type == "PERSON"} == names
+    if names:
+        assert headed.ner_windows_skipped == before  # NER ran: the head judged what it found
 
 
 def test_the_gate_finds_exactly_what_ner_everywhere_finds(gated: PiiDetector, ungated: PiiDetector) -> None:
