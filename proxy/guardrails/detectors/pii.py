@@ -737,7 +737,7 @@ class PiiDetector:
                 spans = self._raw_spans(piece, self._with_ner(artifacts))
             elif pending:
                 self.ner_windows_skipped += 1
-            spans = resolve_overlaps(spans)
+            spans = self._joined_names(piece, resolve_overlaps(spans))
             kept = self.context_rule.select(piece, spans, mood)
             yield self._judge_persons(piece, artifacts.tokens, spans, kept, mood) if self.person_head else kept
 
@@ -784,18 +784,63 @@ class PiiDetector:
     def corefer(self, texts: list[str], spans: list[list[PiiSpan]]) -> list[list[PiiSpan]]:
         """``spans`` of each of ``texts`` plus every other mention of a person masked in any of them
         (:func:`~.privacy_person.coreferent_spans`: first name or surname alone, possessives, any
-        casing), as PERSON spans of recognizer ``PersonCoreference``; unchanged when the context's
-        ``coreference`` is off or no PERSON span was found. Sorted by start, non-overlapping."""
+        casing), as PERSON spans of recognizer ``PersonCoreference``; a place or nationality span
+        (NER's label for a rare surname: "Dubois will review it") whose words are all name words of
+        such a person becomes one of those PERSON spans too, so the person keeps one placeholder.
+        Unchanged when the context's ``coreference`` is off or no PERSON span was found. Sorted by
+        start, non-overlapping."""
         if not self.config.context.coreference:
             return spans
         names = {text[s.start:s.end] for text, found in zip(texts, spans) for s in found if s.entity_type == "PERSON"}
         if not names:
             return spans
+        words = {w.casefold() for name in names for w in name_parts(name)} - self._stop_words
         out = []
         for text, found in zip(texts, spans):
+            found = [self._as_mention(text, s, words) for s in found]
             extra = [PiiSpan("PERSON", a, b, self.config.ner_default_score, "PersonCoreference")
                      for a, b in coreferent_spans(text, names, [(s.start, s.end) for s in found], self._stop_words)]
             out.append(sorted([*found, *extra], key=lambda s: s.start) if extra else found)
+        return out
+
+    def _as_mention(self, text: str, span: PiiSpan, words: set[str]) -> PiiSpan:
+        """``span`` as a PERSON span of recognizer ``PersonCoreference`` when it is a place or
+        nationality whose words are all among ``words`` (case-folded name words of the persons
+        masked); else ``span`` itself."""
+        if span.entity_type not in _NAME_LOOKALIKES:
+            return span
+        parts = [w.casefold() for w in name_parts(text[span.start:span.end])]
+        if not parts or not set(parts) <= words:
+            return span
+        return PiiSpan("PERSON", span.start, span.end, span.score, "PersonCoreference")
+
+    def _joined_names(self, piece: str, spans: list[PiiSpan]) -> list[PiiSpan]:
+        """``spans`` (sorted, non-overlapping) with a name split by NER's labels made whole: a
+        PERSON span and, one space after it, a one-word place or nationality span that is a
+        gazetteer surname ("Emeka" + "Nwosu", NER's nationality), or a one-word place or
+        nationality span that is a gazetteer first name and, one space after it, a PERSON span,
+        become one PERSON span (the PERSON span's score and recognizer). Unchanged without the
+        name gazetteer."""
+        if not self.config.name_gazetteer or len(spans) < 2:
+            return spans
+        first, last = gazetteer()
+
+        def word(span: PiiSpan, names: frozenset[str]) -> bool:
+            value = piece[span.start:span.end]
+            return (span.entity_type in _NAME_LOOKALIKES and _ONE_NAME_WORD.match(value) is not None
+                    and value[0].isupper() and value.casefold() in names)
+
+        out: list[PiiSpan] = []
+        for span in spans:
+            before = out[-1] if out else None
+            if before is not None and piece[before.end:span.start] == " ":
+                if before.entity_type == "PERSON" and word(span, last):
+                    out[-1] = PiiSpan("PERSON", before.start, span.end, before.score, before.recognizer)
+                    continue
+                if span.entity_type == "PERSON" and word(before, first):
+                    out[-1] = PiiSpan("PERSON", before.start, span.end, span.score, span.recognizer)
+                    continue
+            out.append(span)
         return out
 
     def analyze(self, text: str) -> list[PiiSpan]:
@@ -876,6 +921,9 @@ def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
 
 #: Recognizers whose names a general question shows only when parsed with NER (``question_name_threshold``).
 _PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME, SLOT})
+#: NER's labels for a rare name standing alone (a surname read as a place or a nationality).
+_NAME_LOOKALIKES = frozenset({"LOCATION", "NRP"})
+_ONE_NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
 
 

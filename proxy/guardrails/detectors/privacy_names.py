@@ -132,8 +132,10 @@ _PLACE_WORDS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "lane",
 #: NER labels a rare name is often given instead of ``PERSON``: read as a person by its role.
 _ROLE_LABELS = frozenset({"ORG", "GPE", "LOC", "NORP", "FAC"})
 #: Nouns of a person seen through a relation, beside the context rule's relation words: a name that is
-#: their possessor or in apposition to them is a person ("Ingvild's nephew", "my neighbour Carrow").
+#: their possessor or in apposition to them is a person ("Ingvild's nephew", "my neighbour Carrow"); the
+#: plural too (:func:`_person_noun`: "my sons, Arjun and Vikram").
 _PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kid", "kids", "baby", "fiance", "fiancee",
+                           "grandchild", "grandkid", "stepchild", "twin",
                            "mate", "buddy", "pal", "classmate", "stepson", "stepdaughter", "stepmother",
                            "stepfather", "granddaughter", "grandson", "godmother", "godfather", "sibling",
                            "wife", "husband", "ex", "nanny", "babysitter", "tutor", "coach", "dentist",
@@ -315,6 +317,22 @@ def write_gazetteer(path: Path = GAZETTEER) -> Path:
     record = {"faker": metadata.version("faker"), "first": sorted(first), "last": sorted(last)}
     path.write_text(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     return path
+
+
+def _person_noun(token) -> bool:
+    """``token`` is one of :data:`_PERSON_NOUNS`, in the singular or the plural ("daughters",
+    "grandchildren": spaCy's lemma)."""
+    return token.lower_ in _PERSON_NOUNS or token.lemma_.lower() in _PERSON_NOUNS
+
+
+def _conjuncts(entity) -> list:
+    """The parts of the spaCy span ``entity`` between its coordinating words and commas ("Arjun and
+    Vikram" -> "Arjun", "Vikram"; "&" too), each a span; ``[entity]`` when it has none."""
+    cuts = [t.i for t in entity if t.pos_ == "CCONJ" or t.text in (",", "&")]
+    if not cuts:
+        return [entity]
+    doc, bounds = entity.doc, [entity.start - 1, *cuts, entity.end]
+    return [doc[a + 1:b] for a, b in zip(bounds, bounds[1:]) if b > a + 1]
 
 
 class NameGazetteerRecognizer(EntityRecognizer):
@@ -549,13 +567,15 @@ class NameGazetteerRecognizer(EntityRecognizer):
         a gendered pronoun after it in the same or the next sentence and no noun argument between."""
         root = entity.root
         head = root.head
-        if root.dep_ == "poss" and head.lower_ in _PERSON_NOUNS:
+        if root.dep_ == "conj" and head.i < root.i and head.pos_ == "PROPN":  # "my sons, Arjun and Vikram"
+            return self._person_role(doc, doc[head.i:head.i + 1])
+        if root.dep_ == "poss" and _person_noun(head):
             return True
-        if root.dep_ in ("appos", "compound", "npadvmod") and head.lower_ in _PERSON_NOUNS and head.pos_ != "VERB":
+        if root.dep_ in ("appos", "compound", "npadvmod") and _person_noun(head) and head.pos_ != "VERB":
             return True
-        if any(c.dep_ == "appos" and c.lower_ in _PERSON_NOUNS for c in root.children):
+        if any(c.dep_ == "appos" and _person_noun(c) for c in root.children):
             return True
-        if entity.start and doc[entity.start - 1].lower_ in _PERSON_NOUNS and doc[entity.start - 1].pos_ != "VERB":
+        if entity.start and _person_noun(doc[entity.start - 1]) and doc[entity.start - 1].pos_ != "VERB":
             return True
         if root.dep_ not in ("nsubj", "nsubjpass"):
             return False
@@ -613,11 +633,12 @@ class NameGazetteerRecognizer(EntityRecognizer):
             taken.update(range(start, end))
 
         for entity in doc.ents:  # an organisation that is a first name and a name-shaped word or two
-            first = entity[0].lower_
-            if (entity.label_ == "ORG" and len(entity) <= MAX_TOKENS
-                    and (first in self._first or first not in self._words and diminutive_of(first, self._first))
-                    and all(self._shaped(t, lower) for t in entity) and self._fits(doc, entity.start, entity.end)):
-                add(entity.start, entity.end)
+            for part in _conjuncts(entity) if entity.label_ == "ORG" else ():  # each of "Arjun and Vikram"
+                first = part[0].lower_
+                if (len(part) <= MAX_TOKENS
+                        and (first in self._first or first not in self._words and diminutive_of(first, self._first))
+                        and all(self._shaped(t, lower) for t in part) and self._fits(doc, part.start, part.end)):
+                    add(part.start, part.end)
         for entity in doc.ents:  # a rare name NER calls an organisation or a place, standing as a person
             if (entity.label_ in _ROLE_LABELS and len(entity) < MAX_TOKENS
                     and not (persons | {i for a, b in found for i in range(a, b)}) & set(range(entity.start, entity.end))
@@ -634,16 +655,21 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     add(start, end)
                     roles.append((start, end))
         seen: set[int] = set()
+        # a surname NER gave a label of its own ("Emeka Nwosu": Nwosu an organisation) joins the name before it
+        surnames = {e.start for e in doc.ents if len(e) == 1 and e.label_ in _ROLE_LABELS and e.start not in persons
+                    and e[0].lower_ in self._last and e[0].lower_ not in self._words}
         for token in doc:  # a first name, surname or diminutive, with the proper nouns and initials around it
             i = token.i
             if (i in seen or i in taken or i in orgs or not self._proper(token, lower) or not self._shaped(token, lower)
                     or not self._known(token.lower_)
                     or token.lower_ in self._words and (lower or self._opens(doc, i))):
                 continue
-            start, end = self._extent(doc, i, lower, taken | orgs)
+            start, end = self._extent(doc, i, lower, (taken | orgs) - {j for j in surnames if j > i})
             seen.update(range(start, end))  # a run that is no name ("the Prince Regent") gives no name either
             if self._fits(doc, start, end):
                 add(start, end)
+                if surnames & set(range(start, end)):  # scored as a role: it wins over NER's label of the surname
+                    roles.append((start, end))
         slots = self._slots(doc, lower)  # they win over the names found above where they overlap
         for start, end in slots:
             found[:] = [(a, b) for a, b in found if b <= start or a >= end]

@@ -110,6 +110,20 @@ def test_one_person_gets_one_placeholder_across_texts(detector):
     assert masker.restore("<PERSON_1>") == "Ibrahim Kaya"
 
 
+@pytest.mark.parametrize(("text", "names"), [
+    # NER calls the first "Nwosu" a nationality and the last "Dubois" a place
+    ("Night log: guard Emeka Nwosu found the back gate open at 02:15. Nwosu closed it and called "
+     "supervisor Odile Dubois. Dubois will file the report.", ["Emeka Nwosu", "Nwosu", "Odile Dubois", "Dubois"]),
+    ("Night log: guard Tunde Nwosu found the back gate open at 02:15. Nwosu closed it and called "
+     "supervisor Claire Dubois. Dubois will file the report.", ["Tunde Nwosu", "Nwosu", "Claire Dubois", "Dubois"]),
+])
+def test_a_name_ner_splits_or_labels_as_a_place_is_one_person_with_one_placeholder(detector, text, names):
+    spans = detector.analyze(text)
+    assert [(text[s.start:s.end], s.entity_type) for s in spans] == [(name, "PERSON") for name in names]
+    masked = PiiMasker().mask(text, spans)
+    assert masked.count("<PERSON_1>") == 2 and masked.count("<PERSON_2>") == 2 and "<PERSON_3>" not in masked
+
+
 def test_coreference_can_be_turned_off():
     plain = PiiDetector(PiiDetectorConfig(**_block(context={"coreference": False})))
     texts = ["My tenant Ibrahim Kaya has not paid rent.", "Is Kaya allowed to stay?"]

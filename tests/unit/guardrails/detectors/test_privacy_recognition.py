@@ -64,6 +64,9 @@ def test_no_addressee_or_name_field_without_a_name_in_the_slot(text):
     ("Witness: Orla Brennan\nStatement: saw the cyclist fall", ["Orla Brennan"]),  # not across the line
     ("Thanasis and I are driving to the airport at six.", ["Thanasis"]),
     ("Giorgos left his jacket at the office yesterday.", ["Giorgos"]),
+    ("My two sons, Arjun and Vikram, should share the flat equally.", ["Arjun", "Vikram"]),  # NER: one organisation
+    ("I want my savings split between my nieces, Ananya and Kavitha.", ["Ananya", "Kavitha"]),  # NER: places
+    ("Our twins, Ishaan and Vihaan, start school in September.", ["Ishaan", "Vihaan"]),
 ])
 def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recognised(detector, text, names):
     assert set(names) <= set(_recognized(detector, text))
