@@ -797,22 +797,11 @@ class PiiDetector:
         words = {w.casefold() for name in names for w in name_parts(name)} - self._stop_words
         out = []
         for text, found in zip(texts, spans):
-            found = [self._as_mention(text, s, words) for s in found]
+            found = [_as_mention(text, s, words) for s in found]
             extra = [PiiSpan("PERSON", a, b, self.config.ner_default_score, "PersonCoreference")
                      for a, b in coreferent_spans(text, names, [(s.start, s.end) for s in found], self._stop_words)]
             out.append(sorted([*found, *extra], key=lambda s: s.start) if extra else found)
         return out
-
-    def _as_mention(self, text: str, span: PiiSpan, words: set[str]) -> PiiSpan:
-        """``span`` as a PERSON span of recognizer ``PersonCoreference`` when it is a place or
-        nationality whose words are all among ``words`` (case-folded name words of the persons
-        masked); else ``span`` itself."""
-        if span.entity_type not in _NAME_LOOKALIKES:
-            return span
-        parts = [w.casefold() for w in name_parts(text[span.start:span.end])]
-        if not parts or not set(parts) <= words:
-            return span
-        return PiiSpan("PERSON", span.start, span.end, span.score, "PersonCoreference")
 
     def _joined_names(self, piece: str, spans: list[PiiSpan]) -> list[PiiSpan]:
         """``spans`` (sorted, non-overlapping) with a name split by NER's labels made whole: a
@@ -925,6 +914,18 @@ _PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME, SLOT
 _NAME_LOOKALIKES = frozenset({"LOCATION", "NRP"})
 _ONE_NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
+
+
+def _as_mention(text: str, span: PiiSpan, words: set[str]) -> PiiSpan:
+    """``span`` as a PERSON span of recognizer ``PersonCoreference`` when it is a place or
+    nationality whose words are all among ``words`` (case-folded name words of the persons
+    masked); else ``span`` itself."""
+    if span.entity_type not in _NAME_LOOKALIKES:
+        return span
+    parts = [w.casefold() for w in name_parts(text[span.start:span.end])]
+    if not parts or not set(parts) <= words:
+        return span
+    return PiiSpan("PERSON", span.start, span.end, span.score, "PersonCoreference")
 
 
 def restore_placeholders(text: str, mapping: dict[str, str]) -> str:
