@@ -12,7 +12,12 @@ organisation. This presidio recognizer reads the parse presidio already made and
   noun counts when it is a gazetteer first name and no dictionary word (the tagger's reading of
   a rare name opening a sentence: "Björn forgot his lunch box");
 - an ``ORG`` entity of at most :data:`MAX_TOKENS` name-shaped words whose first word is a first
-  name of the gazetteer;
+  name of the gazetteer, or each such part of one NER ran over a list ("Arjun and Vikram");
+- a first name with a one-word surname of the gazetteer that NER labelled on its own ("Emeka
+  Nwosu", Nwosu as an organisation or a nationality), scored like a role so the whole name wins;
+- a transcript's **speaker labels**: one to three capitalised words, none a dictionary word,
+  opening two or more lines before a colon ("[09:02] Efua: ..."), where one of the speakers is
+  a person NER found or a gazetteer name (:meth:`NameGazetteerRecognizer._speakers`);
 - a proper noun joined to a ``PERSON`` (NER's or one above) in a list ("Hedda, Greta and Olav":
   either is the other's ``conj`` or ``appos``);
 - a **person by its role**: a short entity NER calls an organisation, a place or a group
@@ -20,7 +25,8 @@ organisation. This presidio recognizer reads the parse presidio already made and
   says a person stands — the possessor of a kin or relation noun ("Ingvild's nephew"), a name
   in apposition to one ("my neighbour Carrow", "Carrow, my neighbour"), or the subject of its
   clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
-  (an organisation is "it" or "they");
+  (an organisation is "it" or "they"); the nouns count in the plural too ("my nieces, Ananya and
+  Kavitha"), and so does a name listed after such a name;
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
@@ -91,6 +97,9 @@ from proxy.guardrails.detectors.privacy_context import (
 SLOT = "ParsedNameSlotRecognizer"
 #: Longest name reported (tokens), and longest ORG entity read as a name.
 MAX_TOKENS = 4
+#: A speaker label opening a line of a transcript: "[21:14] Mei:", "Zhang Wei:".
+_SPEAKER = re.compile(r"^[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*)?([^\W\d_][\w'’-]*(?:[ \t][^\W\d_][\w'’-]*){0,2})[ \t]*:(?!//)",
+                      re.MULTILINE)
 _INITIAL = re.compile(r"^[^\W\d_]\.?$")
 _NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _CALENDAR = frozenset({"january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -382,6 +391,23 @@ class NameGazetteerRecognizer(EntityRecognizer):
                                      RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id})
                 for start, end in sorted(set(spans))]
 
+    def _speakers(self, doc, persons: set[int]) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of the speaker labels of a transcript: a run of one to three
+        capitalised words opening a line (after a ``[time]`` stamp, if any) and followed by a colon,
+        none of them a dictionary or stop word ("Customer:", "Subject:" are fields), in a text where
+        two or more lines open so and one of the labels is a person's name (NER's, or every word of
+        it in the gazetteer)."""
+        labels = []
+        for match in _SPEAKER.finditer(doc.text):
+            span = doc.char_span(*match.span(1))
+            if span is not None:
+                labels.append(span)
+        if len(labels) < 2 or not any(set(range(s.start, s.end)) & persons
+                                      or all(self._known(t.lower_) for t in s) for s in labels):
+            return []
+        return [(s.start, s.end) for s in labels
+                if all(t.lower_ not in self._words and t.lower_ not in self._skip for t in s)]
+
     def _known(self, word: str) -> bool:
         """``word`` (case-folded) is a gazetteer first name or surname, or a diminutive of a first
         name that is no dictionary word."""
@@ -670,6 +696,10 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 add(start, end)
                 if surnames & set(range(start, end)):  # scored as a role: it wins over NER's label of the surname
                     roles.append((start, end))
+        for start, end in self._speakers(doc, persons):  # a transcript's speakers: "[09:02] Efua: no, ..."
+            if not set(range(start, end)) & (persons | {i for a, b in found for i in range(a, b)}):
+                add(start, end)
+                roles.append((start, end))
         slots = self._slots(doc, lower)  # they win over the names found above where they overlap
         for start, end in slots:
             found[:] = [(a, b) for a, b in found if b <= start or a >= end]
