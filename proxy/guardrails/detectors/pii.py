@@ -456,6 +456,7 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
 #: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
+_LOWER_WORD = re.compile(r"(?<![\w'’-])[^\W\d_A-Z]+(?![\w'’-])")
 _INNER_WORD = re.compile(r"(?<=[^\s.!?])\s+[\"'“‘(]?([^\W\d_][\w'’-]*)")
 
 
@@ -682,7 +683,8 @@ class PiiDetector:
         """A general text whose names the head judges (``question_name_threshold``): a
         capitalised word after another word of its sentence (possessive aside) is no dictionary
         word, plural of one, stop word or acronym (a possible name; "France", "Americans", "US"
-        are not)."""
+        are not), or, with the name gazetteer, a gazetteer first name in lower case is followed by a
+        gazetteer surname that is no dictionary word ("for maria garcia")."""
         words = self._question_words
         if not words:
             return False
@@ -691,6 +693,10 @@ class PiiDetector:
             if (not word.isupper() and folded not in words and folded not in self._stop_words
                     and not (folded.endswith("s") and folded[:-1] in words)):
                 return True
+        if self.config.name_gazetteer:
+            first, last = gazetteer()
+            lower = _LOWER_WORD.findall(piece)
+            return any(a in first and b in last and b not in words for a, b in zip(lower, lower[1:]))
         return False
 
     def _general_question(self, piece: str) -> list[PiiSpan] | None:

@@ -42,6 +42,8 @@ organisation. This presidio recognizer reads the parse presidio already made and
   ("Thanasis and I") or in a person's role as above ("Giorgos left his jacket");
 - a first name or surname **glued to punctuation** that spaCy's tokenizer left in one token
   (``Elena:"I'm``): the name word alone;
+- in a capitalised text, a full name typed in lower case: two or three lower-case gazetteer names,
+  a first name first and a surname that is no dictionary word last ("for ali reza karimi");
 - in a lower-case text, the word after a slot English introduces a name with ("call me",
   "my name is", "named", "called") when it is no dictionary word ("just call me jagódka"), and
   two or more proper nouns in a row that no list holds and no dictionary has ("obinwa ekwueme");
@@ -539,6 +541,30 @@ class NameGazetteerRecognizer(EntityRecognizer):
             start = token.i if fits else None
         return runs
 
+    def _lower_case_names(self, doc, blocked: set[int]) -> list[tuple[int, int]]:
+        """Token ``[start, end)`` of each run of two or three lower-case words outside ``blocked``,
+        joined by spaces, that reads as a full name: a gazetteer first name, then gazetteer names,
+        the last a gazetteer surname that is no dictionary word; no stop word."""
+        def name_word(j: int) -> bool:
+            token = doc[j]
+            return (j not in blocked and token.is_alpha and token.is_lower and len(token) >= 2
+                    and token.lower_ not in self._skip and self._known(token.lower_))
+
+        runs = []
+        i = 0
+        while i < len(doc):
+            end = i
+            while end < len(doc) and end - i < 3 and name_word(end) and (end == i or doc[end - 1].whitespace_):
+                end += 1
+            last = doc[end - 1].lower_ if end > i else ""
+            if (end - i >= 2 and doc[i].lower_ in self._first and last in self._last
+                    and last not in self._words):
+                runs.append((i, end))
+                i = end
+            else:
+                i += 1
+        return runs
+
     def _proper(self, token, lower: bool) -> bool:
         """``token`` is tagged a proper noun, or, outside a lower-case text, a common noun that is a
         gazetteer first name and no dictionary word (the tagger calls a rare name opening a sentence
@@ -706,6 +732,11 @@ class NameGazetteerRecognizer(EntityRecognizer):
             add(start, end)
         if lower:  # a full name of words no list holds: two or more unknown proper nouns in a row
             for a, b in self._unknown_runs(doc, lower, taken | orgs):
+                if self._fits(doc, a, b):
+                    add(a, b)
+        else:  # a full name typed in lower case in a capitalised text: "the parcel for ali reza karimi"
+            held = taken | orgs | {i for a, b in found for i in range(a, b)}
+            for a, b in self._lower_case_names(doc, held):
                 if self._fits(doc, a, b):
                     add(a, b)
         names = {i for a, b in found for i in range(a, b)}
