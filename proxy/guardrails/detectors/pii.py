@@ -455,8 +455,9 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 
 #: A letter of any script (a piece without one skips spaCy's models, :meth:`PiiDetector._nlp_artifacts`).
 _LETTER = re.compile(r"[^\W\d_]")
-#: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
+#: A word in lower case (:meth:`PiiDetector._judges_question_names`: a full name typed so).
 _LOWER_WORD = re.compile(r"(?<![\w'’-])[^\W\d_A-Z]+(?![\w'’-])")
+#: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
 _INNER_WORD = re.compile(r"(?<=[^\s.!?])\s+[\"'“‘(]?([^\W\d_][\w'’-]*)")
 
 
@@ -731,8 +732,8 @@ class PiiDetector:
     def _analyze_parsed(self, pieces: list[str]):
         """Per piece: its personal-data spans (:class:`ContextRule` applied to presidio's
         non-overlapping results). With ``ner_gate``, NER runs when the mood or a personal cue
-        makes the text personal, when a capitalised word could be a name for the person head to
-        judge (:meth:`_judges_question_names`), or when a span found without it (a direct identifier) does;
+        makes the text personal, when a word could be a name for the person head to judge
+        (:meth:`_judges_question_names`), or when a span found without it (a direct identifier) does;
         the decision looks at every span before overlaps are resolved, so NER spans could not
         have changed it."""
         for piece, artifacts, mood, pending in self._nlp_artifacts(pieces):
@@ -822,7 +823,7 @@ class PiiDetector:
 
         def word(span: PiiSpan, names: frozenset[str]) -> bool:
             value = piece[span.start:span.end]
-            return (span.entity_type in _NAME_LOOKALIKES and _ONE_NAME_WORD.match(value) is not None
+            return (span.entity_type in _NAME_LOOKALIKES and name_parts(value) == [value]
                     and value[0].isupper() and value.casefold() in names)
 
         out: list[PiiSpan] = []
@@ -918,7 +919,6 @@ def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
 _PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME, SLOT})
 #: NER's labels for a rare name standing alone (a surname read as a place or a nationality).
 _NAME_LOOKALIKES = frozenset({"LOCATION", "NRP"})
-_ONE_NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
 
 

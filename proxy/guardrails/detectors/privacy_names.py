@@ -100,8 +100,8 @@ SLOT = "ParsedNameSlotRecognizer"
 #: Longest name reported (tokens), and longest ORG entity read as a name.
 MAX_TOKENS = 4
 #: A speaker label opening a line of a transcript: "[21:14] Mei:", "Zhang Wei:".
-_SPEAKER = re.compile(r"^[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*)?([^\W\d_][\w'’-]*(?:[ \t][^\W\d_][\w'’-]*){0,2})[ \t]*:(?!//)",
-                      re.MULTILINE)
+_SPEAKER = re.compile(r"^[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*)?"  # an optional [time] stamp
+                      r"([^\W\d_][\w'’-]*(?:[ \t][^\W\d_][\w'’-]*){0,2})[ \t]*:(?!//)", re.MULTILINE)
 _INITIAL = re.compile(r"^[^\W\d_]\.?$")
 _NAME_WORD = re.compile(r"^[^\W\d_]+(?:['’-][^\W\d_]+)*$")
 _CALENDAR = frozenset({"january", "february", "march", "april", "may", "june", "july", "august", "september",
