@@ -697,7 +697,8 @@ class PiiDetector:
         if self.config.name_gazetteer:
             first, last = gazetteer()
             lower = _LOWER_WORD.findall(piece)
-            return any(a in first and b in last and b not in words for a, b in zip(lower, lower[1:]))
+            return any(a in first and b in last and b not in words and not (b.endswith("s") and b[:-1] in words)
+                       for a, b in zip(lower, lower[1:]))
         return False
 
     def _general_question(self, piece: str) -> list[PiiSpan] | None:
@@ -758,7 +759,8 @@ class PiiDetector:
           threshold, whatever the mood, or when one of the mentions is the writer introducing
           themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question,
           instruction or fragment parsed for its names (``question_name_threshold``), a person
-          NER or the name gazetteer names needs that threshold;
+          NER or the name gazetteer names needs that threshold, and is left unless written as a name
+          (:func:`_name_shaped`: NER reads "RT", a link or a hashtag in a post as a person);
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
           when the piece names a private person; in a piece naming nobody, those the context rule
@@ -777,6 +779,9 @@ class PiiDetector:
                                                    for s in persons]))
         judged: dict[int, bool] = {}
         for group in person_groups([piece[s.start:s.end] for s in persons]):
+            if asked and not all(_name_shaped(piece, persons[i]) for i in group):  # "RT", a link, "#Tag"
+                judged.update({id(persons[i]): False for i in group})
+                continue
             threshold = self.person_head.threshold
             if all(persons[i].recognizer == NameGazetteerRecognizer.NAME for i in group):
                 threshold = max(threshold, self.config.name_gazetteer_threshold)
@@ -919,7 +924,18 @@ def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
 _PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME, SLOT})
 #: NER's labels for a rare name standing alone (a surname read as a place or a nationality).
 _NAME_LOOKALIKES = frozenset({"LOCATION", "NRP"})
+#: A word written as (part of) a name (:func:`_name_shaped`).
+_NAME_SHAPED = re.compile(r"^[^\W\d_]+(?:['’.-][^\W\d_]*)*$")
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
+
+
+def _name_shaped(text: str, span: PiiSpan) -> bool:
+    """``text[span]`` is written as a name: words of letters (an apostrophe, a hyphen or an
+    initial's period inside), none of two or more letters all in capitals, and no ``@`` or ``#``
+    right before it (a handle or a hashtag)."""
+    words = text[span.start:span.end].split()
+    return (bool(words) and (span.start == 0 or text[span.start - 1] not in "@#")
+            and all(_NAME_SHAPED.match(w) is not None and not (len(w) > 1 and w.isupper()) for w in words))
 
 
 def _as_mention(text: str, span: PiiSpan, words: set[str]) -> PiiSpan:

@@ -544,7 +544,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
     def _lower_case_names(self, doc, blocked: set[int]) -> list[tuple[int, int]]:
         """Token ``[start, end)`` of each run of two or three lower-case words outside ``blocked``,
         joined by spaces, that reads as a full name: a gazetteer first name, then gazetteer names,
-        the last a gazetteer surname that is no dictionary word; no stop word."""
+        the last a gazetteer surname that is no dictionary word or plural of one; no stop word."""
         def name_word(j: int) -> bool:
             token = doc[j]
             return (j not in blocked and token.is_alpha and token.is_lower and len(token) >= 2
@@ -558,7 +558,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 end += 1
             last = doc[end - 1].lower_ if end > i else ""
             if (end - i >= 2 and doc[i].lower_ in self._first and last in self._last
-                    and last not in self._words):
+                    and last not in self._words and not (last.endswith("s") and last[:-1] in self._words)):
                 runs.append((i, end))
                 i = end
             else:

@@ -95,6 +95,9 @@ def test_with_the_person_head_a_general_question_names_nobody_without_the_questi
     ("The rosa parks exhibit opens at the museum in May.", set()),  # "parks" is a dictionary word
     ("Sort these colleges by founding year: Yale, Dartmouth, Cornell, Brown.", set()),
     ("Write a short bio of Marie Curie for a school poster.", set()),
+    # a post: NER reads "Lmaoo RT @patpatbush:", "RT" and the link as persons; none is written as a name
+    ("RT @Zeb_Qx: Lmaoo RT @patpatbush: that was wild. &#58386;&#58386; RT\"@Zeb_Qx: Wait... http://t.co/e0MTosPl6k\"",
+     set()),
 ])
 def test_a_request_without_a_personal_cue_is_parsed_for_the_names_in_it(headed: PiiDetector, text: str,
                                                                        names: set[str]) -> None:
