@@ -57,7 +57,9 @@ from proxy.guardrails.detectors.privacy_names import (
     NameGazetteerRecognizer,
     could_name_a_person,
     english_words,
+    full_name,
     gazetteer,
+    in_dictionary,
 )
 from proxy.guardrails.detectors.privacy_person import (
     PersonHead,
@@ -691,14 +693,11 @@ class PiiDetector:
             return False
         for word in _inner_capitals(piece):
             folded = re.sub(r"['’]s?$", "", word).casefold()
-            if (not word.isupper() and folded not in words and folded not in self._stop_words
-                    and not (folded.endswith("s") and folded[:-1] in words)):
+            if not word.isupper() and not in_dictionary(folded, words) and folded not in self._stop_words:
                 return True
         if self.config.name_gazetteer:
-            first, last = gazetteer()
             lower = _LOWER_WORD.findall(piece)
-            return any(a in first and b in last and b not in words and not (b.endswith("s") and b[:-1] in words)
-                       for a, b in zip(lower, lower[1:]))
+            return any(full_name(a, b, words) for a, b in zip(lower, lower[1:]))
         return False
 
     def _general_question(self, piece: str) -> list[PiiSpan] | None:
@@ -745,7 +744,7 @@ class PiiDetector:
                 spans = self._raw_spans(piece, self._with_ner(artifacts))
             elif pending:
                 self.ner_windows_skipped += 1
-            spans = self._joined_names(piece, resolve_overlaps(spans))
+            spans = resolve_overlaps(spans)
             kept = self.context_rule.select(piece, spans, mood)
             yield self._judge_persons(piece, artifacts.tokens, spans, kept, mood) if self.person_head else kept
 
@@ -813,35 +812,6 @@ class PiiDetector:
             extra = [PiiSpan("PERSON", a, b, self.config.ner_default_score, "PersonCoreference")
                      for a, b in coreferent_spans(text, names, [(s.start, s.end) for s in found], self._stop_words)]
             out.append(sorted([*found, *extra], key=lambda s: s.start) if extra else found)
-        return out
-
-    def _joined_names(self, piece: str, spans: list[PiiSpan]) -> list[PiiSpan]:
-        """``spans`` (sorted, non-overlapping) with a name split by NER's labels made whole: a
-        PERSON span and, one space after it, a one-word place or nationality span that is a
-        gazetteer surname ("Emeka" + "Nwosu", NER's nationality), or a one-word place or
-        nationality span that is a gazetteer first name and, one space after it, a PERSON span,
-        become one PERSON span (the PERSON span's score and recognizer). Unchanged without the
-        name gazetteer."""
-        if not self.config.name_gazetteer or len(spans) < 2:
-            return spans
-        first, last = gazetteer()
-
-        def word(span: PiiSpan, names: frozenset[str]) -> bool:
-            value = piece[span.start:span.end]
-            return (span.entity_type in _NAME_LOOKALIKES and name_parts(value) == [value]
-                    and value[0].isupper() and value.casefold() in names)
-
-        out: list[PiiSpan] = []
-        for span in spans:
-            before = out[-1] if out else None
-            if before is not None and piece[before.end:span.start] == " ":
-                if before.entity_type == "PERSON" and word(span, last):
-                    out[-1] = PiiSpan("PERSON", before.start, span.end, before.score, before.recognizer)
-                    continue
-                if span.entity_type == "PERSON" and word(before, first):
-                    out[-1] = PiiSpan("PERSON", before.start, span.end, span.score, span.recognizer)
-                    continue
-            out.append(span)
         return out
 
     def analyze(self, text: str) -> list[PiiSpan]:

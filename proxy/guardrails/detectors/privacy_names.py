@@ -175,6 +175,19 @@ def english_words(nlp) -> frozenset[str]:
 _POSSESSIVE = re.compile(r"['’]s$")
 
 
+def in_dictionary(word: str, words: frozenset[str]) -> bool:
+    """``word`` (case-folded) is a dictionary word of ``words`` or the plural of one ("hoes")."""
+    return word in words or (word.endswith("s") and word[:-1] in words)
+
+
+def full_name(first_word: str, last_word: str, words: frozenset[str]) -> bool:
+    """``first_word`` ... ``last_word`` (case-folded) read as a full name typed in lower case: a
+    gazetteer first name, then a gazetteer surname that is no dictionary word (:func:`in_dictionary`)
+    ("maria garcia", not "dee hoes")."""
+    first, last = gazetteer()
+    return first_word in first and last_word in last and not in_dictionary(last_word, words)
+
+
 def could_name_a_person(span: str, words: frozenset[str], first: frozenset[str], last: frozenset[str]) -> bool:
     """False when every word of ``span`` (a candidate ``PERSON`` span's text) is an English
     dictionary word of ``words`` and none is a first name of ``first`` or a surname of ``last``
@@ -543,8 +556,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
 
     def _lower_case_names(self, doc, blocked: set[int]) -> list[tuple[int, int]]:
         """Token ``[start, end)`` of each run of two or three lower-case words outside ``blocked``,
-        joined by spaces, that reads as a full name: a gazetteer first name, then gazetteer names,
-        the last a gazetteer surname that is no dictionary word or plural of one; no stop word."""
+        joined by spaces, that reads as a full name: gazetteer names, no stop word, the first and
+        the last a :func:`full_name`."""
         def name_word(j: int) -> bool:
             token = doc[j]
             return (j not in blocked and token.is_alpha and token.is_lower and len(token) >= 2
@@ -556,9 +569,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
             end = i
             while end < len(doc) and end - i < 3 and name_word(end) and (end == i or doc[end - 1].whitespace_):
                 end += 1
-            last = doc[end - 1].lower_ if end > i else ""
-            if (end - i >= 2 and doc[i].lower_ in self._first and last in self._last
-                    and last not in self._words and not (last.endswith("s") and last[:-1] in self._words)):
+            if end - i >= 2 and full_name(doc[i].lower_, doc[end - 1].lower_, self._words):
                 runs.append((i, end))
                 i = end
             else:
