@@ -756,7 +756,9 @@ class PiiDetector:
           individual: the mean of p(private) over that person's mentions in the piece (mentions
           sharing a name word, :func:`~.privacy_person.person_groups`) reaches the head's
           threshold, whatever the mood, or when one of the mentions is the writer introducing
-          themselves (:func:`~.privacy_person.self_introduced`: "I am X"); in a general question,
+          themselves (:func:`~.privacy_person.self_introduced`: "I am X") or named right after the
+          writer's relation noun (:meth:`~.privacy_context.ContextRule.writer_relation`: "my
+          neighbour X"); in a general question,
           instruction or fragment parsed for its names (``question_name_threshold``), a person
           NER or the name gazetteer names needs that threshold, and is left unless written as a name
           (:func:`_name_shaped`: NER reads "RT", a link or a hashtag in a post as a person);
@@ -787,7 +789,8 @@ class PiiDetector:
             if asked and all(persons[i].recognizer in _PARSED_NAMES for i in group):
                 threshold = max(threshold, self.config.question_name_threshold or 0.0)
             private = (bool(p[group].mean() >= threshold)
-                       or any(self_introduced(piece, persons[i].start) for i in group))
+                       or any(self_introduced(piece, persons[i].start) or rule.writer_relation(piece, persons[i].start)
+                              for i in group))
             judged.update({id(persons[i]): private for i in group})
         personal = any(judged.values()) or any(rule._always(s) for s in spans)
         return [s for s in spans if rule._always(s) or judged.get(id(s), personal)]

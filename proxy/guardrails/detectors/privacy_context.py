@@ -84,7 +84,9 @@ class ContextConfig(BaseModel):
         contextual: entity types masked only in a personal text; a type in neither list is
             masked always.
         relations: relation nouns (lower case; plural "s" matched too) that make a text
-            personal after a determiner / possessive or before a capitalised name.
+            personal after a determiner / possessive or before a capitalised name; a person named
+            right after "my", "our" or "your" and one of them is a private individual
+            (:meth:`ContextRule.writer_relation`).
         personal_phrases: words or phrases (lower case) that make a text personal anywhere.
         second_person: True counts a "you"/"your" addressed to someone as a cue (generic
             "if you", "can you", "do you" ... are never cues).
@@ -210,6 +212,8 @@ class ContextRule:
     contextual: frozenset[str]
     relations: re.Pattern[str] | None
     phrases: re.Pattern[str] | None
+    #: The writer's relation right before a mention ("my neighbour ", "our new colleague, "), :meth:`writer_relation`.
+    relation_before: re.Pattern[str] | None
     second_person: bool
     enabled: bool = True
     general_moods: frozenset[str] = frozenset({"question", "instruction", "fragment"})
@@ -221,12 +225,22 @@ class ContextRule:
         relations = re.compile(
             rf"(?i:\b(?:{_DETERMINERS})\s+(?:\w+\s+)?(?:{nouns})(?:s|es)?\b(?!-))"
             rf"|(?i:\b(?:{nouns})(?:s|es)?)\s+[A-Z]") if nouns else None
+        relation_before = re.compile(
+            rf"(?i:\b(?:my|our|your)\s+(?:[a-z-]+\s+)?(?:{nouns})(?:s|es)?\s*,?\s+)$") if nouns else None
         phrases = _alternation(config.personal_phrases)
         return cls(frozenset(config.always), frozenset(config.always_recognizers),
                    frozenset(config.contextual), relations,
-                   re.compile(rf"(?i)\b(?:{phrases})\b") if phrases else None,
+                   re.compile(rf"(?i)\b(?:{phrases})\b") if phrases else None, relation_before,
                    config.second_person, config.enabled,
                    frozenset(config.general_moods))
+
+    def writer_relation(self, text: str, start: int) -> bool:
+        """True when the mention starting at character ``start`` of ``text`` comes right after a
+        relation noun the writer (or the person written to) owns, with at most one word between and
+        an optional comma: "my neighbour Siosaia Taufa", "our colleague, Rangi Parata", "your new
+        tenant Ms. Lund". Such a person is a private individual whoever else bears the name ("his
+        wife" or "their president" are not the writer's own and do not count)."""
+        return self.relation_before is not None and self.relation_before.search(text, 0, start) is not None
 
     def personal_cues(self, text: str) -> list[str]:
         """Names of the personal-context cues found in ``text`` (empty: a general text)."""

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig, PiiMasker
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule
 from proxy.guardrails.detectors.privacy_person import (
     FEATURES,
     PersonHead,
@@ -91,10 +92,34 @@ def test_the_writer_s_own_name_is_masked_whoever_else_bears_it(detector, text, n
     assert _found(detector, text).get(name) == "PERSON"
 
 
+def test_writer_relation_reads_the_writer_s_own_relation_noun_right_before_the_mention():
+    rule = ContextRule.from_config(ContextConfig())
+    for text, name in (("Give a farewell speech for our colleague Rangi Parata.", "Rangi"),
+                       ("My neighbour, Siosaia Taufa, parks across my drive.", "Siosaia"),
+                       ("Ask your new tenant Ms. Lund for the meter reading.", "Ms."),
+                       ("My PhD students Ana and Luis wrote it.", "Ana")):
+        assert rule.writer_relation(text, text.index(name)), text
+    for text, name in (("What did Michelle Obama say about her husband Barack Obama?", "Barack"),
+                       ("My favourite author Zadie Smith has a new novel.", "Zadie"),
+                       ("My neighbour said Tom Baker was on television.", "Tom"),
+                       ("The doctor Jonas Salk made the polio vaccine.", "Jonas")):
+        assert not rule.writer_relation(text, text.index(name)), text
+    assert not ContextRule.from_config(ContextConfig(relations=[])).writer_relation("my friend Ana", 10)
+
+
+@pytest.mark.parametrize("text, name", [  # the head alone reads each of these people as public
+    ("Give me a short speech for the farewell of our colleague Rangi Parata, who is retiring after 30 years.",
+     "Rangi Parata"),
+])
+def test_a_person_named_after_the_writer_s_relation_noun_is_masked(detector, text, name):
+    assert _found(detector, text).get(name) == "PERSON"
+
+
 @pytest.mark.parametrize("text", [
     "Albert Einstein published the theory of special relativity in 1905.",
     "Write a short essay comparing Abraham Lincoln and Winston Churchill as war leaders.",
     "The new album by Taylor Swift topped the charts in its first week.",
+    "What did Michelle Obama say about her husband Barack Obama in her memoir?",
 ])
 def test_public_figures_are_left_alone(detector, text):
     assert not any(s.entity_type == "PERSON" for s in detector.analyze(text))
