@@ -38,6 +38,8 @@ def _found(detector: PiiDetector, text: str) -> dict[str, str]:
     "Is working part-time a good idea for teenagers between 15 and 19 years old?",
     "Tell me about the history of Rome.",
     "Question: Who painted the Mona Lisa in Florence?",
+    'Translate "Hello Paris, we are back!" into French.',
+    'Write a tweet for our band: "Hello Berlin! Thanks for an amazing night."',
 ])
 def test_public_mentions_in_general_requests_are_left_alone(detector, text):
     assert detector.analyze(text) == []
@@ -51,6 +53,8 @@ def test_public_mentions_in_general_requests_are_left_alone(detector, text):
     ("Sometimes people call me Roland", "Roland", "PERSON"),
     ("Mr. Rangel flew to HORTEN on Monday morning.", "HORTEN", "LOCATION"),
     ("Bot: What's the name on the account? User: Eve Magrath", "Eve Magrath", "PERSON"),
+    ('Rewrite this more formally: "Hey Tane, the invoice for the Wairau job is still unpaid, can you chase it?"',
+     "Tane", "PERSON"),
 ])
 def test_names_and_places_in_personal_context_are_masked(detector, text, value, entity):
     assert _found(detector, text).get(value) == entity
