@@ -71,6 +71,8 @@ PERSONAL_PHRASES = [
     "date of birth", "dob", "born on", "birthday", "call me", "contact", "ssn", "passport", "account number",
 ]
 _DETERMINERS = r"my|our|your|his|her|their|the|a|an|this|that|whose|its"
+#: Characters before a mention that :meth:`ContextRule.writer_relation` reads ("our new colleague, ").
+_RELATION_REACH = 80
 
 
 class ContextConfig(BaseModel):
@@ -240,7 +242,8 @@ class ContextRule:
         an optional comma: "my neighbour Siosaia Taufa", "our colleague, Rangi Parata", "your new
         tenant Ms. Lund". Such a person is a private individual whoever else bears the name ("his
         wife" or "their president" are not the writer's own and do not count)."""
-        return self.relation_before is not None and self.relation_before.search(text, 0, start) is not None
+        window = max(0, start - _RELATION_REACH)  # a long text is not scanned from its start for every mention
+        return self.relation_before is not None and self.relation_before.search(text, window, start) is not None
 
     def personal_cues(self, text: str) -> list[str]:
         """Names of the personal-context cues found in ``text`` (empty: a general text)."""
