@@ -89,6 +89,7 @@ from presidio_analyzer import EntityRecognizer, RecognizerResult
 from proxy.guardrails.detectors.privacy_context import (
     ADDRESSEE_GERUNDS,
     ADDRESSEE_NOTES,
+    ADDRESSEE_TO_VERBS,
     ADDRESSEE_VERBS,
     CLAUSE_OPENERS,
     RELATIONS,
@@ -474,7 +475,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
         """Token ``[start, end)`` of the names a message goes to: the word after an addressee verb
         opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
         :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
-        ("a note telling Bartek ...") or after a message noun and "to"/"for" ("a reply to Zurab"),
+        ("a note telling Bartek ..."), after a message noun and "to"/"for" ("a reply to Zurab") or
+        after a verb of speaking or writing and "to" ("respond to Tevita"),
         with the proper nouns right after it (:meth:`_extent`). The word is name-shaped
         (:meth:`_shaped`, no inner run of capitals: "SQLAlchemy") and no dictionary word, unless a
         capitalised gazetteer first name ("Marguerite")."""
@@ -484,7 +486,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
             before = doc[i - 1]
             verb = before.lower_ in ADDRESSEE_VERBS and (self._opens(doc, i - 1) or i > 1
                                                         and doc[i - 2].lower_ in CLAUSE_OPENERS)
-            note = i > 1 and before.lower_ in ("to", "for") and doc[i - 2].lower_ in ADDRESSEE_NOTES
+            note = i > 1 and (before.lower_ in ("to", "for") and doc[i - 2].lower_ in ADDRESSEE_NOTES
+                              or before.lower_ == "to" and doc[i - 2].lower_ in ADDRESSEE_TO_VERBS)
             if not (verb or note or before.lower_ in ADDRESSEE_GERUNDS) or not self._shaped(token, lower):
                 continue
             folded = token.lower_

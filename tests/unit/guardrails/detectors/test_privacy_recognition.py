@@ -68,6 +68,8 @@ def test_no_addressee_or_name_field_without_a_name_in_the_slot(text):
     ("I want my savings split between my nieces, Ananya and Kavitha.", ["Ananya", "Kavitha"]),  # NER: places
     ("Our twins, Ishaan and Vihaan, start school in September.", ["Ishaan", "Vihaan"]),
     ("[08:10] Kojo: is the van loaded?\n[08:11] Efua: almost, ten minutes\n[08:11] Kojo: ok", ["Efua"]),  # a speaker
+    ("Help me respond to Tevita, who says I owe him money for the concert tickets.", ["Tevita"]),  # NER: organisation
+    ("How should I apologise to Ines for missing her party?", ["Ines"]),
 ])
 def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recognised(detector, text, names):
     assert set(names) <= set(_recognized(detector, text))
@@ -80,6 +82,7 @@ def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recog
     ("ask the team whether the demo works", "team"),
     ("Location: San Francisco\nVenue: Moscone Center", "San Francisco"),
     ("[10:01] Nginx: restarted\n[10:02] Postgres: accepting connections", "Nginx"),  # no speaker is a name
+    ("Explain to Congress why the budget matters, in the voice of a senator.", "Congress"),
 ])
 def test_dictionary_words_code_names_and_places_are_no_slot_name(detector, text, word):
     assert word not in _recognized(detector, text)
