@@ -36,7 +36,7 @@ import contextlib
 import importlib
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
@@ -51,7 +51,13 @@ from proxy.guardrails.detectors import patterns
 from proxy.guardrails.detectors.context_enhancer import IndexedContextEnhancer, LemmaBound
 from proxy.guardrails.detectors.embeddings import embed
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
-from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, letterless_mood, text_mood
+from proxy.guardrails.detectors.privacy_context import (
+    ADDRESSEE_VERBS,
+    ContextConfig,
+    ContextRule,
+    letterless_mood,
+    text_mood,
+)
 from proxy.guardrails.detectors.privacy_names import (
     SLOT,
     NameGazetteerRecognizer,
@@ -460,6 +466,8 @@ _LETTER = re.compile(r"[^\W\d_]")
 #: A word in lower case (:meth:`PiiDetector._judges_question_names`: a full name typed so).
 _LOWER_WORD = re.compile(r"(?<![\w'’-])[^\W\d_A-Z]+(?![\w'’-])")
 #: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
+#: A greeting or an addressee verb opening a PERSON span, and the space after it (:func:`_without_lead_word`).
+_LEAD_WORD = re.compile(rf"(?i:hi|hello|hey|hiya|dear|thanks|{'|'.join(ADDRESSEE_VERBS)})\s+(?=[^\W\d_])")
 _INNER_WORD = re.compile(r"(?<=[^\s.!?])\s+[\"'“‘(]?([^\W\d_][\w'’-]*)")
 
 
@@ -579,9 +587,10 @@ class PiiDetector:
         """``[start, end)`` windows of ``text`` analysed separately, each at most ``analysis_window_chars``."""
         return patterns.windows(text, self.config.analysis_window_chars, self.config.analysis_overlap_chars)
 
-    def _to_spans(self, results) -> list[PiiSpan]:
-        return [PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4),
-                        str((r.recognition_metadata or {}).get("recognizer_name", ""))) for r in results]
+    def _to_spans(self, results, text: str) -> list[PiiSpan]:
+        return [_without_lead_word(text, PiiSpan(r.entity_type, r.start, r.end, round(float(r.score), 4),
+                                                 str((r.recognition_metadata or {}).get("recognizer_name", ""))))
+                for r in results]
 
     def _enough_digits(self, text: str, span: PiiSpan) -> bool:
         needed = self.config.min_digits.get(span.entity_type, 0)
@@ -645,7 +654,7 @@ class PiiDetector:
         results = self.analyzer().analyzer_engine.analyze(
             text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=entities or self._entities,
             allow_list=self.config.allow_list or None, context=context)
-        return [s for s in self._to_spans(results) if self._enough_digits(piece, s) and self._could_be_person(piece, s)]
+        return [s for s in self._to_spans(results, piece) if self._enough_digits(piece, s) and self._could_be_person(piece, s)]
 
     def _could_be_person(self, piece: str, span: PiiSpan) -> bool:
         """A ``PERSON`` span of dictionary words only, none of them a gazetteer name, is no one
@@ -878,6 +887,15 @@ class PiiDetector:
     def detect(self, texts: list[str]) -> list[list[PiiSpan]]:
         """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`analyze_batch`."""
         return self.analyze_batch(texts)
+
+
+def _without_lead_word(text: str, span: PiiSpan) -> PiiSpan:
+    """``span`` without a greeting or an addressee verb NER ran into a person's name ("Hello
+    Marisol", "Remind Oluwaseun"): the name alone is the person's, and the word stays for the model."""
+    if span.entity_type != "PERSON":
+        return span
+    match = _LEAD_WORD.match(text, span.start, span.end)
+    return replace(span, start=match.end()) if match and match.end() < span.end else span
 
 
 def _inner_capitals(text: str) -> list[str]:

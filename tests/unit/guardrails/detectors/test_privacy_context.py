@@ -60,6 +60,11 @@ def test_names_and_places_in_personal_context_are_masked(detector, text, value, 
     assert _found(detector, text).get(value) == entity
 
 
+def test_a_greeting_ner_runs_into_a_name_is_no_part_of_it(detector):
+    text = 'Reply to this for me: "Hello Marisol! The package arrived but one plate was broken."'
+    assert _found(detector, text) == {"Marisol": "PERSON"}  # NER: "Hello Marisol"
+
+
 @pytest.mark.parametrize("text", [
     "Can you recommend restaurants in Paris for my trip?",
     "I am planning a 7-day trip to Lisbon. Can you make a plan for me?",
