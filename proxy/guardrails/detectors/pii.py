@@ -465,9 +465,9 @@ def merge_windows(per_window: list[list[PiiSpan]], starts: list[int]) -> list[Pi
 _LETTER = re.compile(r"[^\W\d_]")
 #: A word in lower case (:meth:`PiiDetector._judges_question_names`: a full name typed so).
 _LOWER_WORD = re.compile(r"(?<![\w'’-])[^\W\d_A-Z]+(?![\w'’-])")
-#: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
 #: A greeting or an addressee verb opening a PERSON span, and the space after it (:func:`_without_lead_word`).
 _LEAD_WORD = re.compile(rf"(?i:hi|hello|hey|hiya|dear|thanks|{'|'.join(ADDRESSEE_VERBS)})\s+(?=[^\W\d_])")
+#: A word after another word of its sentence (:func:`_inner_capitals`: a possible name in a question).
 _INNER_WORD = re.compile(r"(?<=[^\s.!?])\s+[\"'“‘(]?([^\W\d_][\w'’-]*)")
 
 
@@ -938,7 +938,7 @@ def _as_mention(text: str, span: PiiSpan, words: set[str]) -> PiiSpan:
     parts = [w.casefold() for w in name_parts(text[span.start:span.end])]
     if not parts or not set(parts) <= words:
         return span
-    return PiiSpan("PERSON", span.start, span.end, span.score, "PersonCoreference")
+    return replace(span, entity_type="PERSON", recognizer="PersonCoreference")
 
 
 def restore_placeholders(text: str, mapping: dict[str, str]) -> str:

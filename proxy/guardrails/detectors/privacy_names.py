@@ -749,8 +749,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
                 if self._fits(doc, a, b):
                     add(a, b)
         else:  # a full name typed in lower case in a capitalised text: "the parcel for ali reza karimi"
-            held = taken | orgs | {i for a, b in found for i in range(a, b)}
-            for a, b in self._lower_case_names(doc, held):
+            for a, b in self._lower_case_names(doc, taken | orgs):  # taken holds every name added
                 if self._fits(doc, a, b):
                     add(a, b)
         names = {i for a, b in found for i in range(a, b)}
