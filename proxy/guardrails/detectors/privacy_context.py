@@ -62,6 +62,11 @@ RELATIONS = [
     "partner", "spouse", "roommate", "flatmate", "friend", "student", "pupil", "applicant",
     "candidate", "account holder", "cardholder", "passenger", "resident", "caller", "sender",
     "recipient", "contractor", "supervisor", "teacher", "doctor", "nurse", "therapist", "lawyer",
+    "grandson", "granddaughter", "grandchild", "grandchildren", "stepson", "stepdaughter", "stepmother",
+    "stepfather", "stepbrother", "stepsister", "mother-in-law", "father-in-law", "sister-in-law",
+    "brother-in-law", "son-in-law", "daughter-in-law", "godson", "goddaughter", "godmother", "godfather",
+    "ex-wife", "ex-husband", "housemate", "classmate", "babysitter", "nanny", "carer", "caregiver",
+    "intern", "caretaker",
 ]
 #: Default personal phrases: a cue wherever they occur (whole words, case-insensitive).
 PERSONAL_PHRASES = [

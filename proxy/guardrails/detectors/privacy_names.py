@@ -26,7 +26,8 @@ organisation. This presidio recognizer reads the parse presidio already made and
   in apposition to one ("my neighbour Carrow", "Carrow, my neighbour"), or the subject of its
   clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
   (an organisation is "it" or "they"); the nouns count in the plural too ("my nieces, Ananya and
-  Kavitha"), and so does a name listed after such a name;
+  Kavitha"), and so does a name listed after such a name; a one-word entity is also a person as
+  the subject of a verb of speaking ("Priyamvada said ...", :func:`_speaker`);
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
@@ -54,7 +55,7 @@ organisation word in or right after it ("Ivana Station").
 
 A word is name-shaped when it is letters (an inner hyphen or apostrophe allowed) of two or more
 letters, not an English stop word, month or weekday, and capitalised — or in lower case when the
-whole text is (a writer who does not capitalise). The words spaCy puts in another entity
+whole text is, the pronoun "I" aside (a writer who does not capitalise, :func:`lower_case`). The words spaCy puts in another entity
 (a place, a date, a nationality) are never taken. Only a doc with NER's annotation is read: the
 detector runs NER on every text whose names could be masked (``ner_gate``), and a name found
 here is masked only where NER's would be (the context rule and the person head decide; a person
@@ -127,6 +128,8 @@ GAZETTEER = Path(__file__).resolve().parent.parent / "artefacts" / "name-gazette
 _ADDRESS_GLUE = re.compile(r"[./@\\_]\w|\d")
 #: Most tokens of a form field's label, list markers included ("> * Next of kin:").
 _FIELD_LABEL_TOKENS = 6
+#: The pronoun "I" alone or contracted ("I'm", "I’ll"): :func:`lower_case` does not count its capital.
+_PRONOUN_I = re.compile(r"\bI(?=['’](?:m|d|ll|ve)\b|\b)")
 #: Two capitals in a row inside a word: a product or code name ("SQLAlchemy", "iOS"), no person's.
 _INNER_CAPITALS = re.compile(r"[A-Z]{2}")
 #: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
@@ -146,13 +149,15 @@ _ROLE_LABELS = frozenset({"ORG", "GPE", "LOC", "NORP", "FAC"})
 #: Nouns of a person seen through a relation, beside the context rule's relation words: a name that is
 #: their possessor or in apposition to them is a person ("Ingvild's nephew", "my neighbour Carrow"); the
 #: plural too (:func:`_person_noun`: "my sons, Arjun and Vikram").
-_PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kid", "kids", "baby", "fiance", "fiancee",
-                           "grandchild", "grandkid", "stepchild", "twin",
-                           "mate", "buddy", "pal", "classmate", "stepson", "stepdaughter", "stepmother",
-                           "stepfather", "granddaughter", "grandson", "godmother", "godfather", "sibling",
-                           "wife", "husband", "ex", "nanny", "babysitter", "tutor", "coach", "dentist",
-                           "vet", "mentor", "intern", "assistant", "secretary", "housemate", "lodger",
-                           "guest", "host", "driver", "cleaner", "carer", "caregiver", "godson", "goddaughter"})
+_PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kids", "baby", "fiancee", "grandkid",
+                           "stepchild", "twin", "mate", "buddy", "pal", "sibling", "ex", "tutor", "coach",
+                           "dentist", "vet", "mentor", "assistant", "secretary", "lodger", "guest", "host",
+                           "driver", "cleaner"})
+#: Verbs of speaking (:func:`_speaker`): a single word no list or dictionary holds, or that NER calls an
+#: organisation or a place, is a person when it is their subject ("Priyamvada said ..."); the person
+#: head still judges it, at ``name_gazetteer_threshold``.
+_SPEAKING_VERBS = frozenset({"say", "tell", "ask", "reply", "complain", "explain", "promise", "apologise",
+                             "apologize", "whisper", "shout", "mention", "insist", "admit"})
 #: Pronouns that refer to a person, never to an organisation or a place.
 _GENDERED = frozenset({"he", "him", "his", "himself", "she", "her", "hers", "herself"})
 #: Dependencies of a noun that is an argument of a clause: a noun between a subject and a pronoun
@@ -161,6 +166,13 @@ _ARGUMENTS = frozenset({"nsubj", "nsubjpass", "dobj", "attr", "appos", "pobj", "
 #: NER labels whose words are never a missed name (a place, a date, a nationality, a number...).
 _OTHER_ENTITY = frozenset({"GPE", "LOC", "FAC", "NORP", "DATE", "TIME", "EVENT", "LANGUAGE", "LAW", "MONEY",
                            "ORDINAL", "CARDINAL", "PERCENT", "PRODUCT", "QUANTITY", "WORK_OF_ART"})
+
+
+def lower_case(text: str) -> bool:
+    """True when ``text`` is written in lower case: no capital letter but the pronoun "I" ("how do I
+    ask my friend dagny ..."; a phone capitalises that one for a writer who capitalises nothing
+    else)."""
+    return not any(c.isupper() for c in _PRONOUN_I.sub("", text))
 
 
 def english_words(nlp) -> frozenset[str]:
@@ -344,6 +356,11 @@ def write_gazetteer(path: Path = GAZETTEER) -> Path:
     return path
 
 
+def _speaker(token) -> bool:
+    """``token`` is the subject of a verb of speaking (:data:`_SPEAKING_VERBS`)."""
+    return token.dep_ == "nsubj" and token.head.lemma_.lower() in _SPEAKING_VERBS
+
+
 def _person_noun(token) -> bool:
     """``token`` is one of :data:`_PERSON_NOUNS`, in the singular or the plural ("daughters",
     "grandchildren": spaCy's lemma)."""
@@ -388,7 +405,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
         if ("PERSON" not in entities or doc is None or not doc.has_annotation("TAG")
                 or not doc.has_annotation("ENT_IOB")):
             return []
-        lower = not any(c.isupper() for c in text)
+        lower = lower_case(text)
         names, role_names, slot_names = self._names(doc, lower)
         if lower:
             covered = {i for a, b in names for i in range(a, b)}
@@ -659,11 +676,12 @@ class NameGazetteerRecognizer(EntityRecognizer):
 
     def _unlisted_person(self, doc, token, lower: bool) -> bool:
         """``token`` is a name-shaped proper or common noun that no list or dictionary holds (no
-        inner run of capitals) and stands as a person: listed with the writer (:meth:`_with_writer`)
-        or in a person's role (:meth:`_person_role`)."""
+        inner run of capitals) and stands as a person: listed with the writer (:meth:`_with_writer`),
+        in a person's role (:meth:`_person_role`) or the subject of a verb of speaking (:func:`_speaker`)."""
         return (token.pos_ in ("PROPN", "NOUN") and self._shaped(token, lower) and not self._common(token)
                 and not _INNER_CAPITALS.search(token.text)
-                and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1])))
+                and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1])
+                     or _speaker(token)))
 
     def _slots(self, doc, lower: bool) -> list[tuple[int, int]]:
         """Token ``[start, end)`` of the names in a slot the parse shows, disjoint, in order: an
@@ -711,7 +729,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and all(_NAME_WORD.match(t.text) and t.text[0].isupper() and not t.text.isupper()
                             and t.lower_ not in self._skip for t in entity)
                     and not (len(entity) == 1 and entity[0].lower_ in self._words)
-                    and self._fits(doc, entity.start, entity.end) and self._person_role(doc, entity)):
+                    and self._fits(doc, entity.start, entity.end)
+                    and (self._person_role(doc, entity) or len(entity) == 1 and _speaker(entity[0]))):
                 add(entity.start, entity.end)
                 roles.append((entity.start, entity.end))
         for token in doc:  # a word no list or dictionary holds, standing as a person: "Giorgos left his keys"

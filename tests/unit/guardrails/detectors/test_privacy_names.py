@@ -77,6 +77,7 @@ def test_a_list_from_another_faker_version_is_not_read(tmp_path):
     ("Leocadia forgot her umbrella in my car again.", "Leocadia"),  # NER finds nobody
     ("Our three tutors, Hedda, Greta and Olav, mark the exams together.", "Hedda"),  # a list with persons
     ("my cousin ingrid and her friend are staying with us this weekend", "ingrid"),  # a lower-case text
+    ("my friend dagny keeps ignoring my texts, how do I bring it up?", "dagny"),  # lower case but for "I"
     ("Björn forgot his lunch box at school again.", "Björn"),  # tagged a common noun, opening the sentence
 ])
 def test_a_private_name_ner_misses_is_masked(detector, text, name):
@@ -144,6 +145,7 @@ def test_a_record_field_before_a_greeting_masks_nothing(detector, text, masked):
     ("My flatmate Okwuosa left the oven on again.", "Okwuosa"),  # NER: a group; after a relation noun
     ("I am taking my kid Brontavy to the zoo.", "Brontavy"),  # NER: a group; in apposition
     ("Kestrova always pays late, and she never says sorry.", "Kestrova"),  # NER: an organisation; "she" after it
+    ("In the meeting, Priyamvada said the launch is delayed.", "Priyamvada"),  # NER: an organisation; a speaker
 ])
 def test_a_rare_name_ner_calls_a_place_or_organisation_is_a_person_by_its_role(detector, text, name):
     assert name in _recognized(detector, text)
@@ -159,6 +161,7 @@ def test_a_person_by_its_role_wins_over_ner_s_place_and_is_masked(detector):
     "Paris is lovely in spring; she says the food is great.",  # a noun argument between
     "Toyota is recalling cars. Its chief said he was sorry.",  # an organisation is "it"
     "Google's customers complained about the outage.",  # possessor of a noun that is no relation
+    "Google said it would appeal the ruling.",  # a dictionary word as the speaker
 ])
 def test_an_organisation_or_place_in_no_person_s_role_stays_what_ner_says(detector, text):
     assert _recognized(detector, text) == []
@@ -212,3 +215,15 @@ def test_a_name_in_a_general_question_needs_the_question_threshold():
 def test_a_public_figure_asked_about_is_left_with_the_shipped_head(detector):
     for text in ("How old is Barack Obama?", "What did Marie Curie discover about radium?"):
         assert "PERSON" not in _found(detector, text).values()
+
+
+@pytest.mark.parametrize("text, lower", [
+    ("my cousin ingrid is staying with us", True),
+    ("how do I ask my friend dagny, and I'm sure she'll say yes", True),  # the pronoun, alone or contracted
+    ("Is it ok", False),  # a capital opening the sentence
+    ("how do I ask Ann", False),
+    ("IKEA opens at nine", False),
+])
+def test_a_lower_case_text_may_capitalise_the_pronoun_i(text, lower):
+    assert privacy_names.lower_case(text) is lower
+

@@ -97,7 +97,9 @@ def test_writer_relation_reads_the_writer_s_own_relation_noun_right_before_the_m
     for text, name in (("Give a farewell speech for our colleague Rangi Parata.", "Rangi"),
                        ("My neighbour, Siosaia Taufa, parks across my drive.", "Siosaia"),
                        ("Ask your new tenant Ms. Lund for the meter reading.", "Ms."),
-                       ("My PhD students Ana and Luis wrote it.", "Ana")):
+                       ("My PhD students Ana and Luis wrote it.", "Ana"),
+                       ("Write a short poem for my goddaughter Ines on her first communion.", "Ines"),
+                       ("Write a speech for the retirement of our caretaker, Desmond Achterberg.", "Desmond")):
         assert rule.writer_relation(text, text.index(name)), text
     for text, name in (("What did Michelle Obama say about her husband Barack Obama?", "Barack"),
                        ("My favourite author Zadie Smith has a new novel.", "Zadie"),
