@@ -25,9 +25,11 @@ organisation. This presidio recognizer reads the parse presidio already made and
   says a person stands — the possessor of a kin or relation noun ("Ingvild's nephew"), a name
   in apposition to one ("my neighbour Carrow", "Carrow, my neighbour"), or the subject of its
   clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
-  (an organisation is "it" or "they"); the nouns count in the plural too ("my nieces, Ananya and
+  (an organisation is "it" or "they"), or the head of a relative clause opened by "who" ("Anouk,
+  who joins the choir"); the nouns count in the plural too ("my nieces, Ananya and
   Kavitha"), and so does a name listed after such a name; a one-word entity is also a person as
-  the subject of a verb of speaking ("Priyamvada said ...", :func:`_speaker`);
+  the subject of a verb of speaking ("Priyamvada said ...", :func:`_speaker`) or listed with the
+  writer ("Tahmina and me");
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
@@ -158,6 +160,8 @@ _PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kids", "bab
 #: head still judges it, at ``name_gazetteer_threshold``.
 _SPEAKING_VERBS = frozenset({"say", "tell", "ask", "reply", "complain", "explain", "promise", "apologise",
                              "apologize", "whisper", "shout", "mention", "insist", "admit"})
+#: Relative pronouns of a person: a name with a relative clause opened by one of them is a person.
+_PERSON_RELATIVES = frozenset({"who", "whom", "whose"})
 #: Pronouns that refer to a person, never to an organisation or a place.
 _GENDERED = frozenset({"he", "him", "his", "himself", "she", "her", "hers", "herself"})
 #: Dependencies of a noun that is an argument of a clause: a noun between a subject and a pronoun
@@ -658,6 +662,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
             return True
         if any(c.dep_ == "appos" and _person_noun(c) for c in root.children):
             return True
+        if any(c.dep_ == "relcl" and any(t.lower_ in _PERSON_RELATIVES for t in c.children) for c in root.children):
+            return True  # "Anouk, who joins the choir": places and organisations take "which"
         if entity.start and _person_noun(doc[entity.start - 1]) and doc[entity.start - 1].pos_ != "VERB":
             return True
         if root.dep_ not in ("nsubj", "nsubjpass"):
@@ -730,7 +736,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
                             and t.lower_ not in self._skip for t in entity)
                     and not (len(entity) == 1 and entity[0].lower_ in self._words)
                     and self._fits(doc, entity.start, entity.end)
-                    and (self._person_role(doc, entity) or len(entity) == 1 and _speaker(entity[0]))):
+                    and (self._person_role(doc, entity)
+                         or len(entity) == 1 and (_speaker(entity[0]) or self._with_writer(doc, entity.start)))):
                 add(entity.start, entity.end)
                 roles.append((entity.start, entity.end))
         for token in doc:  # a word no list or dictionary holds, standing as a person: "Giorgos left his keys"

@@ -146,6 +146,8 @@ def test_a_record_field_before_a_greeting_masks_nothing(detector, text, masked):
     ("I am taking my kid Brontavy to the zoo.", "Brontavy"),  # NER: a group; in apposition
     ("Kestrova always pays late, and she never says sorry.", "Kestrova"),  # NER: an organisation; "she" after it
     ("In the meeting, Priyamvada said the launch is delayed.", "Priyamvada"),  # NER: an organisation; a speaker
+    ('Fix the grammar: "Tahmina and me is going to the market tomorrow."', "Tahmina"),  # a place; with the writer
+    ("Write a short welcome post for Anouk, who joins the choir this week.", "Anouk"),  # a place; "who" after it
 ])
 def test_a_rare_name_ner_calls_a_place_or_organisation_is_a_person_by_its_role(detector, text, name):
     assert name in _recognized(detector, text)
@@ -162,6 +164,8 @@ def test_a_person_by_its_role_wins_over_ner_s_place_and_is_masked(detector):
     "Toyota is recalling cars. Its chief said he was sorry.",  # an organisation is "it"
     "Google's customers complained about the outage.",  # possessor of a noun that is no relation
     "Google said it would appeal the ruling.",  # a dictionary word as the speaker
+    "We flew to Lisbon, where my aunt lives.",  # a place's relative clause
+    "Apple, which makes phones, said it would appeal.",  # an organisation's relative pronoun
 ])
 def test_an_organisation_or_place_in_no_person_s_role_stays_what_ner_says(detector, text):
     assert _recognized(detector, text) == []
