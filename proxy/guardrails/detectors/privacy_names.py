@@ -25,8 +25,9 @@ organisation. This presidio recognizer reads the parse presidio already made and
   says a person stands — the possessor of a kin or relation noun ("Ingvild's nephew"), a name
   in apposition to one ("my neighbour Carrow", "Carrow, my neighbour"), or the subject of its
   clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
-  (an organisation is "it" or "they"), or the head of a relative clause opened by "who" ("Anouk,
-  who joins the choir"); the nouns count in the plural too ("my nieces, Ananya and
+  (an organisation is "it" or "they"), the head of a relative clause opened by "who" ("Anouk,
+  who joins the choir"), or what a person noun or "name" is ("the patient's name was Amaru
+  Quispe"); the nouns count in the plural too ("my nieces, Ananya and
   Kavitha"), and so does a name listed after such a name; a one-word entity is also a person as
   the subject of a verb of speaking ("Priyamvada said ...", :func:`_speaker`) or listed with the
   writer ("Tahmina and me");
@@ -162,6 +163,8 @@ _SPEAKING_VERBS = frozenset({"say", "tell", "ask", "reply", "complain", "explain
                              "apologize", "whisper", "shout", "mention", "insist", "admit"})
 #: Relative pronouns of a person: a name with a relative clause opened by one of them is a person.
 _PERSON_RELATIVES = frozenset({"who", "whom", "whose"})
+#: Possessive pronouns of a person ("her name"): :func:`_a_person_s_name`.
+_PERSON_POSSESSIVES = frozenset({"my", "your", "his", "her", "our", "their"})
 #: Pronouns that refer to a person, never to an organisation or a place.
 _GENDERED = frozenset({"he", "him", "his", "himself", "she", "her", "hers", "herself"})
 #: Dependencies of a noun that is an argument of a clause: a noun between a subject and a pronoun
@@ -363,6 +366,12 @@ def write_gazetteer(path: Path = GAZETTEER) -> Path:
 def _speaker(token) -> bool:
     """``token`` is the subject of a verb of speaking (:data:`_SPEAKING_VERBS`)."""
     return token.dep_ == "nsubj" and token.head.lemma_.lower() in _SPEAKING_VERBS
+
+
+def _a_person_s_name(token) -> bool:
+    """``token`` is "name" owned by a person: "her name", "the patient's name" (not "the company's name")."""
+    return token.lower_ == "name" and any(c.dep_ == "poss" and (c.lower_ in _PERSON_POSSESSIVES or _person_noun(c))
+                                          for c in token.children)
 
 
 def _person_noun(token) -> bool:
@@ -664,6 +673,9 @@ class NameGazetteerRecognizer(EntityRecognizer):
             return True
         if any(c.dep_ == "relcl" and any(t.lower_ in _PERSON_RELATIVES for t in c.children) for c in root.children):
             return True  # "Anouk, who joins the choir": places and organisations take "which"
+        if root.dep_ == "attr" and any(c.dep_ == "nsubj" and (_person_noun(c) or _a_person_s_name(c))
+                                       for c in head.children):
+            return True  # "The patient's name was Amaru Quispe", "The new tenant is Carrow"
         if entity.start and _person_noun(doc[entity.start - 1]) and doc[entity.start - 1].pos_ != "VERB":
             return True
         if root.dep_ not in ("nsubj", "nsubjpass"):

@@ -148,6 +148,7 @@ def test_a_record_field_before_a_greeting_masks_nothing(detector, text, masked):
     ("In the meeting, Priyamvada said the launch is delayed.", "Priyamvada"),  # NER: an organisation; a speaker
     ('Fix the grammar: "Tahmina and me is going to the market tomorrow."', "Tahmina"),  # a place; with the writer
     ("Write a short welcome post for Anouk, who joins the choir this week.", "Anouk"),  # a place; "who" after it
+    ("The patient's name was Amaru Quispe.", "Amaru Quispe"),  # an organisation; what a person's name is
 ])
 def test_a_rare_name_ner_calls_a_place_or_organisation_is_a_person_by_its_role(detector, text, name):
     assert name in _recognized(detector, text)
@@ -166,6 +167,7 @@ def test_a_person_by_its_role_wins_over_ner_s_place_and_is_masked(detector):
     "Google said it would appeal the ruling.",  # a dictionary word as the speaker
     "We flew to Lisbon, where my aunt lives.",  # a place's relative clause
     "Apple, which makes phones, said it would appeal.",  # an organisation's relative pronoun
+    "The company's name is Zalando.",  # the name of no person
 ])
 def test_an_organisation_or_place_in_no_person_s_role_stays_what_ner_says(detector, text):
     assert _recognized(detector, text) == []
