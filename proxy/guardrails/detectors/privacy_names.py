@@ -70,7 +70,9 @@ letters also in Latin ones (:func:`romanisations`: "Γιώργος" as "giorgos"
 names written in English are romanised): about 32,000 first names and 32,500 surnames, read once per
 process from the list shipped beside the other artefacts (:data:`GAZETTEER`, written from the
 installed Faker by ``python -m proxy.guardrails.detectors.privacy_names``), or from Faker's modules
-when that list was written from another Faker version. A word of the English dictionary (the words
+when that list was written from another Faker version; the recognizer also holds each of them
+without the diacritics of its Latin letters and looks a word up without them (:func:`unaccented`:
+"Anahí" finds "anahi", "Maelle" finds "maëlle"). A word of the English dictionary (the words
 of the pipeline's lemmatizer index, :func:`english_words`: "chance", "summer", "will") counts only
 capitalised inside a sentence, never in a lower-case text. Cost: ~0.1 ms a text (one pass over the
 tokens), beside the ~35 ms of the privacy pass.
@@ -157,10 +159,12 @@ _PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kids", "bab
                            "dentist", "vet", "mentor", "assistant", "secretary", "lodger", "guest", "host",
                            "driver", "cleaner"})
 #: Verbs of speaking (:func:`_speaker`): a single word no list or dictionary holds, or that NER calls an
-#: organisation or a place, is a person when it is their subject ("Priyamvada said ..."); the person
-#: head still judges it, at ``name_gazetteer_threshold``.
+#: organisation or a place, is a person when it is their subject ("Priyamvada said ...") or the
+#: object of a verb of telling; the person head still judges it, at ``name_gazetteer_threshold``.
 _SPEAKING_VERBS = frozenset({"say", "tell", "ask", "reply", "complain", "explain", "promise", "apologise",
                              "apologize", "whisper", "shout", "mention", "insist", "admit"})
+#: Verbs whose object is the person told: :func:`_speaker`.
+_TELLING_VERBS = frozenset({"tell", "ask", "remind", "inform", "thank", "warn"})
 #: Relative pronouns of a person: a name with a relative clause opened by one of them is a person.
 _PERSON_RELATIVES = frozenset({"who", "whom", "whose"})
 #: Possessive pronouns of a person ("her name"): :func:`_a_person_s_name`.
@@ -316,6 +320,23 @@ def gazetteer() -> tuple[frozenset[str], frozenset[str]]:
     return read_gazetteer()
 
 
+def unaccented(word: str) -> str:
+    """``word`` without the combining marks on its a-z letters: "anahí" → "anahi", "maëlle" →
+    "maelle", "żółć" → "zołc" (ł is a letter of its own); Greek, Cyrillic and other scripts unchanged."""
+    if word.isascii():
+        return word
+    kept: list[str] = []
+    for c in unicodedata.normalize("NFD", word):
+        if not (unicodedata.combining(c) and kept and kept[-1].isascii()):
+            kept.append(c)
+    return unicodedata.normalize("NFC", "".join(kept))
+
+
+def _with_unaccented(names: frozenset[str]) -> frozenset[str]:
+    """``names`` and the :func:`unaccented` form of each."""
+    return names | {unaccented(name) for name in names if not name.isascii()}
+
+
 def read_gazetteer(path: Path = GAZETTEER) -> tuple[frozenset[str], frozenset[str]]:
     """(first names, surnames): :func:`faker_gazetteer`, read from ``path`` when that was written
     from the installed Faker version (no Faker module imported: ~0.3 s and ~11 MB of provider lists
@@ -364,8 +385,11 @@ def write_gazetteer(path: Path = GAZETTEER) -> Path:
 
 
 def _speaker(token) -> bool:
-    """``token`` is the subject of a verb of speaking (:data:`_SPEAKING_VERBS`)."""
-    return token.dep_ == "nsubj" and token.head.lemma_.lower() in _SPEAKING_VERBS
+    """``token`` is the subject of a verb of speaking (:data:`_SPEAKING_VERBS`) or the one a verb of
+    telling tells (:data:`_TELLING_VERBS`: "I told Ximena that ...")."""
+    lemma = token.head.lemma_.lower()
+    return (token.dep_ == "nsubj" and lemma in _SPEAKING_VERBS
+            or token.dep_ in ("dobj", "dative") and lemma in _TELLING_VERBS)
 
 
 def _a_person_s_name(token) -> bool:
@@ -404,7 +428,9 @@ class NameGazetteerRecognizer(EntityRecognizer):
         self.role_score = max(score, 0.86)
         self._words = frozenset(words)
         self._skip = frozenset(STOP_WORDS) | _CALENDAR
-        self._first, self._last = gazetteer()
+        first, last = gazetteer()
+        # each name also without its diacritics, so that it is found however its accents are typed
+        self._first, self._last = _with_unaccented(first), _with_unaccented(last)
         super().__init__(supported_entities=["PERSON"], name=self.NAME,
                          supported_language=supported_language)
 
@@ -457,7 +483,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
     def _known(self, word: str) -> bool:
         """``word`` (case-folded) is a gazetteer first name or surname, or a diminutive of a first
         name that is no dictionary word."""
-        return (word in self._first or word in self._last
+        plain = unaccented(word)
+        return (plain in self._first or plain in self._last
                 or word not in self._words and diminutive_of(word, self._first) is not None)
 
     def _glued(self, doc) -> list[tuple[int, int]]:
@@ -738,7 +765,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
             for part in _conjuncts(entity) if entity.label_ == "ORG" else ():  # each of "Arjun and Vikram"
                 first = part[0].lower_
                 if (len(part) <= MAX_TOKENS
-                        and (first in self._first or first not in self._words and diminutive_of(first, self._first))
+                        and (unaccented(first) in self._first
+                             or first not in self._words and diminutive_of(first, self._first))
                         and all(self._shaped(t, lower) for t in part) and self._fits(doc, part.start, part.end)):
                     add(part.start, part.end)
         for entity in doc.ents:  # a rare name NER calls an organisation or a place, standing as a person

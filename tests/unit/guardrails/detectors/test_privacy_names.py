@@ -149,6 +149,9 @@ def test_a_record_field_before_a_greeting_masks_nothing(detector, text, masked):
     ('Fix the grammar: "Tahmina and me is going to the market tomorrow."', "Tahmina"),  # a place; with the writer
     ("Write a short welcome post for Anouk, who joins the choir this week.", "Anouk"),  # a place; "who" after it
     ("The patient's name was Amaru Quispe.", "Amaru Quispe"),  # an organisation; what a person's name is
+    ("I told Ximena that the meeting was cancelled.", "Ximena"),  # a place; the one told
+    ("Anahí is allergic to peanuts, so please check the menu.", "Anahí"),  # the gazetteer's "anahi"
+    ("Please update the records: Maelle Girard now lives at the new address.", "Maelle Girard"),  # "maëlle"
 ])
 def test_a_rare_name_ner_calls_a_place_or_organisation_is_a_person_by_its_role(detector, text, name):
     assert name in _recognized(detector, text)
@@ -168,6 +171,7 @@ def test_a_person_by_its_role_wins_over_ner_s_place_and_is_masked(detector):
     "We flew to Lisbon, where my aunt lives.",  # a place's relative clause
     "Apple, which makes phones, said it would appeal.",  # an organisation's relative pronoun
     "The company's name is Zalando.",  # the name of no person
+    "We asked Google for a refund.",  # a dictionary word told
 ])
 def test_an_organisation_or_place_in_no_person_s_role_stays_what_ner_says(detector, text):
     assert _recognized(detector, text) == []
@@ -232,4 +236,12 @@ def test_a_public_figure_asked_about_is_left_with_the_shipped_head(detector):
 ])
 def test_a_lower_case_text_may_capitalise_the_pronoun_i(text, lower):
     assert privacy_names.lower_case(text) is lower
+
+
+def test_a_name_s_accents_need_not_match_the_gazetteer_s():
+    assert privacy_names.unaccented("anahí") == "anahi" and privacy_names.unaccented("maëlle") == "maelle"
+    assert privacy_names.unaccented("jarosław") == "jarosław"  # a letter of its own, no mark
+    assert privacy_names.unaccented("γιώργος") == "γιώργος"  # another script: romanised elsewhere
+    first, _ = gazetteer()
+    assert "maëlle" in first and "maelle" not in first and "anahi" in first and "anahí" not in first
 
