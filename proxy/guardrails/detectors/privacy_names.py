@@ -27,10 +27,10 @@ organisation. This presidio recognizer reads the parse presidio already made and
   clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
   (an organisation is "it" or "they"), the head of a relative clause opened by "who" ("Anouk,
   who joins the choir"), or what a person noun or "name" is ("the patient's name was Amaru
-  Quispe"); the nouns count in the plural too ("my nieces, Ananya and
-  Kavitha"), and so does a name listed after such a name; a one-word entity is also a person as
-  the subject of a verb of speaking ("Priyamvada said ...", :func:`_speaker`) or listed with the
-  writer ("Tahmina and me");
+  Quispe"); the nouns count in the plural too ("my nieces, Ananya and Kavitha"), and so does a
+  name listed after such a name; a one-word entity is also a person as the subject of a verb of
+  speaking or the one a verb of telling tells ("Priyamvada said ...", "I told Ximena ...",
+  :func:`_speaker`) or listed with the writer ("Tahmina and me");
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
@@ -58,8 +58,8 @@ organisation word in or right after it ("Ivana Station").
 
 A word is name-shaped when it is letters (an inner hyphen or apostrophe allowed) of two or more
 letters, not an English stop word, month or weekday, and capitalised — or in lower case when the
-whole text is, the pronoun "I" aside (a writer who does not capitalise, :func:`lower_case`). The words spaCy puts in another entity
-(a place, a date, a nationality) are never taken. Only a doc with NER's annotation is read: the
+whole text is, the pronoun "I" aside (a writer who does not capitalise, :func:`lower_case`). The
+words spaCy puts in another entity (a place, a date, a nationality) are never taken. Only a doc with NER's annotation is read: the
 detector runs NER on every text whose names could be masked (``ner_gate``), and a name found
 here is masked only where NER's would be (the context rule and the person head decide; a person
 only this recognizer names needs the detector's ``name_gazetteer_threshold``).
@@ -722,7 +722,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
     def _unlisted_person(self, doc, token, lower: bool) -> bool:
         """``token`` is a name-shaped proper or common noun that no list or dictionary holds (no
         inner run of capitals) and stands as a person: listed with the writer (:meth:`_with_writer`),
-        in a person's role (:meth:`_person_role`) or the subject of a verb of speaking (:func:`_speaker`)."""
+        in a person's role (:meth:`_person_role`) or a speaker's or the one told (:func:`_speaker`)."""
         return (token.pos_ in ("PROPN", "NOUN") and self._shaped(token, lower) and not self._common(token)
                 and not _INNER_CAPITALS.search(token.text)
                 and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1])
