@@ -654,7 +654,8 @@ class PiiDetector:
         results = self.analyzer().analyzer_engine.analyze(
             text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=entities or self._entities,
             allow_list=self.config.allow_list or None, context=context)
-        return [s for s in self._to_spans(results, piece) if self._enough_digits(piece, s) and self._could_be_person(piece, s)]
+        return [s for s in self._to_spans(results, piece)
+                if self._enough_digits(piece, s) and self._could_be_person(piece, s)]
 
     def _could_be_person(self, piece: str, span: PiiSpan) -> bool:
         """A ``PERSON`` span of dictionary words only, none of them a gazetteer name, is no one

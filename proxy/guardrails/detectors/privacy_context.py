@@ -173,7 +173,8 @@ ADDRESSEE_NOTES = ("note", "message", "reply", "email", "e-mail", "letter", "car
 #: Verbs of speaking or writing to someone: "respond to Tevita", "apologise to Ines". Like a message
 #: noun, the name recognizer reads the name after them and "to"; they are no cue ("talk to Santa").
 ADDRESSEE_TO_VERBS = ("respond", "reply", "write", "talk", "speak", "explain", "apologise", "apologize", "say",
-                      "responded", "replied", "wrote", "talked", "spoke", "explained", "apologised", "apologized", "said")
+                      "responded", "replied", "wrote", "talked", "spoke", "explained", "apologised", "apologized",
+                      "said")
 #: Words an addressee verb's clause may open with: "please ask ...", "and tell ...", "can you remind ...".
 CLAUSE_OPENERS = ("please", "pls", "plz", "and", "then", "you")
 #: Closed-class words after such a verb that are nobody's name ("tell everyone", "ask the team", "let them").

@@ -30,7 +30,7 @@ organisation. This presidio recognizer reads the parse presidio already made and
   Quispe"); the nouns count in the plural too ("my nieces, Ananya and Kavitha"), and so does a
   name listed after such a name; a one-word entity is also a person as the subject of a verb of
   speaking or the one a verb of telling tells ("Priyamvada said ...", "I told Ximena ...",
-  :func:`_speaker`) or listed with the writer ("Tahmina and me");
+  :func:`_speaker_or_told`) or listed with the writer ("Tahmina and me");
 - a **diminutive** of a gazetteer first name (:func:`diminutive_of`: "Marzenka" of Marzena,
   "Stefanek" of Stefan, "Juanito" of Juan), where a proper noun that is neither a gazetteer name
   nor a dictionary word stands;
@@ -59,10 +59,11 @@ organisation word in or right after it ("Ivana Station").
 A word is name-shaped when it is letters (an inner hyphen or apostrophe allowed) of two or more
 letters, not an English stop word, month or weekday, and capitalised — or in lower case when the
 whole text is, the pronoun "I" aside (a writer who does not capitalise, :func:`lower_case`). The
-words spaCy puts in another entity (a place, a date, a nationality) are never taken. Only a doc with NER's annotation is read: the
-detector runs NER on every text whose names could be masked (``ner_gate``), and a name found
-here is masked only where NER's would be (the context rule and the person head decide; a person
-only this recognizer names needs the detector's ``name_gazetteer_threshold``).
+words spaCy puts in another entity (a place, a date, a nationality) are never taken. Only a doc with
+NER's annotation is read: the detector runs NER on every text whose names could be masked
+(``ner_gate``), and a name found here is masked only where NER's would be (the context rule and the
+person head decide; a person only this recognizer names needs the detector's
+``name_gazetteer_threshold``).
 
 The gazetteer is the first names and surnames of every locale of Faker's person providers (MIT),
 single words only, case-folded, the names Faker lists in Greek, Cyrillic, Georgian or Armenian
@@ -158,12 +159,12 @@ _PERSON_NOUNS = frozenset({*(w for w in RELATIONS if " " not in w), "kids", "bab
                            "stepchild", "twin", "mate", "buddy", "pal", "sibling", "ex", "tutor", "coach",
                            "dentist", "vet", "mentor", "assistant", "secretary", "lodger", "guest", "host",
                            "driver", "cleaner"})
-#: Verbs of speaking (:func:`_speaker`): a single word no list or dictionary holds, or that NER calls an
-#: organisation or a place, is a person when it is their subject ("Priyamvada said ...") or the
-#: object of a verb of telling; the person head still judges it, at ``name_gazetteer_threshold``.
+#: Verbs of speaking (:func:`_speaker_or_told`): a single word no list or dictionary holds, or that NER
+#: calls an organisation or a place, is a person when it is their subject ("Priyamvada said ...") or
+#: the object of a verb of telling; the person head still judges it, at ``name_gazetteer_threshold``.
 _SPEAKING_VERBS = frozenset({"say", "tell", "ask", "reply", "complain", "explain", "promise", "apologise",
                              "apologize", "whisper", "shout", "mention", "insist", "admit"})
-#: Verbs whose object is the person told: :func:`_speaker`.
+#: Verbs whose object is the person told: :func:`_speaker_or_told`.
 _TELLING_VERBS = frozenset({"tell", "ask", "remind", "inform", "thank", "warn"})
 #: Relative pronouns of a person: a name with a relative clause opened by one of them is a person.
 _PERSON_RELATIVES = frozenset({"who", "whom", "whose"})
@@ -384,7 +385,7 @@ def write_gazetteer(path: Path = GAZETTEER) -> Path:
     return path
 
 
-def _speaker(token) -> bool:
+def _speaker_or_told(token) -> bool:
     """``token`` is the subject of a verb of speaking (:data:`_SPEAKING_VERBS`) or the one a verb of
     telling tells (:data:`_TELLING_VERBS`: "I told Ximena that ...")."""
     lemma = token.head.lemma_.lower()
@@ -722,11 +723,11 @@ class NameGazetteerRecognizer(EntityRecognizer):
     def _unlisted_person(self, doc, token, lower: bool) -> bool:
         """``token`` is a name-shaped proper or common noun that no list or dictionary holds (no
         inner run of capitals) and stands as a person: listed with the writer (:meth:`_with_writer`),
-        in a person's role (:meth:`_person_role`) or a speaker's or the one told (:func:`_speaker`)."""
+        in a person's role (:meth:`_person_role`), or speaking or told (:func:`_speaker_or_told`)."""
         return (token.pos_ in ("PROPN", "NOUN") and self._shaped(token, lower) and not self._common(token)
                 and not _INNER_CAPITALS.search(token.text)
                 and (self._with_writer(doc, token.i) or self._person_role(doc, doc[token.i:token.i + 1])
-                     or _speaker(token)))
+                     or _speaker_or_told(token)))
 
     def _slots(self, doc, lower: bool) -> list[tuple[int, int]]:
         """Token ``[start, end)`` of the names in a slot the parse shows, disjoint, in order: an
@@ -777,7 +778,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and not (len(entity) == 1 and entity[0].lower_ in self._words)
                     and self._fits(doc, entity.start, entity.end)
                     and (self._person_role(doc, entity)
-                         or len(entity) == 1 and (_speaker(entity[0]) or self._with_writer(doc, entity.start)))):
+                         or len(entity) == 1
+                         and (_speaker_or_told(entity[0]) or self._with_writer(doc, entity.start)))):
                 add(entity.start, entity.end)
                 roles.append((entity.start, entity.end))
         for token in doc:  # a word no list or dictionary holds, standing as a person: "Giorgos left his keys"
