@@ -14,7 +14,10 @@ domain classifier under several window schemes (:mod:`proxy.guardrails.detectors
 
 Then the engine's wall time for 12 KB and 100 KB of the docs (idle machine).
 
-Usage: python bench/long_inputs.py --data-dir ../shared/data [--texts 60] [--seed 0]
+``--part tuning`` keeps only the tuning part's rows of the split sources (AdvBench, XSTest, alpaca,
+TruthfulQA; :mod:`proxy.evaluation.split`): a window threshold is chosen there, never on both parts.
+
+Usage: python bench/long_inputs.py --data-dir ../shared/data [--texts 60] [--seed 0] [--part tuning]
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from proxy.evaluation.data import load_builtin  # noqa: E402
+from proxy.evaluation.split import PARTS, part_of  # noqa: E402
 from proxy.guardrails.detectors import embeddings, windows  # noqa: E402
 from proxy.guardrails.detectors.harm import DEFAULT_WINDOW_THRESHOLD, load_harm_classifier  # noqa: E402
 
@@ -58,18 +63,26 @@ def log(*args) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
-def sources(data: Path) -> dict[str, list[str]]:
-    """Benign passages per family."""
+def in_part(dataset: str, text: str, part: str | None) -> bool:
+    """Whether a row of a split source (:mod:`proxy.evaluation.split`) is in ``part`` (None: both)."""
+    return part is None or part_of(dataset, text) == part
+
+
+def sources(data: Path, part: str | None = None) -> dict[str, list[str]]:
+    """Benign passages per family; alpaca seed tasks and TruthfulQA questions of ``part`` only (HaluEval
+    and BBQ are not split: they are never guardrail evaluation rows)."""
     out: dict[str, list[str]] = {}
     rows = [json.loads(line) for line in open(data / "halueval" / "qa_dev.jsonl", encoding="utf-8")]
     out["halueval_qa"] = [f"{r['knowledge']}\n{r['question']} {r['right_answer']}" for r in rows]
     rows = [json.loads(line) for line in open(data / "halueval" / "general_dev.jsonl", encoding="utf-8")]
     out["halueval_dialogue"] = [f"{r['user_query']}\n{r['chatgpt_response']}" for r in rows]
     rows = [json.loads(line) for line in open(data / "alpaca_seed" / "seed_tasks_dev.jsonl", encoding="utf-8")]
+    alpaca = {i.item_id: i.part for i in load_builtin(data)[0] if i.dataset == "alpaca_seed"}  # part by task id
     out["alpaca"] = [f"{r['instruction']}\n{r['instances'][0]['input']}\n{r['instances'][0]['output']}".replace("\n\n", "\n")
-                     for r in rows]
+                     for r in rows if part is None or alpaca[str(r["id"])] == part]
     with open(data / "truthfulqa" / "truthfulqa_dev.csv", newline="", encoding="utf-8") as handle:
-        out["truthfulqa"] = [f"{r['Question']} {r['Best Answer']}" for r in csv.DictReader(handle)]
+        out["truthfulqa"] = [f"{r['Question']} {r['Best Answer']}" for r in csv.DictReader(handle)
+                             if in_part("truthfulqa", r["Question"], part)]
     bbq = []
     for path in sorted((data / "bbq").glob("*.jsonl")):
         bbq += [f"{r['context']} {r['question']}" for r in map(json.loads, open(path, encoding="utf-8"))]
@@ -77,9 +90,9 @@ def sources(data: Path) -> dict[str, list[str]]:
     return out
 
 
-def benign_texts(data: Path, count: int, rng: random.Random) -> list[tuple[str, str]]:
+def benign_texts(data: Path, count: int, rng: random.Random, part: str | None = None) -> list[tuple[str, str]]:
     """``count`` (family, text) pairs of 3-15 KB, families in turn (the last one mixes all)."""
-    pools = sources(data)
+    pools = sources(data, part)
     families = list(pools) + ["mixed"]
     out = []
     for i in range(count):
@@ -111,8 +124,8 @@ class Scorer:
     """Harm probability and regulated-domain sum of strings, cached."""
 
     def __init__(self) -> None:
-        from proxy.guardrails.schema import load_policies
         from proxy.guardrails.registry import _compliance
+        from proxy.guardrails.schema import load_policies
 
         self.harm = load_harm_classifier()
         policy = next(p for p in load_policies(ROOT / "policies") if p.kind == "compliance")
@@ -163,13 +176,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--schemes", default="current,sentences,default", help="comma-separated names of SCHEMES")
     parser.add_argument("--no-timing", action="store_true")
+    parser.add_argument("--part", choices=PARTS, default=None,
+                        help="only rows of this part of the split sources (AdvBench, XSTest, alpaca, TruthfulQA); "
+                             "a threshold is fitted on --part tuning (default: both parts)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    benign = benign_texts(args.data_dir, args.texts, rng)
+    benign = benign_texts(args.data_dir, args.texts, rng, args.part)
     with open(args.data_dir / "advbench" / "harmful_behaviors_dev.csv", newline="", encoding="utf-8") as handle:
-        advbench = [r["goal"] for r in csv.DictReader(handle)]
+        advbench = [r["goal"] for r in csv.DictReader(handle) if in_part("advbench", r["goal"], args.part)]
     with open(args.data_dir / "xstest" / "xstest_dev.csv", newline="", encoding="utf-8") as handle:
-        xsafe = [r["prompt"] for r in csv.DictReader(handle) if r["label"] == "safe"]
+        xsafe = [r["prompt"] for r in csv.DictReader(handle)
+                 if r["label"] == "safe" and in_part("xstest", r["prompt"], args.part)]
     plain = [t for f, t in benign if f != "docs"]
     attacks = [insert(plain[i % len(plain)], goal, rng) for i, goal in enumerate(advbench)]
     safes = [insert(plain[i % len(plain)], p, rng) for i, p in enumerate(xsafe)]

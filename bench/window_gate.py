@@ -5,7 +5,7 @@ Builds texts of one to three benign sentences from the written safety exemplars
 inserted at a random place, embeds each text whole (as the engine's detectors do first) and every
 sentence window alone, and prints, for gates around :data:`~proxy.guardrails.detectors.harm.WINDOW_GATE`:
 the share of windows the first stage sends on to be embedded alone, and how many windows that
-score at least the window threshold alone (0.9995) or 0.99 it would pass over. The exemplars are
+score at least the window threshold alone (0.9998) or 0.99 it would pass over. The exemplars are
 the project's own written data (no benchmark row).
 
 Usage: ``.venv/bin/python bench/window_gate.py [--texts 300] [--seed 1]``
