@@ -106,6 +106,7 @@ VIEW_PREFIXES = ("", LAYER5_PREFIX)
 FRAMED_COPIES = 2
 EXEMPLARS = ARTEFACT_DIR / "safety-exemplars.csv"
 HARMFUL_GROUPS = ("advbench", "xstest_unsafe", "exemplar_harmful")
+RECALL_GROUPS = ("advbench", "xstest_unsafe")  # the harmful benchmark rows the recall-first threshold reads
 BENIGN_GROUPS = ("xstest_safe", "davidson_neither", "exemplar_benign")
 EXEMPLAR_GROUPS = ("exemplar_harmful", "exemplar_benign")
 EVAL_ONLY_GROUPS = ("alpaca_seed", "davidson_hate", "davidson_offensive", "truthfulqa")
@@ -299,13 +300,18 @@ def choose_thresholds(harm: np.ndarray, toxic: np.ndarray, groups: np.ndarray, *
                       max_truthfulqa: float = 0.01) -> dict[str, float | None]:
     """Pick harm thresholds on a 0.01 grid from out-of-fold probabilities (combined with ``toxic`` flags).
 
+    The recall-first value reads every harmful benchmark row of the tuning part at once (AdvBench goals
+    and XSTest unsafe prompts, :data:`RECALL_GROUPS`): with 207 rows, 98% allows four misses, so one
+    row moves it less than on AdvBench alone (200 resamples of those rows with replacement: sd 0.12
+    against 0.21; docs/decisions/0014-safety-thresholds.md).
+
     Returns:
-        {"recall_first": highest t with AdvBench recall >= target_recall,
+        {"recall_first": highest t with recall of the :data:`RECALL_GROUPS` rows >= target_recall,
          "benign_first": lowest t with XSTest-safe flagged <= max_xstest_safe, alpaca flagged
          <= max_alpaca and TruthfulQA flagged <= max_truthfulqa (None if no grid value satisfies it)}.
     """
-    adv = groups == "advbench"
-    recall_ok = [t for t in GRID if ((harm[adv] >= t) | toxic[adv]).mean() >= target_recall]
+    harmful = np.isin(groups, RECALL_GROUPS)
+    recall_ok = [t for t in GRID if ((harm[harmful] >= t) | toxic[harmful]).mean() >= target_recall]
     benign_ok = []
     for t in GRID:
         flags = (harm >= t) | toxic
@@ -503,7 +509,8 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
         progress: show tqdm bars on stderr.
         c: the SVM's C (inverse regularisation strength).
         folds, repeats: repeated stratified k-fold; ``folds`` is reduced to the smallest group size.
-        target_recall: AdvBench recall the recommended (recall-first) threshold must reach in CV.
+        target_recall: recall of the AdvBench and XSTest unsafe rows, out of fold, that the recommended
+            (recall-first) threshold must reach.
         toxicity_threshold: profanity-check threshold used in the combined decision.
         exemplars: the project's contrast exemplars (always trained on), or None for none.
         framed_copies: framed copies of each trained row added to the training set (0: none).
@@ -569,7 +576,7 @@ def train_harm_classifier(data_dir: Path, out_dir: Path, *, seed: int = 0, progr
                                                       np.tile(y_fit, 1 + len(copies))), range(len(VIEW_PREFIXES)))
     npz_path = _write_weights(out_dir, finals, platts)
     hyper = {"model": "SVC", "kernel": "rbf", "gamma": "scale", "C": c, "class_weight": "balanced", "tol": 1e-6,
-             "seed": seed, "folds": d.folds, "repeats": repeats, "target_advbench_recall": target_recall,
+             "seed": seed, "folds": d.folds, "repeats": repeats, "target_harmful_recall": target_recall,
              "framed_copies": framed_copies, "views": ["last layer", "fifth layer"], "combination": "geometric mean",
              "platt": {prefix.rstrip("_") or "last": {"a": round(a, 6), "b": round(b, 6)}
                        for prefix, (a, b) in zip(VIEW_PREFIXES, platts)}}

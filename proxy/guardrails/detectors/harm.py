@@ -54,12 +54,12 @@ DEFAULT_ARTEFACT = "harm-minilm-svm-v7"
 #: Prefix of the second (fifth-layer) SVM's arrays in a v7 artefact.
 LAYER5_PREFIX = "layer5_"
 #: Probability from which a window of a long text counts (policies/safety.yaml documents the fit).
-DEFAULT_WINDOW_THRESHOLD = 0.9995
+DEFAULT_WINDOW_THRESHOLD = 0.9998
 #: The first stage of a window (:meth:`HarmClassifier.predict_proba_located`): a window whose
 #: approximate fifth-layer probability stays below this is not embedded on its own. Measured by
-#: bench/window_gate.py on 733 windows of texts built from the written safety exemplars (half with
-#: a harmful sentence among benign ones): the 145 windows scoring >= 0.9995 alone had approximate
-#: probabilities of at least 0.10, and 44% of all windows stayed below 0.001.
+#: bench/window_gate.py on 761 windows of texts built from the written safety exemplars (half with
+#: a harmful sentence among benign ones): the 152 windows scoring >= 0.9998 alone had approximate
+#: probabilities of at least 0.0012, and 55% of all windows stayed below 0.001.
 WINDOW_GATE = 0.001
 #: The lowest ``window_threshold`` the first stage is used for: at lower thresholds every window
 #: is embedded on its own (the gate was measured against windows that count from 0.99).

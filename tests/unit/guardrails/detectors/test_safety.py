@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from proxy import offline  # noqa: F401
-from proxy.evaluation.training import ARTEFACT_VERSION, EXEMPLARS
+from proxy.evaluation.training import ARTEFACT_VERSION, EXEMPLARS, choose_thresholds
 from proxy.guardrails.detectors.harm import ArtefactError, load_harm_classifier, sha256_file
 from proxy.guardrails.detectors.safety import (
     SafetyDetectorConfig,
@@ -353,6 +353,19 @@ def trained_on_samples(tmp_path_factory):
     return data, root / "a", meta, exemplars
 
 
+def test_the_recall_first_threshold_reads_xstest_unsafe_rows_beside_advbench():
+    """98% of AdvBench and XSTest unsafe together: three XSTest prompts at 0.30 among 110 harmful rows
+    (two misses allowed) pull the value to 0.30, where AdvBench alone (every goal at 0.80 or more)
+    would allow 0.80; benign rows and the toxicity flags of benign rows do not move it."""
+    groups = np.array(["advbench"] * 100 + ["xstest_unsafe"] * 10 + ["xstest_safe"] * 20)
+    harm = np.concatenate([np.full(100, 0.80), [0.30, 0.30, 0.30] + [0.95] * 7, np.full(20, 0.90)])
+    toxic = np.zeros(len(groups), dtype=bool)
+    toxic[-20:] = True
+    assert choose_thresholds(harm, toxic, groups, target_recall=0.98)["recall_first"] == 0.30
+    toxic[100] = True  # one of the three flagged by toxicity: two misses left, so AdvBench decides
+    assert choose_thresholds(harm, toxic, groups, target_recall=0.98)["recall_first"] == 0.80
+
+
 def test_training_end_to_end_on_samples(trained_on_samples, tmp_path):
     from proxy.evaluation.training import train_harm_classifier
 
@@ -588,8 +601,8 @@ def safety():
 ], ids=["full-width", "spaced", "reversed", "cyrillic", "base64", "rot13"])
 def test_a_disguised_harmful_request_scores_as_the_plain_one(safety, disguise):
     plain = safety.detect([HARMFUL])[0]["harmful_intent"]
-    assert plain >= 0.60  # policies/safety.yaml's threshold
-    assert safety.detect([disguise(HARMFUL)])[0]["harmful_intent"] >= 0.60
+    assert plain >= 0.63  # policies/safety.yaml's threshold
+    assert safety.detect([disguise(HARMFUL)])[0]["harmful_intent"] >= 0.63
 
 
 def test_ordinary_text_scores_as_before(safety):

@@ -196,7 +196,7 @@ def test_a_short_text_of_several_sentences_is_judged_sentence_by_sentence_too(ha
     assert pieces(text) <= FITS_PIECES and any(text[w.start:w.end] == request for w in windows(text))
     whole = harm.predict_proba_embeddings(embeddings.embed_layers([text]))[0]
     (probability,), (where,) = harm.predict_proba_located([text])
-    assert whole < 0.60 <= DEFAULT_WINDOW_THRESHOLD <= probability  # caught by its sentence alone
+    assert whole < 0.63 <= DEFAULT_WINDOW_THRESHOLD <= probability  # caught by its sentence alone
     assert text[where["start"]:where["end"]] == request
     several = [t for t in _short_texts() if windows(t)]  # the other short texts of several sentences
     probabilities, _ = harm.predict_proba_located(several)
