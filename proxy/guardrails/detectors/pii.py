@@ -57,6 +57,7 @@ from proxy.guardrails.detectors.privacy_context import (
     ContextRule,
     letterless_mood,
     text_mood,
+    written_to,
 )
 from proxy.guardrails.detectors.privacy_names import (
     SLOT,
@@ -770,8 +771,10 @@ class PiiDetector:
           writer's relation noun (:meth:`~.privacy_context.ContextRule.writer_relation`: "my
           neighbour X"); in a general question,
           instruction or fragment parsed for its names (``question_name_threshold``), a person
-          NER or the name gazetteer names needs that threshold, and is left unless written as a name
-          (:func:`_name_shaped`: NER reads "RT", a link or a hashtag in a post as a person);
+          NER or the name gazetteer names needs that threshold, unless a message is written to or
+          for them (:func:`~.privacy_context.written_to`: "a good-luck message for Ruslan"), and is
+          left unless written as a name (:func:`_name_shaped`: NER reads "RT", a link or a hashtag in
+          a post as a person);
         - the other places, nationalities, dates, ages and URLs only when they can be tied to someone
           ("a trip to Seattle" or "Black Friday" alone are nobody's personal data): all of them
           when the piece names a private person; in a piece naming nobody, those the context rule
@@ -796,7 +799,8 @@ class PiiDetector:
             threshold = self.person_head.threshold
             if all(persons[i].recognizer == NameGazetteerRecognizer.NAME for i in group):
                 threshold = max(threshold, self.config.name_gazetteer_threshold)
-            if asked and all(persons[i].recognizer in _PARSED_NAMES for i in group):
+            if (asked and all(persons[i].recognizer in _PARSED_NAMES for i in group)
+                    and not any(written_to(piece, persons[i].start) for i in group)):
                 threshold = max(threshold, self.config.question_name_threshold or 0.0)
             private = (bool(p[group].mean() >= threshold)
                        or any(self_introduced(piece, persons[i].start) or rule.writer_relation(piece, persons[i].start)

@@ -191,6 +191,37 @@ _ADDRESSEE = re.compile(
     r"\s+(?!(?:" + "|".join(_NOT_ADDRESSEES) + r")\b)[^\W\d_][\w'’-]*\b)", re.IGNORECASE | re.MULTILINE)
 
 
+#: Nouns of something written for one person beside :data:`ADDRESSEE_NOTES` ("a welcome post for
+#: Anouk", "a toast for Bartek"), read by :func:`written_to` only.
+WRITTEN_FOR_NOUNS = ("post", "toast", "speech", "poem", "tribute", "eulogy", "announcement", "invite")
+#: Verbs of passing something on to someone, with up to three words between ("forward this to ").
+PASSED_ON_VERBS = ("forward", "send", "pass")
+# right before a name a message is written to or for: a message noun and "to"/"for" ("a good-luck
+# message for ", "a note to "), a verb of speaking or writing and "to" ("apologise to "), a verb of
+# passing on and "to" ("forward this to "), or an addressee verb opening a clause ("Remind ", "and tell ")
+_WRITTEN_TO = re.compile(
+    r"(?i:\b(?:" + "|".join(ADDRESSEE_NOTES + WRITTEN_FOR_NOUNS) + r")s?\s+(?:to|for)\s+"
+    r"|\b(?:" + "|".join(PASSED_ON_VERBS) + r")(?:\s+[\w'’-]+){0,3}?\s+to\s+"
+    r"|\b(?:" + "|".join(ADDRESSEE_TO_VERBS) + r")\s+to\s+"
+    r"|(?:^|(?<=[.!?;:,\n])|\b(?:" + "|".join(CLAUSE_OPENERS) + r")\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")\s+"
+    r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r")\s+)"
+    # then up to three names listed before the mention ("to Oisin and ", "for Ana, Luis and ")
+    r"(?:[A-Z][\w'’-]*(?:\s[A-Z][\w'’-]*)?(?:,\s+|\s+(?:and|&)\s+|,\s+and\s+)){0,3}$", re.MULTILINE)
+#: Characters before a mention that :func:`written_to` reads.
+_WRITTEN_TO_REACH = 80
+
+
+def written_to(text: str, start: int) -> bool:
+    """True when the mention starting at character ``start`` of ``text`` is the one a message is
+    written to or for, named right after the words of :data:`ADDRESSEE_NOTES`,
+    :data:`ADDRESSEE_TO_VERBS` or :data:`ADDRESSEE_VERBS` that the name recognizer reads ("Compose a
+    good-luck message for Ruslan", "apologise to Ines", "Remind Tomasz to ..."), after
+    :data:`WRITTEN_FOR_NOUNS` ("a welcome post for Anouk") or after :data:`PASSED_ON_VERBS` and "to"
+    ("forward this to Oisin"), or listed after such a name ("to Oisin and Blathnaid"). Such a name is
+    not asked about, so the person head judges it at its own threshold, not a general question's."""
+    return _WRITTEN_TO.search(text, max(0, start - _WRITTEN_TO_REACH), start) is not None
+
+
 # a request of the writer to the assistant, not about the writer: "tell me", "give us", "let's"
 _REQUEST_TO_ASSISTANT = re.compile(
     r"\b(?i:tell|give|show|teach|explain to|remind)\s+(?i:me|us)\b|\b(?i:let's|let us)\b")

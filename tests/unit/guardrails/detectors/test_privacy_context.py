@@ -8,7 +8,7 @@ import yaml
 
 from proxy.guardrails.detectors.pii import PiiDetector, PiiDetectorConfig
 from proxy.guardrails.detectors.privacy_address import AddressBlockRecognizer
-from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, personal_request
+from proxy.guardrails.detectors.privacy_context import ContextConfig, ContextRule, personal_request, written_to
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -223,3 +223,32 @@ def test_personal_request_tells_advice_about_oneself_from_information(text, pers
     """Compliance's band rule (detectors/domain.py): "should I", "my" are personal; the generic
     "you" of a question and requests to the assistant ("tell me", "let's") are not."""
     assert personal_request(text) is personal
+
+
+@pytest.mark.parametrize("text, name, written", [
+    ("Compose a good-luck message for Ruslan before his driving test.", "Ruslan", True),
+    ("Write a short welcome post for Anouk, who joins the choir.", "Anouk", True),
+    ("Can you forward this to Oisin and Blathnaid?", "Oisin", True),
+    ("Can you forward this to Oisin and Blathnaid?", "Blathnaid", True),  # listed after a recipient
+    ("Write a card for Ana, Luis and Marta.", "Marta", True),
+    ("How should I apologise to Ines for missing her party?", "Ines", True),
+    ("Remind Tomasz to water the plants.", "Tomasz", True),
+    ("Who is Barack Obama?", "Barack", False),
+    ("I met Ines at the cafe.", "Ines", False),
+    ("Send money to Kenya for my Uncle Bob.", "Bob", False),  # "for my" is no recipient slot
+    ("Write a letter to the editor about Boris Johnson.", "Boris", False),  # written about, not to
+    ("A postcard from Paris arrived.", "Paris", False),
+])
+def test_written_to_reads_the_one_a_message_is_written_to_or_for(text, name, written):
+    assert written_to(text, text.index(name)) is written
+
+
+def test_a_name_a_message_is_written_for_is_judged_at_the_heads_own_threshold(detector):
+    """In an instruction with no personal cue a name needs the general-question threshold (0.85);
+    a good-luck message's recipient is not asked about (the head gives Ruslan ~0.84): masked. A
+    public figure in the same slot is still left by the head."""
+    text = "Compose a good-luck message for Ruslan before his driving test."
+    assert [text[s.start:s.end] for s in detector.analyze(text)] == ["Ruslan"]
+    for public in ("Write a letter to Barack Obama about climate change.", "Compose a fan message for Taylor Swift.",
+                   "Forward this article to Bill Gates."):
+        assert detector.analyze(public) == [], public

@@ -17,9 +17,10 @@ from tests.unit.guardrails.detectors.test_privacy_names import _nlp, _recognized
 
 CHECKS = json.loads((ROOT / "tests" / "data" / "privacy" / "recognition-checks.json").read_text(encoding="utf-8"))
 #: Names masked per kind of the check set (0/20, 3/18, 2/20 and 2/18 before the slots were read; 50/71 and 22/32
-#: before the kin nouns, the speaking, telling, "who" and copula roles and the accent-free lookup).
+#: before the kin nouns, the speaking, telling, "who" and copula roles and the accent-free lookup; 56/71 and
+#: 24/32 before a message's recipient was judged at the head's own threshold).
 FLOORS = {"lowercase_first_name": 19, "romanised_name": 13, "no_cue_instruction": 19, "form_field": 16,
-          "task_prompt": 56, "statement": 24}
+          "task_prompt": 57, "statement": 26}
 
 
 @pytest.fixture(scope="module")
