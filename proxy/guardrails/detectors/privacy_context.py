@@ -192,7 +192,8 @@ _ADDRESSEE = re.compile(
 
 
 #: Nouns of something written for one person beside :data:`ADDRESSEE_NOTES` ("a welcome post for
-#: Anouk", "a toast for Bartek"), read by :func:`written_to` only.
+#: Anouk", "a toast for Bartek"): the name recognizer and :func:`written_to` read the name after
+#: them and "to"/"for"; like the message nouns they are no cue.
 WRITTEN_FOR_NOUNS = ("post", "toast", "speech", "poem", "tribute", "eulogy", "announcement", "invite")
 #: Verbs of passing something on to someone, with up to three words between ("forward this to ").
 PASSED_ON_VERBS = ("forward", "send", "pass")

@@ -100,7 +100,11 @@ from proxy.guardrails.detectors.privacy_context import (
     ADDRESSEE_VERBS,
     CLAUSE_OPENERS,
     RELATIONS,
+    WRITTEN_FOR_NOUNS,
 )
+
+#: Nouns after which (and "to"/"for") a name is read as the one a message is written to or for.
+_WRITTEN_FOR = frozenset(ADDRESSEE_NOTES + WRITTEN_FOR_NOUNS)
 
 #: Recognizer name of the names standing in a slot the parse shows: a message's addressee
 #: (:meth:`NameGazetteerRecognizer._addressed`) or a form field's whole value (``_field_values``).
@@ -533,7 +537,9 @@ class NameGazetteerRecognizer(EntityRecognizer):
         """Token ``[start, end)`` of the names a message goes to: the word after an addressee verb
         opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
         :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
-        ("a note telling Bartek ..."), after a message noun and "to"/"for" ("a reply to Zurab") or
+        ("a note telling Bartek ..."), after a message noun and "to"/"for" ("a reply to Zurab", "a
+        welcome post for Anouk": :data:`~.privacy_context.ADDRESSEE_NOTES`,
+        :data:`~.privacy_context.WRITTEN_FOR_NOUNS`) or
         after a verb of speaking or writing and "to" ("respond to Tevita"),
         with the proper nouns right after it (:meth:`_extent`). The word is name-shaped
         (:meth:`_shaped`, no inner run of capitals: "SQLAlchemy") and no dictionary word, unless a
@@ -544,7 +550,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
             before = doc[i - 1]
             verb = before.lower_ in ADDRESSEE_VERBS and (self._opens(doc, i - 1) or i > 1
                                                         and doc[i - 2].lower_ in CLAUSE_OPENERS)
-            note = i > 1 and (before.lower_ in ("to", "for") and doc[i - 2].lower_ in ADDRESSEE_NOTES
+            note = i > 1 and (before.lower_ in ("to", "for") and doc[i - 2].lower_ in _WRITTEN_FOR
                               or before.lower_ == "to" and doc[i - 2].lower_ in ADDRESSEE_TO_VERBS)
             if not (verb or note or before.lower_ in ADDRESSEE_GERUNDS) or not self._shaped(token, lower):
                 continue

@@ -20,7 +20,7 @@ CHECKS = json.loads((ROOT / "tests" / "data" / "privacy" / "recognition-checks.j
 #: before the kin nouns, the speaking, telling, "who" and copula roles and the accent-free lookup; 56/71 and
 #: 24/32 before a message's recipient was judged at the head's own threshold).
 FLOORS = {"lowercase_first_name": 19, "romanised_name": 13, "no_cue_instruction": 19, "form_field": 16,
-          "task_prompt": 57, "statement": 26}
+          "task_prompt": 58, "statement": 26}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,7 @@ def test_no_addressee_or_name_field_without_a_name_in_the_slot(text):
     ("[08:10] Kojo: is the van loaded?\n[08:11] Efua: almost, ten minutes\n[08:11] Kojo: ok", ["Efua"]),  # a speaker
     ("Help me respond to Tevita, who says I owe him money for the concert tickets.", ["Tevita"]),  # NER: organisation
     ("How should I apologise to Ines for missing her party?", ["Ines"]),
+    ("Write a short welcome post for Anouk, who joins the choir this week.", ["Anouk"]),  # NER: nothing
 ])
 def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recognised(detector, text, names):
     assert set(names) <= set(_recognized(detector, text))
