@@ -26,8 +26,9 @@ organisation. This presidio recognizer reads the parse presidio already made and
   in apposition to one ("my neighbour Carrow", "Carrow, my neighbour"), or the subject of its
   clause when a gendered pronoun ("he", "her", ...) follows with no other noun argument between
   (an organisation is "it" or "they"), the head of a relative clause opened by "who" ("Anouk,
-  who joins the choir"), or what a person noun or "name" is ("the patient's name was Amaru
-  Quispe"); the nouns count in the plural too ("my nieces, Ananya and Kavitha"), and so does a
+  who joins the choir"), what a person noun or "name" is ("the patient's name was Amaru
+  Quispe"), or the sender after a message noun and "from" ("the invitation from Halvard"); the
+  nouns count in the plural too ("my nieces, Ananya and Kavitha"), and so does a
   name listed after such a name; a one-word entity is also a person as the subject of a verb of
   speaking or the one a verb of telling tells ("Priyamvada said ...", "I told Ximena ...",
   :func:`_speaker_or_told`) or listed with the writer ("Tahmina and me");
@@ -693,8 +694,10 @@ class NameGazetteerRecognizer(EntityRecognizer):
 
     def _person_role(self, doc, entity) -> bool:
         """The entity ``entity`` (a span of ``doc``) stands where a person stands (module docstring):
-        possessor of a person noun, in apposition to one (either way), or subject of its clause with
-        a gendered pronoun after it in the same or the next sentence and no noun argument between."""
+        possessor of a person noun, in apposition to one (either way), the head of a "who" clause,
+        what a person noun or a person's name is, a message's sender ("the invitation from X"), or
+        subject of its clause with a gendered pronoun after it in the same or the next sentence and
+        no noun argument between."""
         root = entity.root
         head = root.head
         if root.dep_ == "conj" and head.i < root.i and head.pos_ == "PROPN":  # "my sons, Arjun and Vikram"
@@ -712,6 +715,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
             return True  # "The patient's name was Amaru Quispe", "The new tenant is Carrow"
         if entity.start and _person_noun(doc[entity.start - 1]) and doc[entity.start - 1].pos_ != "VERB":
             return True
+        if entity.start > 1 and doc[entity.start - 1].lower_ == "from" and doc[entity.start - 2].lower_ in _WRITTEN_FOR:
+            return True  # the sender of a message: "the wedding invitation from Brigid"
         if root.dep_ not in ("nsubj", "nsubjpass"):
             return False
         sentences = 0

@@ -252,3 +252,14 @@ def test_a_name_a_message_is_written_for_is_judged_at_the_heads_own_threshold(de
     for public in ("Write a letter to Barack Obama about climate change.", "Compose a fan message for Taylor Swift.",
                    "Forward this article to Bill Gates."):
         assert detector.analyze(public) == [], public
+
+
+def test_a_messages_sender_is_a_person_and_a_company_or_city_sending_one_is_left(detector):
+    """NER calls a rare name after "the invitation from" a place; as a message's sender it is a person
+    for the head to judge. A company or a city in the same place is left."""
+    text = "Decline the invitation from Halvard politely."
+    assert [text[s.start:s.end] for s in detector.analyze(text)] == ["Halvard"]
+    for left in ("Summarise the letter from Microsoft about the licence change.",
+                 "Reply to the invitation from Google to the developer summit.",
+                 "A postcard from Paris arrived this morning."):
+        assert detector.analyze(left) == [], left

@@ -18,9 +18,9 @@ from tests.unit.guardrails.detectors.test_privacy_names import _nlp, _recognized
 CHECKS = json.loads((ROOT / "tests" / "data" / "privacy" / "recognition-checks.json").read_text(encoding="utf-8"))
 #: Names masked per kind of the check set (0/20, 3/18, 2/20 and 2/18 before the slots were read; 50/71 and 22/32
 #: before the kin nouns, the speaking, telling, "who" and copula roles and the accent-free lookup; 56/71 and
-#: 24/32 before a message's recipient was judged at the head's own threshold).
+#: 24/32 before a message's recipient was judged at the head's own threshold and its sender read as a person).
 FLOORS = {"lowercase_first_name": 19, "romanised_name": 13, "no_cue_instruction": 19, "form_field": 16,
-          "task_prompt": 58, "statement": 26}
+          "task_prompt": 59, "statement": 26}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,7 @@ def test_no_addressee_or_name_field_without_a_name_in_the_slot(text):
     ("Help me respond to Tevita, who says I owe him money for the concert tickets.", ["Tevita"]),  # NER: organisation
     ("How should I apologise to Ines for missing her party?", ["Ines"]),
     ("Write a short welcome post for Anouk, who joins the choir this week.", ["Anouk"]),  # NER: nothing
+    ("Decline the invitation from Halvard politely.", ["Halvard"]),  # NER: a place; a message's sender
 ])
 def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recognised(detector, text, names):
     assert set(names) <= set(_recognized(detector, text))
@@ -87,6 +88,8 @@ def test_names_in_an_addressee_slot_a_field_value_or_beside_the_writer_are_recog
     ("Location: San Francisco\nVenue: Moscone Center", "San Francisco"),
     ("[10:01] Nginx: restarted\n[10:02] Postgres: accepting connections", "Nginx"),  # no speaker is a name
     ("Explain to Congress why the budget matters, in the voice of a senator.", "Congress"),
+    ("A postcard from Paris arrived this morning.", "Paris"),
+    ("Translate the message from Berlin into English.", "Berlin"),
 ])
 def test_dictionary_words_code_names_and_places_are_no_slot_name(detector, text, word):
     assert word not in _recognized(detector, text)
