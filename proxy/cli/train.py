@@ -40,7 +40,8 @@ def add_safety_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--c", type=float, default=3.0, help="the RBF SVM's C (default 3.0)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--target-recall", type=float, default=0.98, help="recall of AdvBench and XSTest unsafe rows for the threshold")
+    parser.add_argument("--target-recall", type=float, default=0.98,
+                        help="recall of AdvBench and XSTest unsafe rows for the threshold")
     parser.add_argument("--toxicity-threshold", type=float, default=0.90)
     parser.add_argument("--exemplars", type=Path, default=EXEMPLARS,
                         help=f"contrast exemplars always trained on (default {EXEMPLARS})")

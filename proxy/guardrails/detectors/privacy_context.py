@@ -183,29 +183,31 @@ _NOT_ADDRESSEES = ("me", "us", "them", "him", "her", "it", "you", "everyone", "e
                    "somebody", "anyone", "anybody", "people", "whoever", "each", "both", "every", "no", "nobody",
                    "any", "some", "whether", "if", "about", "for", "to", "what", "how", "why", "when", "where",
                    "who", "which", "again", "back", "out", "up", "in", "on", "off", "over", "and", "or", "know")
-# someone named as the one a message goes to: an addressee verb opening a clause (text or line start,
-# after ".!?;:," or a clause opener) or its gerund, then a word
+# an addressee verb opening a clause (text or line start, after ".!?;:," or a clause opener) or its gerund
+_ADDRESSEE_VERB = (r"(?:(?:^|(?<=[.!?;:,\n])|\b(?:" + "|".join(CLAUSE_OPENERS) + r")\b)\s*(?:"
+                   + "|".join(ADDRESSEE_VERBS) + r")|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r"))")
+# someone named as the one a message goes to: such a verb, then a word
 _ADDRESSEE = re.compile(
-    r"(?:(?:(?:^|(?<=[.!?;:,\n])|\b(?:" + "|".join(CLAUSE_OPENERS) + r")\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")"
-    r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r"))"
-    r"\s+(?!(?:" + "|".join(_NOT_ADDRESSEES) + r")\b)[^\W\d_][\w'’-]*\b)", re.IGNORECASE | re.MULTILINE)
+    r"(?:" + _ADDRESSEE_VERB + r"\s+(?!(?:" + "|".join(_NOT_ADDRESSEES) + r")\b)[^\W\d_][\w'’-]*\b)",
+    re.IGNORECASE | re.MULTILINE)
 
 
 #: Nouns of something written for one person beside :data:`ADDRESSEE_NOTES` ("a welcome post for
 #: Anouk", "a toast for Bartek"): the name recognizer and :func:`written_to` read the name after
 #: them and "to"/"for"; like the message nouns they are no cue.
 WRITTEN_FOR_NOUNS = ("post", "toast", "speech", "poem", "tribute", "eulogy", "announcement", "invite")
+#: Every noun after which (and "to"/"for") a name is the one a message is written to or for.
+MESSAGE_NOUNS = ADDRESSEE_NOTES + WRITTEN_FOR_NOUNS
 #: Verbs of passing something on to someone, with up to three words between ("forward this to ").
 PASSED_ON_VERBS = ("forward", "send", "pass")
 # right before a name a message is written to or for: a message noun and "to"/"for" ("a good-luck
 # message for ", "a note to "), a verb of speaking or writing and "to" ("apologise to "), a verb of
-# passing on and "to" ("forward this to "), or an addressee verb opening a clause ("Remind ", "and tell ")
+# passing on and "to" ("forward this to "), or an addressee verb ("Remind ", "and tell ")
 _WRITTEN_TO = re.compile(
-    r"(?i:\b(?:" + "|".join(ADDRESSEE_NOTES + WRITTEN_FOR_NOUNS) + r")s?\s+(?:to|for)\s+"
+    r"(?i:\b(?:" + "|".join(MESSAGE_NOUNS) + r")s?\s+(?:to|for)\s+"
     r"|\b(?:" + "|".join(PASSED_ON_VERBS) + r")(?:\s+[\w'’-]+){0,3}?\s+to\s+"
     r"|\b(?:" + "|".join(ADDRESSEE_TO_VERBS) + r")\s+to\s+"
-    r"|(?:^|(?<=[.!?;:,\n])|\b(?:" + "|".join(CLAUSE_OPENERS) + r")\b)\s*(?:" + "|".join(ADDRESSEE_VERBS) + r")\s+"
-    r"|\b(?:" + "|".join(ADDRESSEE_GERUNDS) + r")\s+)"
+    r"|" + _ADDRESSEE_VERB + r"\s+)"
     # then up to three names listed before the mention ("to Oisin and ", "for Ana, Luis and ")
     r"(?:[A-Z][\w'’-]*(?:\s[A-Z][\w'’-]*)?(?:,\s+|\s+(?:and|&)\s+|,\s+and\s+)){0,3}$", re.MULTILINE)
 #: Characters before a mention that :func:`written_to` reads.

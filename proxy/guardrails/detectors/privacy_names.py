@@ -96,16 +96,14 @@ from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from proxy.guardrails.detectors.privacy_context import (
     ADDRESSEE_GERUNDS,
-    ADDRESSEE_NOTES,
     ADDRESSEE_TO_VERBS,
     ADDRESSEE_VERBS,
     CLAUSE_OPENERS,
+    MESSAGE_NOUNS,
     RELATIONS,
-    WRITTEN_FOR_NOUNS,
 )
 
-#: Nouns after which (and "to"/"for") a name is read as the one a message is written to or for.
-_WRITTEN_FOR = frozenset(ADDRESSEE_NOTES + WRITTEN_FOR_NOUNS)
+_MESSAGE_NOUNS = frozenset(MESSAGE_NOUNS)
 
 #: Recognizer name of the names standing in a slot the parse shows: a message's addressee
 #: (:meth:`NameGazetteerRecognizer._addressed`) or a form field's whole value (``_field_values``).
@@ -539,8 +537,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
         opening a clause ("Ask Thabo whether ...", "remind tomasz to ...", after punctuation or a
         :data:`~.privacy_context.CLAUSE_OPENERS` word: "can you tell priya ..."), after its gerund
         ("a note telling Bartek ..."), after a message noun and "to"/"for" ("a reply to Zurab", "a
-        welcome post for Anouk": :data:`~.privacy_context.ADDRESSEE_NOTES`,
-        :data:`~.privacy_context.WRITTEN_FOR_NOUNS`) or
+        welcome post for Anouk": :data:`~.privacy_context.MESSAGE_NOUNS`) or
         after a verb of speaking or writing and "to" ("respond to Tevita"),
         with the proper nouns right after it (:meth:`_extent`). The word is name-shaped
         (:meth:`_shaped`, no inner run of capitals: "SQLAlchemy") and no dictionary word, unless a
@@ -551,7 +548,7 @@ class NameGazetteerRecognizer(EntityRecognizer):
             before = doc[i - 1]
             verb = before.lower_ in ADDRESSEE_VERBS and (self._opens(doc, i - 1) or i > 1
                                                         and doc[i - 2].lower_ in CLAUSE_OPENERS)
-            note = i > 1 and (before.lower_ in ("to", "for") and doc[i - 2].lower_ in _WRITTEN_FOR
+            note = i > 1 and (before.lower_ in ("to", "for") and doc[i - 2].lower_ in _MESSAGE_NOUNS
                               or before.lower_ == "to" and doc[i - 2].lower_ in ADDRESSEE_TO_VERBS)
             if not (verb or note or before.lower_ in ADDRESSEE_GERUNDS) or not self._shaped(token, lower):
                 continue
@@ -715,7 +712,8 @@ class NameGazetteerRecognizer(EntityRecognizer):
             return True  # "The patient's name was Amaru Quispe", "The new tenant is Carrow"
         if entity.start and _person_noun(doc[entity.start - 1]) and doc[entity.start - 1].pos_ != "VERB":
             return True
-        if entity.start > 1 and doc[entity.start - 1].lower_ == "from" and doc[entity.start - 2].lower_ in _WRITTEN_FOR:
+        if (entity.start > 1 and doc[entity.start - 1].lower_ == "from"
+                and doc[entity.start - 2].lower_ in _MESSAGE_NOUNS):
             return True  # the sender of a message: "the wedding invitation from Brigid"
         if root.dep_ not in ("nsubj", "nsubjpass"):
             return False
