@@ -72,7 +72,7 @@ from proxy.guardrails.detectors.privacy_person import (
     PersonHead,
     coreferent_spans,
     mention_features,
-    name_parts,
+    name_keys,
     person_groups,
     self_introduced,
 )
@@ -815,6 +815,8 @@ class PiiDetector:
         casing), as PERSON spans of recognizer ``PersonCoreference``; a place or nationality span
         (NER's label for a rare surname: "Dubois will review it") whose words are all name words of
         such a person becomes one of those PERSON spans too, so the person keeps one placeholder.
+        A mention covering a person, place or nationality span that holds only part of it (NER's
+        "Okonkwo" of "Okonkwo-Brandt") replaces that span, so no part of the name is left out.
         Unchanged when the context's ``coreference`` is off or no PERSON span was found. Sorted by
         start, non-overlapping."""
         if not self.config.context.coreference:
@@ -822,13 +824,13 @@ class PiiDetector:
         names = {text[s.start:s.end] for text, found in zip(texts, spans) for s in found if s.entity_type == "PERSON"}
         if not names:
             return spans
-        words = {w.casefold() for name in names for w in name_parts(name)} - self._stop_words
+        words = {key for name in names for key in name_keys(name)} - self._stop_words
         out = []
         for text, found in zip(texts, spans):
             found = [_as_mention(text, s, words) for s in found]
-            extra = [PiiSpan("PERSON", a, b, self.config.ner_default_score, "PersonCoreference")
-                     for a, b in coreferent_spans(text, names, [(s.start, s.end) for s in found], self._stop_words)]
-            out.append(sorted([*found, *extra], key=lambda s: s.start) if extra else found)
+            extra, covered = _mentions(text, names, found, self._stop_words, self.config.ner_default_score)
+            out.append(sorted([*(s for k, s in enumerate(found) if k not in covered), *extra], key=lambda s: s.start)
+                       if extra else found)
         return out
 
     def analyze(self, text: str) -> list[PiiSpan]:
@@ -920,6 +922,8 @@ def _prefer(first: list[PiiSpan], then: list[PiiSpan]) -> list[PiiSpan]:
 _PARSED_NAMES = frozenset({"SpacyRecognizer", NameGazetteerRecognizer.NAME, SLOT})
 #: NER's labels for a rare name standing alone (a surname read as a place or a nationality).
 _NAME_LOOKALIKES = frozenset({"LOCATION", "NRP"})
+#: Spans a coreference mention replaces when it holds them (:meth:`PiiDetector.corefer`).
+_YIELDS_TO_MENTION = _NAME_LOOKALIKES | {"PERSON"}
 #: A word written as (part of) a name (:func:`_name_shaped`).
 _NAME_SHAPED = re.compile(r"^[^\W\d_]+(?:['’.-][^\W\d_]*)*$")
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*?)_(\d+)>")
@@ -934,13 +938,33 @@ def _name_shaped(text: str, span: PiiSpan) -> bool:
             and all(_NAME_SHAPED.match(w) is not None and not (len(w) > 1 and w.isupper()) for w in words))
 
 
+def _mentions(text: str, names: set[str], found: list[PiiSpan], stop_words: frozenset[str],
+              score: float) -> tuple[list[PiiSpan], set[int]]:
+    """The coreference spans of :meth:`PiiDetector.corefer` in ``text`` beside its ``found`` spans
+    (PERSON, recognizer ``PersonCoreference``, ``score``), and the indexes of the ``found`` spans
+    they replace: a person, place or nationality span inside a mention; a mention overlapping any
+    other span, crossing such a span's edge or equal to a person span is left out."""
+    movable = [k for k, s in enumerate(found) if s.entity_type in _YIELDS_TO_MENTION]
+    firm = [(s.start, s.end) for s in found if s.entity_type not in _YIELDS_TO_MENTION]
+    extra: list[PiiSpan] = []
+    covered: set[int] = set()
+    for a, b in coreferent_spans(text, names, firm, stop_words):
+        touching = [k for k in movable if found[k].start < b and a < found[k].end]
+        if any(found[k].start < a or found[k].end > b
+               or (found[k].entity_type == "PERSON" and (found[k].start, found[k].end) == (a, b)) for k in touching):
+            continue
+        covered.update(touching)
+        extra.append(PiiSpan("PERSON", a, b, score, "PersonCoreference"))
+    return extra, covered
+
+
 def _as_mention(text: str, span: PiiSpan, words: set[str]) -> PiiSpan:
     """``span`` as a PERSON span of recognizer ``PersonCoreference`` when it is a place or
-    nationality whose words are all among ``words`` (case-folded name words of the persons
-    masked); else ``span`` itself."""
+    nationality whose words are all among ``words`` (the :func:`~.privacy_person.name_keys` of
+    the persons masked); else ``span`` itself."""
     if span.entity_type not in _NAME_LOOKALIKES:
         return span
-    parts = [w.casefold() for w in name_parts(text[span.start:span.end])]
+    parts = name_keys(text[span.start:span.end])
     if not parts or not set(parts) <= words:
         return span
     return replace(span, entity_type="PERSON", recognizer="PersonCoreference")
@@ -973,13 +997,14 @@ class PiiMasker:
 
     def _same_person(self, value: str) -> str | None:
         """The placeholder of a person already masked whose name holds every name word of ``value``
-        or whose name words ``value`` holds, case-blind ("Ana", "DIAS" and "Ana Dias" are one
-        person); None for a new person."""
-        parts = {p.casefold() for p in name_parts(value)}
+        or whose name words ``value`` holds, compared by :func:`~.privacy_person.name_keys` ("Ana",
+        "DIAS" and "Ana Dias" are one person, so are "Siobhán" and "siobhan", "Nowicki" and
+        "Kasprzak-Nowicki"); None for a new person."""
+        parts = set(name_keys(value))
         if not parts:
             return None
         for (entity_type, known), placeholder in self._by_value.items():
-            other = {p.casefold() for p in name_parts(known)}
+            other = set(name_keys(known))
             if entity_type == "PERSON" and other and (parts <= other or other <= parts):
                 return placeholder
         return None

@@ -102,6 +102,7 @@ from proxy.guardrails.detectors.privacy_context import (
     MESSAGE_NOUNS,
     RELATIONS,
 )
+from proxy.guardrails.detectors.privacy_person import fold_marks
 
 _MESSAGE_NOUNS = frozenset(MESSAGE_NOUNS)
 
@@ -325,15 +326,10 @@ def gazetteer() -> tuple[frozenset[str], frozenset[str]]:
 
 
 def unaccented(word: str) -> str:
-    """``word`` without the combining marks on its a-z letters: "anahí" → "anahi", "maëlle" →
-    "maelle", "żółć" → "zołc" (ł is a letter of its own); Greek, Cyrillic and other scripts unchanged."""
-    if word.isascii():
-        return word
-    kept: list[str] = []
-    for c in unicodedata.normalize("NFD", word):
-        if not (unicodedata.combining(c) and kept and kept[-1].isascii()):
-            kept.append(c)
-    return unicodedata.normalize("NFC", "".join(kept))
+    """``word`` (any Unicode normal form) without the combining marks on its a-z letters: "anahí" →
+    "anahi", "maëlle" → "maelle", "żółć" → "zołc" (ł is a letter of its own); Greek, Cyrillic and
+    other scripts unchanged (:func:`~.privacy_person.fold_marks` of its composed form)."""
+    return word if word.isascii() else fold_marks(unicodedata.normalize("NFC", word))
 
 
 def _with_unaccented(names: frozenset[str]) -> frozenset[str]:

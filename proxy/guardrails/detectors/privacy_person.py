@@ -18,8 +18,9 @@ about as such (a president, a novelist, a character). Two pieces, both without I
   PERSON mentions labelled private/public by reading) and on ``artefacts/person-mentions.csv``,
   texts written for this project.
 - :func:`coreferent_spans`: once a mention is judged private, every other mention of that
-  person is masked too: the first name or surname alone, possessives, any casing
-  (:func:`name_parts`), in the same text and, through the engine, in every text of the request.
+  person is masked too: the first name or surname alone, a part of a hyphenated name,
+  possessives, a family's plural, any casing, with or without accents (:func:`name_keys`), in the
+  same text and, through the engine, in every text of the request.
 
 Feature layout (:data:`FEATURES` = 3 x 96 + 12 + 384): mention mean, context mean, text mean, then
 the cues ``first_person, second_person, relation, phrase, greeting, record_field``, the mood
@@ -33,6 +34,7 @@ import functools
 import hashlib
 import io
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -139,9 +141,37 @@ def name_parts(value: str) -> list[str]:
     return [w for w in words if len(w) >= 2 and w.casefold() not in _TITLES]
 
 
+def fold_marks(text: str) -> str:
+    """``text`` without the combining marks of its precomposed a-z letters, one character for one
+    ("Siobhán" → "Siobhan", "żółć" → "zołc"; ł, Greek, Cyrillic and other scripts unchanged), so
+    an offset into the result is the same offset into ``text``."""
+    return text if text.isascii() else "".join(map(_fold_char, text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_char(c: str) -> str:
+    decomposed = unicodedata.normalize("NFD", c)
+    if len(decomposed) > 1 and decomposed[0].isascii() and all(map(unicodedata.combining, decomposed[1:])):
+        return decomposed[0]
+    return c
+
+
+def name_keys(value: str) -> list[str]:
+    """The :func:`name_parts` of ``value`` as they are compared and searched for: case-folded,
+    without accents (:func:`fold_marks`), and each part of a hyphenated name also on its own
+    ("Bartholomew Kasprzak-Nowicki" → ["bartholomew", "kasprzak-nowicki", "kasprzak", "nowicki"])."""
+    keys: list[str] = []
+    for part in name_parts(value):
+        key = fold_marks(part).casefold()
+        keys.append(key)
+        if "-" in key:
+            keys.extend(p for p in key.split("-") if len(p) >= 2 and p not in _TITLES)
+    return keys
+
+
 def person_groups(mentions: Sequence[str]) -> list[list[int]]:
     """Indexes of ``mentions`` grouped by person: two mentions are one person when they share a
-    name word (:func:`name_parts`, case-blind), transitively ("Ana Dias", "Dias", "ana"); a mention
+    name key (:func:`name_keys`), transitively ("Ana Dias", "Dias", "ana"); a mention
     without a name word is a person of its own. Groups in order of their first mention."""
     parent = list(range(len(mentions)))
 
@@ -153,8 +183,8 @@ def person_groups(mentions: Sequence[str]) -> list[list[int]]:
 
     owner: dict[str, int] = {}
     for i, mention in enumerate(mentions):
-        for part in name_parts(mention):
-            j = owner.setdefault(part.casefold(), i)
+        for key in name_keys(mention):
+            j = owner.setdefault(key, i)
             parent[root(i)] = root(j)
     groups: dict[int, list[int]] = {}
     for i in range(len(mentions)):
@@ -162,35 +192,40 @@ def person_groups(mentions: Sequence[str]) -> list[list[int]]:
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-def _pattern(parts: Sequence[str], stop_words: frozenset[str]) -> re.Pattern[str] | None:
-    """One pattern matching any of ``parts`` as a whole word, any casing (a possessive "'s" after
-    it stays out of the match); a part that is a common word (in ``stop_words``: "Will", "May")
-    is left out, since it cannot be told from the word."""
-    words = sorted({p.casefold() for p in parts if p.casefold() not in stop_words}, key=len, reverse=True)
+def _pattern(keys: Sequence[str], stop_words: frozenset[str]) -> re.Pattern[str] | None:
+    """One pattern matching any of ``keys`` (:func:`name_keys`) as a whole word of a
+    :func:`fold_marks` text, any casing (a possessive "'s" after
+    it stays out of the match), or after "the" before a plural "s"/"es", which stays out of the
+    match too ("the Zielinskis' door": a family); a part that is a common word (in
+    ``stop_words``: "Will", "May") is left out, since it cannot be told from the word."""
+    words = sorted({k for k in keys if k not in stop_words}, key=len, reverse=True)
     if not words:
         return None
-    return re.compile(r"(?<![\w'’-])(?i:" + "|".join(map(re.escape, words)) + r")(?![\w-])")
+    alternation = "(?i:" + "|".join(map(re.escape, words)) + ")"
+    return re.compile(r"(?<![\w'’-])" + alternation + r"(?![\w-])"
+                      + r"|(?<=\b[Tt]he )" + alternation + r"(?=e?s(?![\w-]))")
 
 
 @functools.lru_cache(maxsize=256)
 def _names_pattern(names: frozenset[str], stop_words: frozenset[str]) -> re.Pattern[str] | None:
-    """:func:`_pattern` of the :func:`name_parts` of ``names`` (None when they have none), memoised:
+    """:func:`_pattern` of the :func:`name_keys` of ``names`` (None when they have none), memoised:
     a request's texts are all searched for the same names, turn after turn of a conversation."""
-    parts = [p for name in sorted(names) for p in name_parts(name)]
-    return _pattern(parts, stop_words) if parts else None
+    keys = [k for name in sorted(names) for k in name_keys(name)]
+    return _pattern(keys, stop_words) if keys else None
 
 
 def coreferent_spans(text: str, names: Iterable[str], taken: Iterable[tuple[int, int]],
                      stop_words: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
     """``[start, end)`` of every mention in ``text`` of a person named in ``names`` (their
-    :func:`name_parts`, whole words, before a possessive too, any casing; parts in ``stop_words``
-    are not looked for) that overlaps none of the ``taken`` offsets; sorted by start."""
+    :func:`name_keys`, whole words, before a possessive or a family's plural too, any casing, with
+    or without accents; keys in ``stop_words`` are not looked for) that overlaps none of the
+    ``taken`` offsets; sorted by start."""
     pattern = _names_pattern(frozenset(names), stop_words)
     if pattern is None:
         return []
     busy = sorted(taken)
     found = []
-    for match in pattern.finditer(text):
+    for match in pattern.finditer(fold_marks(text)):
         start, end = match.span()
         if not any(a < end and start < b for a, b in busy):
             found.append((start, end))

@@ -11,6 +11,7 @@ from proxy.guardrails.detectors.privacy_person import (
     FEATURES,
     PersonHead,
     coreferent_spans,
+    name_keys,
     name_parts,
     person_groups,
     self_introduced,
@@ -36,6 +37,21 @@ def test_coreferent_spans_find_every_other_mention_in_any_casing():
     text = "Ana Dias called. ana's card was blocked; DIAS wants a refund. Anastasia did not call."
     found = [text[a:b] for a, b in coreferent_spans(text, ["Ana Dias"], [(0, 8)])]
     assert found == ["ana", "DIAS"]  # not inside "Anastasia", possessive left outside the span
+
+
+def test_a_family_named_in_the_plural_is_the_same_person():
+    text = "Zielinski has my drill. Should I knock on the Zielinskis' door or ask the Joneses?"
+    found = [text[a:b] for a, b in coreferent_spans(text, ["Piotr Zielinski", "Sam Jones"], [(0, 9)])]
+    assert found == ["Zielinski", "Jones"]  # the plural's "s" / "es" stays outside the span
+    assert coreferent_spans("Zielinskis are nice.", ["Piotr Zielinski"], []) == []  # a plural only after "the"
+
+
+def test_a_part_of_a_hyphenated_name_and_a_name_without_its_accents_are_the_same_person():
+    text = "Ask Kasprzak-Nowicki. Then nowicki, then siobhan, then SIOBHÁN, not Nowickis or Siobhanne."
+    found = [text[a:b] for a, b in coreferent_spans(text, ["Siobhán Kasprzak-Nowicki"], [])]
+    assert found == ["Kasprzak-Nowicki", "nowicki", "siobhan", "SIOBHÁN"]
+    assert name_keys("Dr. Siobhán Kasprzak-Nowicki") == ["siobhan", "kasprzak-nowicki", "kasprzak", "nowicki"]
+    assert person_groups(["Siobhán Kasprzak-Nowicki", "nowicki", "Siobhan", "Ana"]) == [[0, 1, 2], [3]]
 
 
 def test_common_words_in_a_name_are_not_looked_for():
@@ -149,6 +165,35 @@ def test_a_name_ner_splits_or_labels_as_a_place_is_one_person_with_one_placehold
     assert [(text[s.start:s.end], s.entity_type) for s in spans] == [(name, "PERSON") for name in names]
     masked = PiiMasker().mask(text, spans)
     assert masked.count("<PERSON_1>") == 2 and masked.count("<PERSON_2>") == 2 and "<PERSON_3>" not in masked
+
+
+def test_a_mention_replaces_the_part_of_it_ner_labelled_a_nationality(detector):
+    texts = ["Draft a reminder to my tenant, Mrs. Okonkwo-Brandt, that rent is due. "
+             "Mention that Okonkwo-Brandt paid late twice."]
+    spans = detector.corefer(texts, [detector.analyze(t) for t in texts])[0]
+    masked = PiiMasker().mask(texts[0], spans)
+    assert "Okonkwo" not in masked and "Brandt" not in masked
+    assert masked.count("<PERSON_1>") == 2 and "<NRP" not in masked
+
+
+def test_a_family_in_the_plural_keeps_the_person_s_placeholder(detector):
+    texts = ["My neighbour Piotr Zielinski borrowed my drill.", "Should I knock on the Zielinskis' door?"]
+    spans = detector.corefer(texts, [detector.analyze(t) for t in texts])
+    masker = PiiMasker()
+    masked = [masker.mask(t, s) for t, s in zip(texts, spans)]
+    assert masked[1] == "Should I knock on the <PERSON_1>s' door?"
+    assert masker.restore(masked[1]) == "Should I knock on the Piotr Zielinskis' door?"  # the first-masked form
+
+
+@pytest.mark.parametrize(("texts", "left"), [
+    (["Write a thank-you card to my nurse, Bartholomew Kasprzak-Nowicki, and mention that nowicki stayed late."],
+     "nowicki"),
+    (["My daughter Siobhán failed her test.", "how do i cheer siobhan up?"], "siobhan"),
+])
+def test_a_hyphenated_part_or_an_unaccented_name_gets_the_person_s_placeholder(detector, texts, left):
+    spans = detector.corefer(texts, [detector.analyze(t) for t in texts])
+    masked = " ".join(PiiMasker().mask(t, s) for t, s in zip(texts, spans))
+    assert left not in masked.casefold() and masked.count("<PERSON_1>") == 2 and "<PERSON_2>" not in masked
 
 
 def test_coreference_can_be_turned_off():
