@@ -19,8 +19,8 @@ about as such (a president, a novelist, a character). Two pieces, both without I
   texts written for this project.
 - :func:`coreferent_spans`: once a mention is judged private, every other mention of that
   person is masked too: the first name or surname alone, a part of a hyphenated name,
-  possessives, a family's plural, any casing, with or without accents (:func:`name_keys`), in the
-  same text and, through the engine, in every text of the request.
+  possessives, a family's plural, any casing and apostrophe, with or without accents
+  (:func:`name_keys`), in the same text and, through the engine, in every text of the request.
 
 Feature layout (:data:`FEATURES` = 3 x 96 + 12 + 384): mention mean, context mean, text mean, then
 the cues ``first_person, second_person, relation, phrase, greeting, record_field``, the mood
@@ -156,13 +156,24 @@ def _fold_char(c: str) -> str:
     return c
 
 
+#: Apostrophes a name is typed with, read as "'" when names are compared ("O’Connor", "O'Connor").
+_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'"})
+
+
+def _searchable(text: str) -> str:
+    """``text`` as names are searched in it: :func:`fold_marks`, apostrophes straightened; the
+    same length, so offsets carry over."""
+    return fold_marks(text).translate(_APOSTROPHES)
+
+
 def name_keys(value: str) -> list[str]:
     """The :func:`name_parts` of ``value`` as they are compared and searched for: case-folded,
-    without accents (:func:`fold_marks`), and each part of a hyphenated name also on its own
-    ("Bartholomew Kasprzak-Nowicki" → ["bartholomew", "kasprzak-nowicki", "kasprzak", "nowicki"])."""
+    without accents (:func:`fold_marks`), apostrophes straightened ("O’Connor" → "o'connor"), and
+    each part of a hyphenated name also on its own ("Bartholomew Kasprzak-Nowicki" →
+    ["bartholomew", "kasprzak-nowicki", "kasprzak", "nowicki"])."""
     keys: list[str] = []
     for part in name_parts(value):
-        key = fold_marks(part).casefold()
+        key = _searchable(part).casefold()
         keys.append(key)
         if "-" in key:
             keys.extend(p for p in key.split("-") if len(p) >= 2 and p not in _TITLES)
@@ -218,14 +229,14 @@ def coreferent_spans(text: str, names: Iterable[str], taken: Iterable[tuple[int,
                      stop_words: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
     """``[start, end)`` of every mention in ``text`` of a person named in ``names`` (their
     :func:`name_keys`, whole words, before a possessive or a family's plural too, any casing, with
-    or without accents; keys in ``stop_words`` are not looked for) that overlaps none of the
+    or without accents, any apostrophe; keys in ``stop_words`` are not looked for) that overlaps none of the
     ``taken`` offsets; sorted by start."""
     pattern = _names_pattern(frozenset(names), stop_words)
     if pattern is None:
         return []
     busy = sorted(taken)
     found = []
-    for match in pattern.finditer(fold_marks(text)):
+    for match in pattern.finditer(_searchable(text)):
         start, end = match.span()
         if not any(a < end and start < b for a, b in busy):
             found.append((start, end))
