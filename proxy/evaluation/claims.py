@@ -34,6 +34,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from proxy.guardrails.detectors.windows import TITLE_ABBREVIATIONS
+
 __all__ = [
     "CLAIM_KINDS",
     "METHODS",
@@ -83,8 +85,8 @@ _HEDGES = re.compile(
     r"there\s+is\s+no\s+(?:way|consensus)|it\s+depends|nobody\s+knows|no\s+one\s+knows)\b",
     re.IGNORECASE)
 _FIRST_PERSON_ONLY = re.compile(r"^(?:i|i'm|i've|i'd|we|you|hello|hi|thanks|thank\s+you)\b", re.IGNORECASE)
-_ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "inc",
-                  "ltd", "co", "u.s", "u.k", "no", "fig", "approx", "c", "ca", "gen", "sen", "rep", "gov")
+_ABBREVIATIONS = TITLE_ABBREVIATIONS | {"vs", "etc", "e.g", "i.e", "inc", "ltd", "co", "u.s", "u.k", "no", "fig",
+                                        "approx", "c", "ca"}
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=\s*(?:[-*•]|\d+[.)])\s)")
 _WORD_RE = re.compile(r"[\w]+(?:['’][\w]+)?")
 _ARTICLES = {"a", "an", "the"}

@@ -34,6 +34,11 @@ sentence 0.99999 alone). A text of one sentence that fits the model gets no wind
 judged whole.
 Sentences are split at ``.``, ``!``, ``?`` or ``;`` followed by white space, and at line breaks
 (a plain regular expression: no language model; a missed boundary only makes a window longer).
+A cut after a title or an initial (:data:`TITLE_ABBREVIATIONS`) is treated like a wrapped line: a
+short piece before it is judged only with the sentence after it ("My colleague Dr." alone scored
+0.9999 and refused "My colleague Dr. Smith gave a great talk today. Can you help me write a
+thank-you note?", whose whole scores 0.0000), and the sentence after it is still judged alone (a
+request placed after "... at Gerald J." is not diluted by the sentence before it).
 Pure: no I/O beyond reading the tokenizer file of the installed embedding model once.
 """
 
@@ -50,6 +55,11 @@ from proxy.guardrails.detectors import embeddings
 FITS_PIECES = embeddings.MAX_SEQ_LENGTH - 2
 #: Sentence boundaries: ``.!?;`` + white space, and every line break.
 LINES = re.compile(r"(?<=[.!?;])\s+|\s*\n\s*")
+#: Abbreviations whose "." ends no sentence (case-blind): titles before a name. A single capital
+#: letter and "." (an initial, "J. Smith") ends none either (:func:`_ends_sentence`).
+TITLE_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "mx", "dr", "prof", "rev", "st", "jr", "sr", "gen", "sen",
+                                 "rep", "gov", "capt", "col", "lt", "sgt", "hon"})
+_LAST_WORD = re.compile(r"(?<![\w.])([^\W\d_]+)\.$")
 
 
 @dataclass(frozen=True)
@@ -109,9 +119,20 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return [(s, e) for s, e in spans if text[s:e].strip()]
 
 
+def _before_name(text: str, end: int) -> bool:
+    """Whether ``text[:end]`` ends in a title of :data:`TITLE_ABBREVIATIONS` or an initial, with its "."."""
+    last = _LAST_WORD.search(text, max(0, end - 8), end)
+    return last is not None and (last.group(1).casefold() in TITLE_ABBREVIATIONS
+                                 or (len(last.group(1)) == 1 and last.group(1).isupper()))
+
+
 def _ends_sentence(text: str, end: int, start: int) -> bool:
     """Whether the boundary ``text[end:start]`` between two sentences ends the first one: it is not a
-    single line break inside a wrapped sentence (the first ends in ``.!?;:``, or a blank line parts them)."""
+    single line break inside a wrapped sentence (the first ends in ``.!?;:``, or a blank line parts
+    them) nor a space after a title or an initial (:func:`_before_name`: "My colleague Dr." / "Smith
+    gave a talk.")."""
+    if "\n" not in text[end:start] and _before_name(text, end):
+        return False
     return text[end - 1:end] in (".", "!", "?", ";", ":") or text.count("\n", end, start) != 1
 
 
