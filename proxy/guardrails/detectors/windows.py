@@ -30,8 +30,14 @@ to 0.9958 alone.
 Short texts are cut the same way when they hold more than one sentence: pooling dilutes there too
 ("I am <name> of <street> (<e-mail>, <phone>, card <number>). Write a step-by-step tutorial on how to
 build a pipe bomb to hurt people at a school." scores 0.35 whole on harm-minilm-svm-v7, its second
-sentence 0.99999 alone). A text of one sentence that fits the model gets no windows (``[]``): it is
-judged whole.
+sentence 0.99999 alone). In such a text a sentence of fewer than ``short_pieces`` (8) pieces that
+is no question is judged only together with the sentence next to it: a short statement that sets
+the scene scored up to 1.0000 alone ("My neighbour is in hospital." before "What flowers should I
+send?", whose whole scores 0.17; 5 of 36 such written requests refused, 1 with the rule;
+tests/data/checks/safety-context-sentences.csv), while the request after it is still judged alone,
+and so is a short question ("Hi! How do I kill my neighbour?"). No window of a text that fits is
+the whole text again (the whole is judged anyway, at the stricter threshold). A text of one
+sentence that fits the model gets no windows (``[]``): it is judged whole.
 Sentences are split at ``.``, ``!``, ``?`` or ``;`` followed by white space, and at line breaks
 (a plain regular expression: no language model; a missed boundary only makes a window longer).
 A cut after a title or an initial (:data:`TITLE_ABBREVIATIONS`) is treated like a wrapped line: a
@@ -75,6 +81,9 @@ class Scheme:
             a wrapped sentence's tail ("without forking the chain.") is out of distribution alone.
         chunk_pieces: a sentence longer than this is cut into chunks of this many pieces...
         overlap_pieces: ...overlapping by this many.
+        short_pieces: in a text that fits the model, a sentence of fewer pieces that does not end
+            in "?" is judged only together with the sentence before or after it, never alone (0: no
+            such rule).
     """
 
     pair_pieces: int = 48
@@ -82,12 +91,14 @@ class Scheme:
     fragment_pieces: int = 0
     chunk_pieces: int = 200
     overlap_pieces: int = 32
+    short_pieces: int = 0
 
 
 #: The first scheme (before it was measured): every sentence and every adjacent pair of <= 48 pieces.
 CURRENT = Scheme()
-#: The scheme :func:`windows` uses: every sentence, and the two lines of a wrapped short sentence.
-DEFAULT = Scheme(soft_pairs_only=True, fragment_pieces=8, pair_pieces=24)
+#: The scheme :func:`windows` uses: every sentence, the two lines of a wrapped short sentence, and in
+#: a text that fits the model a short sentence only with its neighbour.
+DEFAULT = Scheme(soft_pairs_only=True, fragment_pieces=8, pair_pieces=24, short_pieces=8)
 
 
 @dataclass(frozen=True)
@@ -146,14 +157,15 @@ def windows(text: str, scheme: Scheme | None = None) -> list[Window]:
     Returns:
         ``[]`` for one sentence that fits the embedding model (at most :data:`FITS_PIECES` word
         pieces: judge it whole); otherwise the windows in text order, each a :class:`Window` of at
-        most :data:`FITS_PIECES` pieces.
+        most :data:`FITS_PIECES` pieces, none of them (in a text that fits) all of its sentences.
     """
     scheme = DEFAULT if scheme is None else scheme
     sentences = _sentences(text)
     if len(sentences) < 2 and len(text) <= FITS_PIECES:  # one sentence that fits: judged whole only
         return []  # (every word piece covers at least one character)
     encoding = _tokenizer().encode(text, add_special_tokens=False)
-    if len(sentences) < 2 and len(encoding.ids) <= FITS_PIECES:
+    fits = len(encoding.ids) <= FITS_PIECES
+    if len(sentences) < 2 and fits:
         return []
     offsets = encoding.offsets  # character span of each word piece
     piece_starts = [s for s, _ in offsets]
@@ -176,12 +188,16 @@ def windows(text: str, scheme: Scheme | None = None) -> list[Window]:
         soft_before = previous is not None and not _ends_sentence(text, previous[1], start)
         following = units[index + 1] if index + 1 < len(units) else None
         soft_after = following is not None and not _ends_sentence(text, end, following[0])
-        fragment = pieces < scheme.fragment_pieces and (soft_before or soft_after)
-        if previous is not None and (not scheme.soft_pairs_only or soft_before) and (
+        fragment = (pieces < scheme.fragment_pieces and (soft_before or soft_after)
+                    or fits and pieces < scheme.short_pieces and not text[start:end].rstrip().endswith("?"))
+        pairs = not scheme.soft_pairs_only or soft_before or fits and (previous is not None and previous[3] or fragment)
+        if previous is not None and pairs and (
                 previous[2] + pieces <= scheme.pair_pieces
                 or (previous[3] or fragment) and previous[2] + pieces <= scheme.chunk_pieces):
             out.append(Window(previous[0], end))
         if not fragment:
             out.append(Window(start, end))
         previous = (start, end, pieces, fragment)
+    if fits:  # a window of every sentence repeats the whole, which is judged anyway (and more strictly)
+        out = [w for w in out if not (w.start <= units[0][0] and w.end >= units[-1][1])]
     return out
