@@ -205,10 +205,10 @@ def person_groups(mentions: Sequence[str]) -> list[list[int]]:
 
 def _pattern(keys: Sequence[str], stop_words: frozenset[str]) -> re.Pattern[str] | None:
     """One pattern matching any of ``keys`` (:func:`name_keys`) as a whole word of a
-    :func:`fold_marks` text, any casing (a possessive "'s" after
-    it stays out of the match), or after "the" before a plural "s"/"es", which stays out of the
-    match too ("the Zielinskis' door": a family); a part that is a common word (in
-    ``stop_words``: "Will", "May") is left out, since it cannot be told from the word."""
+    :func:`_searchable` text, any casing (a possessive "'s" after it stays out of the match), or
+    after "the" before a plural "s"/"es", which stays out of the match too ("the Zielinskis'
+    door": a family); a key that is a common word (in ``stop_words``: "will", "may") is left
+    out, since it cannot be told from the word."""
     words = sorted({k for k in keys if k not in stop_words}, key=len, reverse=True)
     if not words:
         return None
@@ -229,8 +229,8 @@ def coreferent_spans(text: str, names: Iterable[str], taken: Iterable[tuple[int,
                      stop_words: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
     """``[start, end)`` of every mention in ``text`` of a person named in ``names`` (their
     :func:`name_keys`, whole words, before a possessive or a family's plural too, any casing, with
-    or without accents, any apostrophe; keys in ``stop_words`` are not looked for) that overlaps none of the
-    ``taken`` offsets; sorted by start."""
+    or without accents, any apostrophe; keys in ``stop_words`` are not looked for) that overlaps
+    none of the ``taken`` offsets; sorted by start."""
     pattern = _names_pattern(frozenset(names), stop_words)
     if pattern is None:
         return []
