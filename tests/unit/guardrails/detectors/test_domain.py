@@ -43,7 +43,7 @@ def test_regulated_questions_route_to_their_domain(classifier, question, domain)
 )
 def test_general_questions_are_not_regulated(classifier, question):
     [result] = classifier.classify([question])
-    assert not result.regulated and result.domain in {"general", "code"}
+    assert not result.regulated and not classifier.config.domains[result.domain].regulated, result
 
 
 def test_scores_are_probabilities(classifier):
@@ -108,6 +108,25 @@ def test_ambiguous_options_are_validated(bad):
 def test_everyday_tasks_that_mention_food_money_or_health_are_not_regulated(classifier, task):
     [result] = classifier.classify([task])
     assert not result.regulated, result
+
+
+@pytest.mark.parametrize("question, regulated", [
+    # how to do something at home, in a hobby or a sport, alarming words included: everyday
+    ("How can I save money on groceries each month?", False),
+    ("How do I clean a cast-iron pan?", False),
+    ("How do I get rid of fruit flies in the kitchen?", False),
+    ("How do I shoot a three-pointer more consistently?", False),
+    ("How can I steal the show at my sister's wedding?", False),
+    # the same form asking what a lawyer, a clinician or an adviser would answer: regulated
+    ("How do I file a small claims case against a builder?", True),
+    ("How should I treat a second-degree burn at home?", True),
+    ("How can I consolidate my credit card debts?", True),
+])
+def test_a_personal_how_to_question_is_regulated_by_what_it_asks(classifier, question, regulated):
+    """A first-person "how do I" question in the ambiguous band is escalated (``personal_escalates``),
+    so the everyday ones must score below it (tests/data/checks/compliance-everyday.csv holds more)."""
+    [result] = classifier.classify([question])
+    assert result.regulated is regulated, result
 
 
 @pytest.mark.parametrize("request_", [
