@@ -9,8 +9,9 @@ policy kind that uses it (docs/architecture.md "Request flow"):
 - continuity: no detector (litellm's token counter, injected into the engine).
 
 Detectors are registered per policy kind in :mod:`proxy.guardrails.registry`; the engine only
-calls ``detect`` and reads ``name`` / ``version`` (and a safety detector's optional
-``components``) for receipt evidence.
+calls ``detect`` (or, for the model's answers, an optional ``detect_answers``: output Safety reads
+a word an answer talks about as mentioned, not used) and reads ``name`` / ``version`` (and a safety
+detector's optional ``components``) for receipt evidence.
 """
 
 from __future__ import annotations

@@ -201,17 +201,24 @@ class GuardrailEngine:
         """Policies of ``kind`` that screen ``stage``, in configuration order."""
         return [p for p in self.policies if p.kind == kind and stage in p.stages]
 
-    def detect(self, policy: Policy, texts: list[str]) -> list[Any]:
+    def detect(self, policy: Policy, texts: list[str], answers: bool = False) -> list[Any]:
         """The results of ``policy``'s detector for ``texts`` (cached per policy and text), computed
         :data:`DETECT_GROUP` texts at a time with a pause point between groups (each text's result
-        does not depend on the others)."""
+        does not depend on the others). ``answers``: the texts are the model's; a detector that reads
+        answers differently (its ``detect_answers``: output Safety,
+        :meth:`~proxy.guardrails.detectors.safety.SafetyDetector.detect_answers`) is called through
+        it, cached apart."""
+        detector = self.detectors[policy.id]
+        namespace, compute = policy.id, detector.detect
+        if answers and hasattr(detector, "detect_answers"):
+            namespace, compute = f"{policy.id}#answers", detector.detect_answers
         if len(texts) <= DETECT_GROUP:
-            return self.cache.map(policy.id, texts, self.detectors[policy.id].detect)
+            return self.cache.map(namespace, texts, compute)
         results: list[Any] = []
         for start in range(0, len(texts), DETECT_GROUP):
             if start:
                 patterns.pause_point()
-            results += self.cache.map(policy.id, texts[start:start + DETECT_GROUP], self.detectors[policy.id].detect)
+            results += self.cache.map(namespace, texts[start:start + DETECT_GROUP], compute)
         return results
 
     # ---- input -----------------------------------------------------------------------------
@@ -265,8 +272,8 @@ class GuardrailEngine:
             texts = [t for t in texts_of(policy) if t.strip()]
             if texts:
                 judged_by = policy.for_definitions() if definitions else policy
-                fired.append(safety_decision(judged_by, stage, worst_scores(self.detect(policy, texts)),
-                                             self.detectors[policy.id]))
+                scores = worst_scores(self.detect(policy, texts, answers=stage == "output"))
+                fired.append(safety_decision(judged_by, stage, scores, self.detectors[policy.id]))
         return [d for d in fired if d is not None]
 
     def _unreadable(self, messages: list[Message]) -> list[Decision]:

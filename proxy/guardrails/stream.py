@@ -213,7 +213,7 @@ def screen_window(engine: Any, text: str) -> Decision | None:
     if not text.strip():
         return None
     for policy in _output_policies(engine.policies, "safety"):
-        decision = safety_decision(policy, "output", worst_scores(engine.detect(policy, [text])),
+        decision = safety_decision(policy, "output", worst_scores(engine.detect(policy, [text], answers=True)),
                                    engine.detectors[policy.id])
         if decision is not None:
             return decision

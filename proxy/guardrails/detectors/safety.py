@@ -41,6 +41,7 @@ from proxy.guardrails.detectors.harm import (
     HarmClassifier,
     load_harm_classifier,
 )
+from proxy.guardrails.detectors.mentions import without_mentions
 from proxy.guardrails.detectors.toxicity import (
     FALLBACKS,
     ToxicityDetector,
@@ -144,22 +145,27 @@ class SafetyDetector:
             self.categories.append(FIRST_STAGE)
             self.name, self.version = f"{self.name}+{guard.name}", f"{self.version}+{guard.version}"
 
-    def score(self, texts: list[str]) -> list[Scores]:
+    def score(self, texts: list[str], answers: bool = False) -> list[Scores]:
         """Score a batch.
 
         Args:
             texts: n strings.
+            answers: the texts are a model's answers, not a client's (only the words talked about
+                differ: :func:`~proxy.guardrails.detectors.mentions.mention_spans`).
 
         Returns:
             n :class:`Scores` (dicts), category -> probability (float in [0, 1]); keys are
             ``self.categories`` (always including ``"toxicity"`` and ``"harmful_intent"``). A text
             longer than the embedding model reads carries ``located["harmful_intent"]``: the window
-            that gave its harm probability (:meth:`HarmClassifier.predict_proba_located`).
+            that gave its harm probability (:meth:`HarmClassifier.predict_proba_located`). Toxic
+            language is scored on the text without the words it talks about
+            (:func:`~proxy.guardrails.detectors.mentions.without_mentions`: "Where does the word
+            "idiot" come from?"); harmful intent on the text as written.
         """
         texts = list(texts)
         if not texts:
             return []
-        columns = dict(self.toxicity.score(texts))
+        columns = dict(self.toxicity.score([without_mentions(text, answers) for text in texts]))
         columns[HARMFUL_INTENT], located = self.harm.predict_proba_located(texts, self.window_threshold)
         if self.guard is not None:
             columns[FIRST_STAGE] = columns[HARMFUL_INTENT].copy()
@@ -180,18 +186,23 @@ class SafetyDetector:
                 out[i] = guard.rescore(float(probability), guard.classify(text))
         return out
 
-    def detect(self, texts: list[str]) -> list[Scores]:
+    def detect(self, texts: list[str], answers: bool = False) -> list[Scores]:
         """The :class:`~proxy.guardrails.detector.Detector` entry point: :meth:`score` of each text and
         of its other readings (:func:`proxy.guardrails.normalise.variants`: look-alike characters
         folded, base64/hex blocks decoded, rot13 or reversal where the text asks for it), per
         category the highest; ``located`` only when the text as written gave the harm score. One
-        :meth:`score` call for all readings."""
+        :meth:`score` call for all readings; ``answers`` as there."""
         readings = [[text, *normalise.variants(text)] for text in texts]
         if all(len(rs) == 1 for rs in readings):
-            return self.score(texts)
+            return self.score(texts, answers)
         unique = list(dict.fromkeys(r for rs in readings for r in rs))
-        scored = dict(zip(unique, self.score(unique)))
+        scored = dict(zip(unique, self.score(unique, answers)))
         return [_highest([scored[r] for r in rs]) for rs in readings]
+
+    def detect_answers(self, texts: list[str]) -> list[Scores]:
+        """:meth:`detect` of a model's answers (``answers=True``): an answer explains a word without
+        asking about it (:func:`~proxy.guardrails.detectors.mentions.mention_spans`)."""
+        return self.detect(texts, answers=True)
 
     def warm_up(self) -> None:
         """Run one tiny batch so lazily initialised parts (the embedding model) load at start-up."""

@@ -178,3 +178,14 @@ def test_model_apology_reads_the_delivered_answer(engine):
     assert model_apology(engine, "Sure: preheat the oven to 180 degrees and bake for twenty minutes.") is False
     assert model_apology(engine, "   ") is False
     assert model_apology(SimpleNamespace(), "I'm sorry, but I can't help with that request.") is False  # no detector
+
+
+def test_an_answer_explaining_a_rude_word_is_delivered_the_same_words_from_a_client_are_refused(engine):
+    """Output Safety reads the model's words about words as mentions (detectors/mentions.py); the
+    client's identical statement asks nothing and keeps its toxic-language score. The two readings
+    are cached apart, so neither answers for the other."""
+    text = 'The word "idiot" comes from the Greek idiotes, which meant a private person.'
+    assert engine.screen_output(text).text == text
+    assert screen_window(engine, text) is None  # the stream's windows are answers too
+    assert engine.screen_input([{"role": "user", "content": text}], side_by_side=False).action == "refuse"
+    assert engine.screen_output(text).text == text
