@@ -12,7 +12,10 @@ recognizer reads the layout instead:
   web address, not a "Label:" line) is a place (``LOCATION``), except the block's first such line
   when it comes before the first street line, and any line repeating it: the addressee
   (``PERSON``);
-- a "Country 12345" line gives its words as a place.
+- a "Country 12345" line gives its words as a place;
+- a line that reads as a sentence is neither (at least :data:`SENTENCE_WORDS` words, ending in ".",
+  "?" or "!", or opening with a base-form verb in the tagged doc): "Turn this into a sentence." after
+  a record's address line is the instruction about it.
 
 Leading quote markers (">", "???", bullets) and field labels ("Billing address:", "Name:") are
 skipped. Linear in the text length (each line is matched once by bounded patterns).
@@ -35,6 +38,9 @@ _DATE = re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}(?:,?\s+\d{{4}})?(?!
                    rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b|\b{_MONTH}\s+\d{{4}}\b", re.IGNORECASE)
 _WORDS = re.compile(r"^[^\W\d_][^\d@:/]{0,80}$")
 _COUNTRY_CODE = re.compile(r"^([^\W\d_][^\d@:/]{0,60}?)\s+(?:\d{4,6}|\d{2,3}-\d{3}|\d{3}\s\d{2})$")
+#: Fewest words of a line read as a sentence (an instruction or a question), not a name or a place.
+SENTENCE_WORDS = 3
+_SENTENCE_END = re.compile(r"[.?!]$")
 _FIELD_WORDS = re.compile(r"\b(?:phone|e-?mail|website|fax|mobile|office|info|tel)\b", re.IGNORECASE)
 
 
@@ -81,7 +87,11 @@ class AddressBlockRecognizer(EntityRecognizer):
         results: list[RecognizerResult] = []
         addressee: str | None = None
         street_seen = False
+        imperative = _imperative_starts(nlp_artifacts)
         for offset, content in lines:
+            if len(content.split()) >= SENTENCE_WORDS and (_SENTENCE_END.search(content) or offset in imperative):
+                street_seen = street_seen or _street(content)  # "Deliver to 12 Main Street." still comes first
+                continue  # a sentence: the instruction or question about the block
             entity, length = self._classify(content)
             street_seen = street_seen or (entity is None and _street(content))
             if entity is None:
@@ -110,3 +120,13 @@ class AddressBlockRecognizer(EntityRecognizer):
         if country and len(country.group(1).split()) <= self.max_words:
             return "LOCATION", len(country.group(1))
         return None, 0
+
+
+def _imperative_starts(nlp_artifacts) -> frozenset[int]:
+    """Character offsets of the tokens of presidio's ``nlp_artifacts`` tagged as a base-form verb
+    (Penn tag VB) at the start of a line: where an instruction opens. Empty without a tagged doc."""
+    doc = getattr(nlp_artifacts, "tokens", None)
+    if doc is None:
+        return frozenset()
+    text = doc.text
+    return frozenset(t.idx for t in doc if t.tag_ == "VB" and (t.idx == 0 or text[t.idx - 1] == "\n"))

@@ -263,3 +263,17 @@ def test_a_messages_sender_is_a_person_and_a_company_or_city_sending_one_is_left
                  "Reply to the invitation from Google to the developer summit.",
                  "A postcard from Paris arrived this morning."):
         assert detector.analyze(left) == [], left
+
+
+@pytest.mark.parametrize("text", [
+    "Name: Joanna Kowalczyk\nDOB: 12/03/1988\nAddress: 14 Elm Road, Leeds\nTurn this into a sentence.",
+    "Name: Joanna Kowalczyk\nAddress: 14 Elm Road\nLeeds\nTurn this into a sentence",  # no full stop: the verb says it
+    "Ana Dias\n12 Main Street\nSpringfield\nWrite a letter to this person.",
+])
+def test_the_instruction_below_an_address_block_is_no_place(detector, text):
+    """A record's or an address's lines are masked; the instruction about them reaches the model."""
+    instruction = text.rsplit("\n", 1)[1]
+    start = text.index(instruction)
+    spans = detector.analyze(text)
+    assert not [s for s in spans if s.end > start], [(s.entity_type, text[s.start:s.end]) for s in spans]
+    assert any(text[s.start:s.end] in ("14 Elm Road", "12 Main Street") for s in spans)
