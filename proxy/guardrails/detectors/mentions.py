@@ -27,17 +27,21 @@ her" keeps its insult; a model's answer (``answer=True``) explains words without
 
 "Why are all those "faggots" allowed at my school?" is none of these: its quotes hold a word used
 about people. Only the mentioned spans are replaced, so an insult used elsewhere in the text still
-counts. Pure functions of the text, no I/O.
+counts. Pure functions of the text, no I/O; linear in its length (each quoted span reads at most
+:data:`CONTEXT_CHARS` around it).
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 
 #: What a mentioned word or phrase is replaced by before toxic language is scored.
 STAND_IN = "X"
 #: Longest quoted span (in words) taken as a mention; longer quotes are speech, not a word talked about.
 MAX_MENTION_WORDS = 4
+#: Characters of its sentence read before and after a quoted span.
+CONTEXT_CHARS = 200
 
 _WORD_NOUN = (r"(?:word|term|phrase|expression|slur|insult|expletive|exclamation|swear\s?word|curse\s?word|"
               r"slang\s+(?:word|term)|name|[a-z]-word)s?")
@@ -77,18 +81,13 @@ _SENTENCE_END = re.compile(r"[.!?\n]")
 _ASKS = re.compile(r"\?|^\s*(?:please\s+)?(?:explain|define|translate|tell\s+me)\b", re.IGNORECASE)
 
 
-def _sentence(text: str, start: int, end: int) -> tuple[str, str]:
-    """The parts of ``text``'s sentence before ``start`` and after ``end``."""
-    head = _SENTENCE_END.split(text[:start])[-1]
-    tail = _SENTENCE_END.split(text[end:], maxsplit=1)[0]
-    return head, tail
-
-
-def _framed(text: str, start: int, end: int) -> bool:
-    """Whether the quoted span ``text[start:end]`` (quotes included) sits in a frame that talks about words."""
+def _framed(text: str, start: int, end: int, sentence: tuple[int, int]) -> bool:
+    """Whether the quoted span ``text[start:end]`` (quotes included) sits in a frame that talks about
+    words; ``sentence``: the bounds of its sentence."""
     if _BEFORE.search(text[max(0, start - 60):start]) or _AFTER.search(text[end:end + 80]):
         return True
-    head, tail = _sentence(text, start, end)
+    head = text[max(sentence[0], start - CONTEXT_CHARS):start]
+    tail = text[end:min(sentence[1], end + CONTEXT_CHARS)]
     return bool(_ASKING.search(head) and _ABOUT_WORDS.search(tail))
 
 
@@ -101,9 +100,12 @@ def mention_spans(text: str, answer: bool = False) -> list[tuple[int, int]]:
         return []
     quoted = [m for m in _QUOTED.finditer(text)
               if m.group("span").strip() and len(m.group("span").split()) <= MAX_MENTION_WORDS]
-    framed = [_framed(text, m.start(), m.end()) for m in quoted]
-    sentences = {_sentence_index(text, m.start()) for m, f in zip(quoted, framed) if f}
-    spans = [m.span("span") for m, f in zip(quoted, framed) if f or _sentence_index(text, m.start()) in sentences]
+    ends = [m.start() for m in _SENTENCE_END.finditer(text)]
+    index = [bisect.bisect_left(ends, m.start()) for m in quoted]  # the sentence each span opens in
+    bounds = [(ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else len(text)) for i in index]
+    framed = [_framed(text, m.start(), m.end(), b) for m, b in zip(quoted, bounds)]
+    sentences = {i for i, f in zip(index, framed) if f}
+    spans = [m.span("span") for m, f, i in zip(quoted, framed, index) if f or i in sentences]
     spans += [m.span("span") for m in _NAMED_BARE.finditer(text)]
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
@@ -111,11 +113,6 @@ def mention_spans(text: str, answer: bool = False) -> list[tuple[int, int]]:
             continue
         merged.append((start, end))
     return merged
-
-
-def _sentence_index(text: str, position: int) -> int:
-    """How many sentence ends precede ``position`` in ``text``."""
-    return len(_SENTENCE_END.findall(text, 0, position))
 
 
 def without_mentions(text: str, answer: bool = False) -> str:
