@@ -50,7 +50,9 @@ organisation. This presidio recognizer reads the parse presidio already made and
 - in a capitalised text, a full name typed in lower case: two or three lower-case gazetteer names,
   a first name first and a surname that is no dictionary word last ("for ali reza karimi");
 - in a lower-case text, the word after a slot English introduces a name with ("call me",
-  "my name is", "named", "called") when it is no dictionary word ("just call me jagódka"), and
+  "my name is", "named", "called") when it is no dictionary word ("just call me jagódka"), or
+  after a writer's "this is" / "it's" when it is also a gazetteer first name ("hi, this is raul
+  from flat 4b"), and
   two or more proper nouns in a row that no list holds and no dictionary has ("obinwa ekwueme");
 
 each only where a name can stand: no determiner or number in digits before it ("the Prince
@@ -144,6 +146,9 @@ _PRONOUN_I = re.compile(r"\bI(?=['’](?:m|d|ll|ve)\b|\b)")
 _INNER_CAPITALS = re.compile(r"[A-Z]{2}")
 #: Words before a name in a lower-case text: "call me X", "my name is X", "named X", "called X".
 _LOWER_SLOTS = (("call", "me"), ("name", "is"), ("named",), ("called",))
+#: A writer introducing themself in a lower-case text ("hi, this is raul from flat 4b", "hey it's
+#: maria"): a weaker slot than the above, so the word must also be a gazetteer first name.
+_INTRODUCTIONS = (("this", "is"), ("it", "'s"), ("it", "’s"))
 #: Dependencies that join the items of a list ("Hedda, Greta and Olav").
 _LIST = ("conj", "appos")
 #: Words that make the proper nouns beside them a place or an organisation, not a person.
@@ -518,10 +523,11 @@ class NameGazetteerRecognizer(EntityRecognizer):
                     and doc[j].lower_ not in self._words)
 
         found = []
-        for slot in _LOWER_SLOTS:
+        for slot in (*_LOWER_SLOTS, *_INTRODUCTIONS):
             n = len(slot)
             for i in range(len(doc) - n):
-                if tuple(t.lower_ for t in doc[i:i + n]) == slot and free(i + n):
+                if (tuple(t.lower_ for t in doc[i:i + n]) == slot and free(i + n)
+                        and (slot in _LOWER_SLOTS or unaccented(doc[i + n].lower_) in self._first)):
                     end = i + n + 1
                     if end < len(doc) and free(end) and doc[end - 1].whitespace_:
                         end += 1

@@ -100,6 +100,7 @@ def test_a_diminutive_is_traced_to_its_first_name(word, base):
     ("Marzenka borrowed my bike and has not brought it back.", "Marzenka"),  # a diminutive
     ('Agent:"How can I help?"\nGrzegorz:"My card was charged twice."', "Grzegorz"),  # glued to punctuation
     ("my neighbour said: call me jarosław when you need the ladder", "jarosław"),  # a slot, lower case
+    ("hi, this is raul from flat 4b, my heater is broken again", "raul"),  # a writer's introduction
     ("my landlord obinwa ekwueme wants the rent early", "obinwa ekwueme"),  # unknown words, lower case
 ])
 def test_diminutives_glued_names_and_lower_case_slots_are_found(detector, text, name):
@@ -113,6 +114,7 @@ def test_diminutives_glued_names_and_lower_case_slots_are_found(detector, text, 
     "We met outside Ivana Station at noon.",  # a place word after
     "We danced a Polka at my cousin's wedding.",  # a dictionary word that looks like a diminutive
     "i called mom after lunch and we talked for ages",  # a slot before a dictionary word
+    "hi, this is kubernetes running on my laptop, how do i update it",  # an introduction of no first name
     "i watched netflix with my wife and the kids last night",  # one unknown word, lower case
     "get the logs from ftp://nowak.example.org/files before Monday",  # names glued inside an address
 ])
