@@ -67,6 +67,7 @@ from proxy.guardrails.detectors.privacy_names import (
     full_name,
     gazetteer,
     in_dictionary,
+    lower_case,
 )
 from proxy.guardrails.detectors.privacy_person import (
     PersonHead,
@@ -537,6 +538,9 @@ class PiiDetector:
 
         #: Name words matched only as written by the coreference pass ("Will", "May", "Bill").
         self._stop_words = frozenset(STOP_WORDS)
+        #: Verbs, adjectives and adverbs: a lower-case one is never a mention of a masked name
+        #: ("I hope", not "Hope"; :func:`~.privacy_person.coreferent_spans`).
+        self._common_words = english_words(nlp_engine.get_nlp(config.language), ("verb", "adj", "adv"))
         #: The dictionary words a general question's capitalised words are looked up in
         #: (``question_name_threshold``, :meth:`_judges_question_names`); empty when that is off.
         self._question_words: frozenset[str] = frozenset()
@@ -828,7 +832,8 @@ class PiiDetector:
         out = []
         for text, found in zip(texts, spans):
             found = [_as_mention(text, s, words) for s in found]
-            extra, covered = _mentions(text, names, found, self._stop_words, self.config.ner_default_score)
+            written = (frozenset(), frozenset()) if lower_case(text) else (self._common_words, self._words)
+            extra, covered = _mentions(text, names, found, self._stop_words, self.config.ner_default_score, *written)
             out.append(sorted([*(s for k, s in enumerate(found) if k not in covered), *extra], key=lambda s: s.start)
                        if extra else found)
         return out
@@ -938,17 +943,19 @@ def _name_shaped(text: str, span: PiiSpan) -> bool:
             and all(_NAME_SHAPED.match(w) is not None and not (len(w) > 1 and w.isupper()) for w in words))
 
 
-def _mentions(text: str, names: set[str], found: list[PiiSpan], stop_words: frozenset[str],
-              score: float) -> tuple[list[PiiSpan], set[int]]:
+def _mentions(text: str, names: set[str], found: list[PiiSpan], stop_words: frozenset[str], score: float,
+              common_words: frozenset[str] = frozenset(),
+              nouns: frozenset[str] = frozenset()) -> tuple[list[PiiSpan], set[int]]:
     """The coreference spans of :meth:`PiiDetector.corefer` in ``text`` beside its ``found`` spans
     (PERSON, recognizer ``PersonCoreference``, ``score``), and the indexes of the ``found`` spans
     they replace: a person, place or nationality span inside a mention; a mention overlapping any
-    other span, crossing such a span's edge or equal to a person span is left out."""
+    other span, crossing such a span's edge or equal to a person span is left out; so is a common
+    word in use (``common_words``, ``nouns``: :func:`~.privacy_person.coreferent_spans`)."""
     movable = [k for k, s in enumerate(found) if s.entity_type in _YIELDS_TO_MENTION]
     firm = [(s.start, s.end) for s in found if s.entity_type not in _YIELDS_TO_MENTION]
     extra: list[PiiSpan] = []
     covered: set[int] = set()
-    for a, b in coreferent_spans(text, names, firm, stop_words):
+    for a, b in coreferent_spans(text, names, firm, stop_words, common_words, nouns):
         touching = [k for k in movable if found[k].start < b and a < found[k].end]
         if any(found[k].start < a or found[k].end > b
                or (found[k].entity_type == "PERSON" and (found[k].start, found[k].end) == (a, b)) for k in touching):

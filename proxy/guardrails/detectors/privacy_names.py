@@ -196,14 +196,18 @@ def lower_case(text: str) -> bool:
     return not any(c.isupper() for c in _PRONOUN_I.sub("", text))
 
 
-def english_words(nlp) -> frozenset[str]:
-    """The words of the pipeline's rule lemmatizer's index (WordNet's nouns, verbs, adjectives and
-    adverbs, lower case: "karma", "chance", "summer"); empty for another kind of lemmatizer."""
+def english_words(nlp, parts: Iterable[str] = ("noun", "verb", "adj", "adv")) -> frozenset[str]:
+    """The words of the pipeline's rule lemmatizer's index (WordNet's, lower case: "karma",
+    "chance", "summer") for the parts of speech ``parts`` (its table names: noun, verb, adj, adv;
+    WordNet's nouns hold names too, "john", "ibrahim"); empty for another kind of lemmatizer."""
+    from spacy.strings import get_string_id
+
     try:
         index = nlp.get_pipe("lemmatizer").lookups.get_table("lemma_index")
     except (KeyError, AttributeError):
         return frozenset()
-    return frozenset(w for words in index.values() for w in words)
+    keys = {get_string_id(part) for part in parts}
+    return frozenset(w for key, words in index.items() if key in keys for w in words)
 
 
 _POSSESSIVE = re.compile(r"['’]s$")

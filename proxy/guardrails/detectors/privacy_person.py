@@ -226,18 +226,43 @@ def _names_pattern(names: frozenset[str], stop_words: frozenset[str]) -> re.Patt
 
 
 def coreferent_spans(text: str, names: Iterable[str], taken: Iterable[tuple[int, int]],
-                     stop_words: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
+                     stop_words: frozenset[str] = frozenset(), common_words: frozenset[str] = frozenset(),
+                     nouns: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
     """``[start, end)`` of every mention in ``text`` of a person named in ``names`` (their
     :func:`name_keys`, whole words, before a possessive or a family's plural too, any casing, with
     or without accents, any apostrophe; keys in ``stop_words`` are not looked for) that overlaps
-    none of the ``taken`` offsets; sorted by start."""
+    none of the ``taken`` offsets and is no common word in use (:func:`_common_use`, with
+    ``common_words`` and ``nouns``; pass them empty for a writer who capitalises nothing);
+    sorted by start."""
     pattern = _names_pattern(frozenset(names), stop_words)
     if pattern is None:
         return []
     busy = sorted(taken)
+    searchable = _searchable(text)
     found = []
-    for match in pattern.finditer(_searchable(text)):
+    for match in pattern.finditer(searchable):
         start, end = match.span()
-        if not any(a < end and start < b for a, b in busy):
+        if (not any(a < end and start < b for a, b in busy)
+                and not _common_use(searchable, start, end, common_words, nouns)):
             found.append((start, end))
     return found
+
+
+#: Words before a common noun, never before a person's name ("her rose bushes", "no hope").
+_DETERMINERS = frozenset({"a", "an", "the", "her", "his", "my", "your", "our", "their", "its", "no", "some", "any",
+                          "this", "that", "these", "those", "every", "each", "another", "such", "what", "which",
+                          "whose"})
+
+
+def _common_use(text: str, start: int, end: int, common_words: frozenset[str], nouns: frozenset[str]) -> bool:
+    """Whether the lower-case word ``text[start:end]``, matched as a name, is an English word used as
+    one: a verb, adjective or adverb of ``common_words`` ("I hope", "prices rose"), or a noun of
+    ``nouns`` after a determiner ("her rose bushes", "left a mark"). A capitalised match never is:
+    the writer capitalised it as a name; nor is a lower-case one that is no such word ("nowicki")."""
+    word = text[start:end]
+    if not word.islower():
+        return False
+    if word in common_words:
+        return True
+    before = text[max(0, start - 16):start].split()
+    return word in nouns and bool(before) and before[-1].lower() in _DETERMINERS

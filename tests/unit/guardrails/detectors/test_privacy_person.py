@@ -227,3 +227,18 @@ def test_training_refuses_a_written_text_that_repeats_a_development_row(tmp_path
         load_mentions(data, written)
     assert "row 2 duplicates a development row of presidio" in str(caught.value)
     assert text not in str(caught.value)
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("My neighbour Rose Baker asked me to water her rose bushes while she's away.", ["her rose bushes"]),
+    ("My colleague Mark left a mark on the whiteboard. Write him a note.", ["left a mark"]),
+    ("My daughter Hope says she has no hope of passing maths. I hope she is wrong.", ["no hope of", "I hope she"]),
+])
+def test_a_name_that_is_an_english_word_is_left_where_it_is_used_as_the_word(detector, text, kept):
+    """A lower-case verb or adjective ("I hope"), or a noun after a determiner ("her rose bushes"),
+    is the word, not another mention of the person; the person is still masked."""
+    (spans,) = detector.corefer([text], [detector.analyze(text)])
+    masked = PiiMasker().mask(text, spans)
+    assert masked.startswith("My ") and "<PERSON_1>" in masked
+    for phrase in kept:
+        assert phrase in masked, masked
