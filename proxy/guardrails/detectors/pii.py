@@ -56,6 +56,7 @@ from proxy.guardrails.detectors.privacy_context import (
     ContextConfig,
     ContextRule,
     letterless_mood,
+    pet_named,
     text_mood,
     written_to,
 )
@@ -773,7 +774,8 @@ class PiiDetector:
           threshold, whatever the mood, or when one of the mentions is the writer introducing
           themselves (:func:`~.privacy_person.self_introduced`: "I am X") or named right after the
           writer's relation noun (:meth:`~.privacy_context.ContextRule.writer_relation`: "my
-          neighbour X"); in a general question,
+          neighbour X"), and never when one is named right after a pet noun
+          (:func:`~.privacy_context.pet_named`: "my dog Max"); in a general question,
           instruction or fragment parsed for its names (``question_name_threshold``), a person
           NER or the name gazetteer names needs that threshold, unless a message is written to or
           for them (:func:`~.privacy_context.written_to`: "a good-luck message for Ruslan"), and is
@@ -809,6 +811,8 @@ class PiiDetector:
             private = (bool(p[group].mean() >= threshold)
                        or any(self_introduced(piece, persons[i].start) or rule.writer_relation(piece, persons[i].start)
                               for i in group))
+            if any(pet_named(piece, persons[i].start) for i in group):
+                private = False  # "my dog Max": an animal's name
             judged.update({id(persons[i]): private for i in group})
         personal = any(judged.values()) or any(rule._always(s) for s in spans)
         return [s for s in spans if rule._always(s) or judged.get(id(s), personal)]

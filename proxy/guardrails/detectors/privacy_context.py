@@ -212,6 +212,19 @@ _WRITTEN_TO = re.compile(
     r"(?:[A-Z][\w'’-]*(?:\s[A-Z][\w'’-]*)?(?:,\s+|\s+(?:and|&)\s+|,\s+and\s+)){0,3}$", re.MULTILINE)
 #: Characters before a mention that :func:`written_to` reads.
 _WRITTEN_TO_REACH = 80
+#: Animals people name ("my dog Max"): a pet's name is nobody's personal data.
+PETS = ("dog", "puppy", "cat", "kitten", "pet", "horse", "pony", "parrot", "budgie", "rabbit", "bunny", "hamster",
+        "guinea pig", "goldfish", "tortoise", "turtle", "ferret", "gerbil", "lizard", "snake", "hen", "goat")
+_PET_BEFORE = re.compile(r"(?i:\b(?:my|our|your|his|her|their|the)\s+(?:[a-z-]+\s+)?(?:"
+                         + "|".join(PETS) + r")s?\s*,?\s+)$")
+
+
+def pet_named(text: str, start: int) -> bool:
+    """True when the mention starting at character ``start`` of ``text`` comes right after a pet
+    noun with an owner or article, with at most one word between and an optional comma ("my dog
+    Max", "our old cat, Pepper"): an animal's name, not a person's ("my dog walker Anna" is a
+    person: the noun before her is not an animal)."""
+    return _PET_BEFORE.search(text, max(0, start - _WRITTEN_TO_REACH), start) is not None
 
 
 def written_to(text: str, start: int) -> bool:

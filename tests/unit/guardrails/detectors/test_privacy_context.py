@@ -277,3 +277,13 @@ def test_the_instruction_below_an_address_block_is_no_place(detector, text):
     spans = detector.analyze(text)
     assert not [s for s in spans if s.end > start], [(s.entity_type, text[s.start:s.end]) for s in spans]
     assert any(text[s.start:s.end] in ("14 Elm Road", "12 Main Street") for s in spans)
+
+
+@pytest.mark.parametrize("text, person", [
+    ("My dog Max keeps chewing the sofa. How do I stop him?", None),
+    ("Our old cat, Pepper, won't eat her dinner. Any tips for a fussy eater?", None),
+    ("My dog walker Anna Kowalska is late again. Write her a polite reminder.", "Anna Kowalska"),
+])
+def test_a_pets_name_is_nobodys_personal_data(detector, text, person):
+    names = [text[s.start:s.end] for s in detector.analyze(text) if s.entity_type == "PERSON"]
+    assert names == ([person] if person else []), names
