@@ -58,6 +58,7 @@ from proxy.guardrails.detectors.privacy_context import (
     letterless_mood,
     pet_named,
     text_mood,
+    translation_language,
     written_to,
 )
 from proxy.guardrails.detectors.privacy_names import (
@@ -760,7 +761,8 @@ class PiiDetector:
                 spans = self._raw_spans(piece, self._with_ner(artifacts))
             elif pending:
                 self.ner_windows_skipped += 1
-            spans = resolve_overlaps(spans)
+            spans = [s for s in resolve_overlaps(spans)  # "Translate to Spanish.": a language, nobody's nationality
+                     if not (s.entity_type == "NRP" and translation_language(piece, s.start))]
             kept = self.context_rule.select(piece, spans, mood)
             yield self._judge_persons(piece, artifacts.tokens, spans, kept, mood) if self.person_head else kept
 

@@ -219,6 +219,16 @@ _PET_BEFORE = re.compile(r"(?i:\b(?:my|our|your|his|her|their|the)\s+(?:[a-z-]+\
                          + "|".join(PETS) + r")s?\s*,?\s+)$")
 
 
+_TRANSLATION = re.compile(r"(?i:\btranslat\w*\b[^.!?\n]{0,60}\b(?:into|to|from|in)\s+)$")
+
+
+def translation_language(text: str, start: int) -> bool:
+    """True when the span starting at character ``start`` of ``text`` is the language of a
+    translation asked for ("Translate to Spanish.", "translate this letter into Polish"): a
+    language, not anyone's nationality."""
+    return _TRANSLATION.search(text, max(0, start - 80), start) is not None
+
+
 def pet_named(text: str, start: int) -> bool:
     """True when the mention starting at character ``start`` of ``text`` comes right after a pet
     noun with an owner or article, with at most one word between and an optional comma ("my dog

@@ -287,3 +287,15 @@ def test_the_instruction_below_an_address_block_is_no_place(detector, text):
 def test_a_pets_name_is_nobodys_personal_data(detector, text, person):
     names = [text[s.start:s.end] for s in detector.analyze(text) if s.entity_type == "PERSON"]
     assert names == ([person] if person else []), names
+
+
+def test_the_language_of_a_translation_is_no_nationality(detector):
+    text = "Translate to Spanish.\n\nMy name is Anna Kowalska and I live in Gdynia with my Spanish husband."
+    found = [(text[s.start:s.end], s.start) for s in detector.analyze(text)]
+    assert ("Spanish", text.index("Spanish")) not in found  # the language asked for reaches the model
+    assert ("Anna Kowalska", text.index("Anna")) in found
+
+
+def test_a_sentence_end_between_two_numbers_is_no_street(detector):
+    text = "Answer the question based on the text.\n\nTom has 5 apples. He gives 2 to Lucy. How many does he have left?"
+    assert "LOCATION" not in _found(detector, text).values()
