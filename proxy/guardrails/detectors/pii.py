@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import importlib
+import ipaddress
 import re
 import threading
 from dataclasses import dataclass, field, replace
@@ -662,7 +663,7 @@ class PiiDetector:
             text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=entities or self._entities,
             allow_list=self.config.allow_list or None, context=context)
         return [s for s in self._to_spans(results, piece)
-                if self._enough_digits(piece, s) and self._could_be_person(piece, s)]
+                if self._enough_digits(piece, s) and self._could_be_person(piece, s) and _routable(piece, s)]
 
     def _could_be_person(self, piece: str, span: PiiSpan) -> bool:
         """A ``PERSON`` span of dictionary words only, none of them a gazetteer name, is no one
@@ -947,6 +948,19 @@ def _name_shaped(text: str, span: PiiSpan) -> bool:
     words = text[span.start:span.end].split()
     return (bool(words) and (span.start == 0 or text[span.start - 1] not in "@#")
             and all(_NAME_SHAPED.match(w) is not None and not (len(w) > 1 and w.isupper()) for w in words))
+
+
+def _routable(text: str, span: PiiSpan) -> bool:
+    """False for an ``IP_ADDRESS`` span that is no globally reachable address (``ipaddress``'s
+    ``is_global``: a private network of RFC 1918, loopback, link-local, documentation or reserved
+    ranges, RFC 6890): "192.168.0.1" is every home router's and identifies nobody. True for every
+    other span, and for a span ``ipaddress`` cannot read."""
+    if span.entity_type != "IP_ADDRESS":
+        return True
+    try:
+        return ipaddress.ip_address(text[span.start:span.end].strip("[]")).is_global
+    except ValueError:
+        return True
 
 
 def _mentions(text: str, names: set[str], found: list[PiiSpan], stop_words: frozenset[str], score: float,

@@ -299,3 +299,14 @@ def test_the_language_of_a_translation_is_no_nationality(detector):
 def test_a_sentence_end_between_two_numbers_is_no_street(detector):
     text = "Answer the question based on the text.\n\nTom has 5 apples. He gives 2 to Lucy. How many does he have left?"
     assert "LOCATION" not in _found(detector, text).values()
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("Is 192.168.0.1 a private IP address?", False),  # RFC 1918: every home router's
+    ("Ping 127.0.0.1 and explain the output.", False),  # loopback
+    ("My server at 10.0.0.12 keeps timing out. Why?", False),
+    ("My home IP is 2a00:1450:4009:80b::200e, is it exposed?", True),  # a global address
+    ("My IP is 8.8.4.4 at home, can people see it?", True),
+])
+def test_only_a_globally_reachable_ip_address_is_personal_data(detector, text, masked):
+    assert ("IP_ADDRESS" in _found(detector, text).values()) is masked
