@@ -528,6 +528,8 @@ class CoreferringPii(FakePii):
 
     config = PiiDetectorConfig(entities=["PERSON", "EMAIL_ADDRESS"])
     _stop_words = frozenset()
+    _common_words = frozenset()
+    _words = frozenset()
     corefer = PiiDetector.corefer
 
 

@@ -361,7 +361,7 @@ def test_merge_windows_compares_only_spans_open_at_the_window_start(monkeypatch)
     assert len(unions) <= len(starts) * 20 * 2  # spans of the 20-char overlap only, not all earlier spans
 
 
-LETTERLESS = ["4111 1111 1111 1111", "212-555-0198", "078-05-1120", "192.168.0.1",
+LETTERLESS = ["4111 1111 1111 1111", "212-555-0198", "078-05-1120", "81.2.69.160",
               "12/05/1990 555 123 4567", "+44 20 7946 0958", "2020-01-02?", "(415) 555-2671, 1 2 3"]
 
 

@@ -81,7 +81,7 @@ def test_a_place_tied_to_nobody_is_left_alone(detector, text):
     ("Is 4111 1111 1111 1111 a valid card number?", "4111 1111 1111 1111", "CREDIT_CARD"),
     ("Which bank has IBAN GB82WEST12345698765432?", "GB82WEST12345698765432", "IBAN_CODE"),
     ("Explain what 536-22-8726 is.", "536-22-8726", "US_SSN"),
-    ("Why can't I ping 192.168.14.7?", "192.168.14.7", "IP_ADDRESS"),
+    ("Why can't I ping 81.2.69.160 from home?", "81.2.69.160", "IP_ADDRESS"),  # a global address (a private one identifies nobody)
     ("What does driver's license number 6940579 tell you?", "6940579", "US_DRIVER_LICENSE"),
 ])
 def test_direct_identifiers_are_masked_even_in_general_questions(detector, text, value, entity):
