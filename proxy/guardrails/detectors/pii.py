@@ -662,8 +662,12 @@ class PiiDetector:
         results = self.analyzer().analyzer_engine.analyze(
             text=piece, language=self.config.language, nlp_artifacts=artifacts, entities=entities or self._entities,
             allow_list=self.config.allow_list or None, context=context)
-        return [s for s in self._to_spans(results, piece)
-                if self._enough_digits(piece, s) and self._could_be_person(piece, s) and _routable(piece, s)]
+        spans = [s for s in self._to_spans(results, piece)
+                 if self._enough_digits(piece, s) and self._could_be_person(piece, s) and _routable(piece, s)]
+        addresses = [s for s in spans if s.entity_type == "IP_ADDRESS"]
+        if not addresses:
+            return spans
+        return [s for s in spans if not _inside_address(s, addresses)]
 
     def _could_be_person(self, piece: str, span: PiiSpan) -> bool:
         """A ``PERSON`` span of dictionary words only, none of them a gazetteer name, is no one
@@ -961,6 +965,14 @@ def _routable(text: str, span: PiiSpan) -> bool:
         return ipaddress.ip_address(text[span.start:span.end].strip("[]")).is_global
     except ValueError:
         return True
+
+
+def _inside_address(span: PiiSpan, addresses: list[PiiSpan]) -> bool:
+    """True for a ``PHONE_NUMBER`` span inside one of the ``IP_ADDRESS`` spans ``addresses``: the
+    phone matcher reads "2.69.160" in "81.2.69.160", and a context word ("answers on") can score
+    that piece above the address, which would leave "81." unmasked."""
+    return span.entity_type == "PHONE_NUMBER" and any(
+        a.start <= span.start and span.end <= a.end and (a.start, a.end) != (span.start, span.end) for a in addresses)
 
 
 def _mentions(text: str, names: set[str], found: list[PiiSpan], stop_words: frozenset[str], score: float,

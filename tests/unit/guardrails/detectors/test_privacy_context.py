@@ -310,3 +310,10 @@ def test_a_sentence_end_between_two_numbers_is_no_street(detector):
 ])
 def test_only_a_globally_reachable_ip_address_is_personal_data(detector, text, masked):
     assert ("IP_ADDRESS" in _found(detector, text).values()) is masked
+
+
+def test_a_phone_number_read_inside_an_ip_address_leaves_the_address_whole(detector):
+    """"answers on" is phone context, and the phone matcher reads "2.69.160" in the address: the
+    address is masked whole, no "81." left before a placeholder."""
+    text = "Our office router answers on 81.2.69.160, is that exposed?"
+    assert _found(detector, text) == {"81.2.69.160": "IP_ADDRESS"}
