@@ -601,8 +601,14 @@ class PiiDetector:
                 for r in results]
 
     def _enough_digits(self, text: str, span: PiiSpan) -> bool:
+        """At least the configured ``min_digits`` of the span's type; a phone number at most
+        :data:`E164_MAX_DIGITS` before an extension ("Sort these numbers: 4521 3390 1208 7777 6543"
+        is a list)."""
         needed = self.config.min_digits.get(span.entity_type, 0)
-        return not needed or sum(c.isdigit() for c in text[span.start:span.end]) >= needed
+        value = text[span.start:span.end]
+        if span.entity_type == "PHONE_NUMBER" and _digits(_EXTENSION.split(value, maxsplit=1)[0]) > E164_MAX_DIGITS:
+            return False
+        return not needed or _digits(value) >= needed
 
     def _nlp_artifacts(self, pieces: list[str]):
         """(piece, presidio ``NlpArtifacts``, mood, NER pending) per piece, in order; spaCy ``pipe``
@@ -952,6 +958,17 @@ def _name_shaped(text: str, span: PiiSpan) -> bool:
     words = text[span.start:span.end].split()
     return (bool(words) and (span.start == 0 or text[span.start - 1] not in "@#")
             and all(_NAME_SHAPED.match(w) is not None and not (len(w) > 1 and w.isupper()) for w in words))
+
+
+#: Most digits of a phone number (ITU-T E.164, 6.1: at most 15, country code included).
+E164_MAX_DIGITS = 15
+#: Where a phone number's extension starts ("+1-944-435-4352x04732", "ext. 12").
+_EXTENSION = re.compile(r"\s?(?:x|ext\.?)\s?\d", re.IGNORECASE)
+
+
+def _digits(text: str) -> int:
+    """How many digits ``text`` holds."""
+    return sum(c.isdigit() for c in text)
 
 
 def _routable(text: str, span: PiiSpan) -> bool:

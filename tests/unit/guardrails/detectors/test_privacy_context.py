@@ -317,3 +317,13 @@ def test_a_phone_number_read_inside_an_ip_address_leaves_the_address_whole(detec
     address is masked whole, no "81." left before a placeholder."""
     text = "Our office router answers on 81.2.69.160, is that exposed?"
     assert _found(detector, text) == {"81.2.69.160": "IP_ADDRESS"}
+
+
+@pytest.mark.parametrize("text, phone", [
+    ("Sort these numbers: 4521 3390 1208 7777 6543", None),  # 20 digits: a list
+    ("Add these up: 1200 3400 5600 7800", None),  # 16 digits
+    ("Call the helpdesk number +1-944-435-4352x04732 after nine.", "+1-944-435-4352x04732"),  # 11 and an extension
+])
+def test_more_digits_than_a_phone_number_holds_are_no_phone_number(detector, text, phone):
+    found = {value for value, kind in _found(detector, text).items() if kind == "PHONE_NUMBER"}
+    assert found == ({phone} if phone else set()), found
