@@ -100,7 +100,7 @@ def mention_spans(text: str, answer: bool = False) -> list[tuple[int, int]]:
         return []
     quoted = [m for m in _QUOTED.finditer(text)
               if m.group("span").strip() and len(m.group("span").split()) <= MAX_MENTION_WORDS]
-    ends = [m.start() for m in _SENTENCE_END.finditer(text)]
+    ends = [m.start() for m in _SENTENCE_END.finditer(text)] if quoted else []  # an answer seldom quotes
     index = [bisect.bisect_left(ends, m.start()) for m in quoted]  # the sentence each span opens in
     bounds = [(ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else len(text)) for i in index]
     framed = [_framed(text, m.start(), m.end(), b) for m, b in zip(quoted, bounds)]

@@ -215,18 +215,31 @@ _WRITTEN_TO_REACH = 80
 #: Animals people name ("my dog Max"): a pet's name is nobody's personal data.
 PETS = ("dog", "puppy", "cat", "kitten", "pet", "horse", "pony", "parrot", "budgie", "rabbit", "bunny", "hamster",
         "guinea pig", "goldfish", "tortoise", "turtle", "ferret", "gerbil", "lizard", "snake", "hen", "goat")
-_PET_BEFORE = re.compile(r"(?i:\b(?:my|our|your|his|her|their|the)\s+(?:[a-z-]+\s+)?(?:"
-                         + "|".join(PETS) + r")s?\s*,?\s+)$")
-
-
+#: "Translate (this letter) into ": the language a translation asks for comes next.
 _TRANSLATION = re.compile(r"(?i:\btranslat\w*\b[^.!?\n]{0,60}\b(?:into|to|from|in)\s+)$")
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """Regex alternation of the words (escaped, longest first; inner spaces match any whitespace)."""
+    unique = sorted({w.strip().lower() for w in words if w.strip()}, key=len, reverse=True)
+    return "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in unique)
+
+
+def _named_after(owners: str, nouns: str) -> re.Pattern[str]:
+    """The pattern of one of the ``nouns`` (an alternation) after one of the ``owners`` (another),
+    with at most one word between and an optional comma, ending where a mention starts ("my new
+    neighbour, " before "Siosaia Taufa"); searched up to the mention's start."""
+    return re.compile(rf"(?i:\b(?:{owners})\s+(?:[a-z-]+\s+)?(?:{nouns})(?:s|es)?\s*,?\s+)$")
+
+
+_PET_BEFORE = _named_after("my|our|your|his|her|their|the", _alternation(PETS))
 
 
 def translation_language(text: str, start: int) -> bool:
     """True when the span starting at character ``start`` of ``text`` is the language of a
     translation asked for ("Translate to Spanish.", "translate this letter into Polish"): a
     language, not anyone's nationality."""
-    return _TRANSLATION.search(text, max(0, start - 80), start) is not None
+    return _TRANSLATION.search(text, max(0, start - _RELATION_REACH), start) is not None
 
 
 def pet_named(text: str, start: int) -> bool:
@@ -234,7 +247,7 @@ def pet_named(text: str, start: int) -> bool:
     noun with an owner or article, with at most one word between and an optional comma ("my dog
     Max", "our old cat, Pepper"): an animal's name, not a person's ("my dog walker Anna" is a
     person: the noun before her is not an animal)."""
-    return _PET_BEFORE.search(text, max(0, start - _WRITTEN_TO_REACH), start) is not None
+    return _PET_BEFORE.search(text, max(0, start - _RELATION_REACH), start) is not None
 
 
 def written_to(text: str, start: int) -> bool:
@@ -266,12 +279,6 @@ def personal_request(text: str) -> bool:
     return len(_FIRST_PERSON.findall(text)) > len(_REQUEST_TO_ASSISTANT.findall(text))
 
 
-def _alternation(words: Iterable[str]) -> str:
-    """Regex alternation of the words (escaped, longest first; inner spaces match any whitespace)."""
-    unique = sorted({w.strip().lower() for w in words if w.strip()}, key=len, reverse=True)
-    return "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in unique)
-
-
 @dataclass(frozen=True)
 class ContextRule:
     """Compiled :class:`ContextConfig`: decides which spans of one text are masked."""
@@ -294,8 +301,7 @@ class ContextRule:
         relations = re.compile(
             rf"(?i:\b(?:{_DETERMINERS})\s+(?:\w+\s+)?(?:{nouns})(?:s|es)?\b(?!-))"
             rf"|(?i:\b(?:{nouns})(?:s|es)?)\s+[A-Z]") if nouns else None
-        relation_before = re.compile(
-            rf"(?i:\b(?:my|our|your)\s+(?:[a-z-]+\s+)?(?:{nouns})(?:s|es)?\s*,?\s+)$") if nouns else None
+        relation_before = _named_after("my|our|your", nouns) if nouns else None
         phrases = _alternation(config.personal_phrases)
         return cls(frozenset(config.always), frozenset(config.always_recognizers),
                    frozenset(config.contextual), relations,
